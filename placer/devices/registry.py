@@ -1,0 +1,64 @@
+"""Target registry: kind -> Target class, and what this machine has."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Iterable
+
+from placer.devices.base import Target, TargetSpec
+from placer.errors import TargetError
+
+# kind -> "module:Class"; imported lazily so that listing targets does not import every runtime.
+_KINDS: dict[str, str] = {
+    "onnxruntime": "placer.devices.onnxruntime_target:OnnxRuntimeTarget",
+    "openvino": "placer.devices.openvino_target:OpenVinoTarget",
+    "openvino-bf16": "placer.devices.openvino_target:OpenVinoBf16Target",
+    "tvm-llvm": "placer.devices.tvm_target:TvmLlvmTarget",
+}
+
+DEFAULT_KINDS = ("onnxruntime", "openvino", "tvm-llvm")
+
+
+def register_target(kind: str, path: str) -> None:
+    """Register a target class by ``"module:Class"`` (plug-ins, test targets)."""
+    _KINDS[kind] = path
+
+
+def known_kinds() -> list[str]:
+    return sorted(_KINDS)
+
+
+def target_class(kind: str) -> type[Target]:
+    if kind not in _KINDS:
+        raise TargetError(f"unknown target kind {kind!r}; known kinds: {', '.join(known_kinds())}")
+    module, cls = _KINDS[kind].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def make_target(spec: str | TargetSpec) -> Target:
+    """Build a target from its name (``onnxruntime``, ``openvino@cpu1:t1`` ...) or spec."""
+    if isinstance(spec, str):
+        spec = TargetSpec.parse(spec)
+    return target_class(spec.kind)(spec)
+
+
+def make_targets(specs: Iterable[str | TargetSpec] | None = None) -> list[Target]:
+    """Targets for the given names, or every default target this machine has."""
+    targets = [make_target(s) for s in (specs if specs else DEFAULT_KINDS)]
+    names = [t.name for t in targets]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise TargetError(f"target listed twice: {', '.join(sorted(dup))}")
+    return targets
+
+
+def available_targets() -> list[dict]:
+    """What this machine has: one row per kind with version, or why it is unavailable."""
+    rows = []
+    for kind in known_kinds():
+        try:
+            t = make_target(kind)
+            rows.append({"kind": kind, "name": t.name, "available": True, "version": t.runtime_version()})
+        except Exception as exc:  # a missing runtime is a row, not a crash
+            rows.append({"kind": kind, "name": kind, "available": False, "version": str(exc).splitlines()[0]})
+    return rows

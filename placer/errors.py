@@ -1,0 +1,32 @@
+"""User-facing errors.
+
+Every error a user can cause (bad file, bad shape, unknown target, infeasible problem, a plan
+that does not match its model) is a :class:`PlacerError`. The CLI prints its message on one line
+and exits non-zero; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class PlacerError(Exception):
+    """Base class of every error caused by user input. The message names the file/op/target."""
+
+
+class GraphError(PlacerError):
+    """The model cannot be loaded or understood (file, op, tensor named in the message)."""
+
+
+class TargetError(PlacerError):
+    """A target is unknown, unavailable, or failed on an op (target and op named)."""
+
+
+class ProblemError(PlacerError):
+    """A placement problem is malformed or infeasible."""
+
+
+class PlanError(PlacerError):
+    """A plan or stage config is malformed or does not match its model/problem."""
+
+
+class ProfileError(PlacerError):
+    """A profiling campaign or profile store cannot proceed."""
