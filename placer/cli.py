@@ -53,8 +53,236 @@ def cmd_devices(args) -> int:
     return 0
 
 
+# ---- plan ------------------------------------------------------------------------------------
+def add_plan(sub) -> None:
+    p = sub.add_parser("plan", help="solve a placement: from a model (profiling what is missing) or a problem JSON")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("model", nargs="?", help="ONNX file or zoo:NAME")
+    src.add_argument("--problem", help="a PlacementProblem JSON file (docs/problem_json.md): bring your own costs")
+    p.add_argument("--targets", help="comma-separated target names (default: every target this machine has)")
+    p.add_argument("--mode", choices=["latency", "pipeline"], default="latency")
+    p.add_argument("--solver", default="cpsat", help="cpsat, heft, greedy, dp, single:<target> ...")
+    p.add_argument("--stages", type=int, default=None, help="pipeline stages (default: solver's choice)")
+    p.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds")
+    p.add_argument("--db", default=None, help="profile store (SQLite); default ~/.cache/placer/profiles.db")
+    p.add_argument("--shape", action="append", help="bind an input shape: NAME=1x3x224x224 (repeatable)")
+    p.add_argument("--out", default=None, help="write the plan JSON here")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args) -> int:
+    from placer.problem import PlacementProblem
+    from placer.solve import solve
+
+    if args.problem:
+        problem = PlacementProblem.from_json(args.problem)
+        plan = solve(problem, args.mode, args.solver, time_limit=args.time_limit, num_stages=args.stages,
+                     seed=args.seed)
+    else:
+        from placer import api
+
+        plan = api.plan(args.model, targets=parse_targets(args.targets), mode=args.mode, solver=args.solver,
+                        db=args.db, shapes=parse_shapes(args.shape), time_limit=args.time_limit,
+                        num_stages=args.stages, seed=args.seed)
+    print(plan.summary())
+    if args.out:
+        plan.save(args.out)
+        print(f"plan written to {args.out}")
+    return 0
+
+
+# ---- tune ------------------------------------------------------------------------------------
+def parse_budget(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``1h`` -> seconds."""
+    t = text.strip().lower()
+    mult = {"s": 1, "m": 60, "h": 3600}.get(t[-1:], None)
+    try:
+        return float(t[:-1]) * mult if mult else float(t)
+    except ValueError:
+        raise PlacerError(f"--budget {text!r}: expected seconds or a duration like 90s, 10m, 1h") from None
+
+
+def add_tune(sub) -> None:
+    p = sub.add_parser("tune", help="profile, solve, run and tune a placement against measured latency/throughput")
+    p.add_argument("model", help="ONNX file or zoo:NAME (zoo:squeezenet, zoo:bert-tiny, ...)")
+    p.add_argument("--targets", help="comma-separated target names (default: every target this machine has)")
+    p.add_argument("--objective", choices=["latency", "throughput"], default="latency")
+    p.add_argument("--budget", default="2m", help="time budget, e.g. 90s, 10m (default 2m)")
+    p.add_argument("--trials", type=int, default=None, help="stop after this many trials (default: budget)")
+    p.add_argument("--out", default="placer-out", help="output directory (default placer-out)")
+    p.add_argument("--storage", default=None, help="Optuna storage URL (default sqlite:///OUT/study.db)")
+    p.add_argument("--db", default=None, help="profile store (SQLite); default ~/.cache/placer/profiles.db")
+    p.add_argument("--shape", action="append", help="bind an input shape: NAME=1x3x224x224 (repeatable)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_tune)
+
+
+def cmd_tune(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from placer.tune import tune
+
+    console = Console()
+    result = tune(args.model, targets=parse_targets(args.targets), objective=args.objective,
+                  budget_s=parse_budget(args.budget), out_dir=args.out, storage=args.storage, db=args.db,
+                  shapes=parse_shapes(args.shape), n_trials=args.trials, seed=args.seed,
+                  progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    table = Table(title=f"placer tune {args.model} ({result.objective})")
+    for col in ("candidate", "partitions", "predicted ms", "measured ms", "req/s", "numerics"):
+        table.add_column(col)
+    for r in sorted(result.records, key=lambda r: (r.measured_ms is None, r.measured_ms or 0)):
+        table.add_row(r.label + (" *" if r is result.best else ""), str(r.n_partitions),
+                      f"{r.predicted_ms:.3f}" if r.predicted_ms == r.predicted_ms else "-",
+                      f"{r.measured_ms:.3f}" if r.measured_ms else "-",
+                      f"{r.throughput_rps:.1f}" if r.throughput_rps else "-",
+                      {True: "ok", False: "MISMATCH", None: "-"}[r.numerics_ok] if not r.error else r.error[:40])
+    console.print(table)
+    if result.fell_back:
+        console.print(f"No placement measured faster than {result.best_single.label}: using it (measured guard).")
+    console.print(f"speedup over the best single target: {result.speedup_vs_best_single:.2f}x "
+                  f"({result.wall_s:.0f} s)")
+    console.print(f"report: {result.report_path}  (and {result.out_dir}/report.html)")
+    return 0
+
+
 # ---- command table (helpers add their add_/cmd_ pairs above and list them here) ----------------
-COMMANDS: list[Callable] = [add_devices]
+COMMANDS: list[Callable] = [add_devices, add_plan, add_tune]
+
+
+# ---- fit (costmodels) ---------------------------------------------------------------------------
+def add_fit(sub) -> None:
+    p = sub.add_parser("fit", help="fit the cost model on a profile store and save it")
+    p.add_argument("--db", required=True, help="profile store (SQLite) written by `placer profile`")
+    p.add_argument("--out", required=True, help="directory for the model (skops + JSON + card.json)")
+    p.add_argument("--targets", default=None, help="comma-separated targets (default: all in the store)")
+    p.add_argument("--tune-trials", type=int, default=0, help="Optuna trials per target (0: defaults)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_fit)
+
+
+def cmd_fit(args) -> int:
+    from costmodels.train import fit_store
+
+    cm = fit_store(args.db, args.out, targets=parse_targets(args.targets), tune_trials=args.tune_trials,
+                   seed=args.seed)
+    for t, c in sorted(cm.card["targets"].items()):
+        m = c.get("metrics", {})
+        cv = f", cv log-MAE {m['cv_log_mae']:.3f}" if "cv_log_mae" in m else ""
+        print(f"{t}: {c['n_rows']} op rows ({c['n_unsupported']} unsupported){cv}")
+    print(f"saved {cm.id} to {args.out}")
+    return 0
+
+
+COMMANDS.append(add_fit)
+
+
+# ---- run / show (materialized plans: placer.materialize, placer.run) -------------------------------
+def add_run(sub) -> None:
+    p = sub.add_parser("run", help="run a materialized plan (PLAN_DIR), measure it, check its numerics")
+    p.add_argument("plan_dir", help="directory written by placer.materialize (plan.json, stage_config.json, ...)")
+    p.add_argument("--inputs", default="seed:0", help="FILE.npz or seed:N (default seed:0)")
+    p.add_argument("--check", action="store_true", help="exit 1 if an output differs from ONNX Runtime's")
+    p.add_argument("--pipeline", action="store_true", help="use the pipeline executor (one worker per stage)")
+    p.add_argument("--requests", type=int, default=None, help="requests to run (default 1; 100 with --pipeline)")
+    p.add_argument("--executor", choices=("hybrid", "relax"), default="hybrid",
+                   help="hybrid: partitions on their runtimes; relax: the Relax module on the TVM VM")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--json", default=None, help="write the measurement and numerics report here")
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_run(args) -> int:
+    import json as _json
+
+    from placer.run import NumericsMismatch, PartitionError, run_plan
+
+    try:
+        res = run_plan(args.plan_dir, args.inputs, executor=args.executor, pipeline=args.pipeline,
+                       requests=args.requests, warmup=args.warmup, check=args.check)
+    except (NumericsMismatch, PartitionError) as exc:
+        print(f"placer run: error: {exc}", file=sys.stderr)
+        return 1
+    print(res.measurement.summary())
+    if res.numerics is not None:
+        print(res.numerics.summary())
+    failed = [(i, e) for i, e in enumerate(res.errors) if e is not None]
+    if args.json:
+        blob = {"measurement": res.measurement.to_dict(),
+                "numerics": res.numerics.to_dict() if res.numerics is not None else None,
+                "errors": {str(i): str(e) for i, e in failed}}
+        with open(args.json, "w") as f:
+            _json.dump(blob, f, indent=1, sort_keys=True)
+    if failed:
+        i, e = failed[0]
+        print(f"placer run: error: {len(failed)} request(s) failed; request {i}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_show(sub) -> None:
+    p = sub.add_parser("show", help="show a materialized plan: stages, partitions, boundaries (--ir: Relax module)")
+    p.add_argument("plan_dir")
+    p.add_argument("--ir", action="store_true", help="print the Relax IRModule")
+    p.add_argument("--json", action="store_true", help="print the stage config JSON")
+    p.set_defaults(func=cmd_show)
+
+
+def cmd_show(args) -> int:
+    from placer.materialize import show_plan_dir
+
+    print(show_plan_dir(args.plan_dir, ir=args.ir, as_json=args.json))
+    return 0
+
+
+COMMANDS += [add_run, add_show]
+
+
+# ---- profile / bench profile (placer.profile) ------------------------------------------------------
+def add_profile(sub) -> None:
+    p = sub.add_parser("profile", help="profile a model's ops (and whole model, links) on targets into a store")
+    p.add_argument("model", help="ONNX file or zoo:NAME")
+    p.add_argument("--targets", default=None, help="comma-separated targets (default: onnxruntime,openvino,tvm-llvm)")
+    p.add_argument("--db", default=None, help="profile store (SQLite; default $PLACER_PROFILE_DB or placer-profile.db)")
+    p.add_argument("--shape", action="append", default=None, help="bind an input shape, NAME=1x3x224x224 (repeatable)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per measurement (default 60)")
+    p.add_argument("--segments", nargs="?", type=int, const=3, default=0, metavar="MAX_LEN",
+                   help="also profile chain segments of 2..MAX_LEN ops as units (default 3)")
+    p.add_argument("--no-links", action="store_true", help="skip the target-to-target hand-off measurements")
+    p.add_argument("--no-whole-model", action="store_true", help="skip the whole-model run per target")
+    p.add_argument("--retry-failed", action="store_true", help="re-measure rows that errored, timed out or crashed")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_profile)
+    if "bench" not in sub.choices:  # `placer bench profile` (experiments/bench_profile.py)
+        b = sub.add_parser("bench", help="benchmarks: `placer bench profile` times a profiling campaign")
+        b.add_argument("what", choices=["profile"])
+        b.add_argument("--model", default="zoo:resnet50")
+        b.add_argument("--targets", default=None)
+        b.add_argument("--db", default=None, help="store to use (default: a fresh temporary one)")
+        b.add_argument("--timeout", type=float, default=60.0)
+        b.add_argument("--json", default=None, help="write the figures here")
+        b.set_defaults(func=cmd_bench)
+
+
+def cmd_profile(args) -> int:
+    from placer.profile.report import profile_command
+
+    return profile_command(args.model, targets=parse_targets(args.targets), db=args.db,
+                           shapes=parse_shapes(args.shape), timeout_s=args.timeout, segments=args.segments,
+                           links=not args.no_links, whole_model=not args.no_whole_model,
+                           retry_failed=args.retry_failed, progress=not args.quiet)
+
+
+def cmd_bench(args) -> int:
+    from experiments.bench_profile import run_bench
+
+    run_bench(args.model, targets=parse_targets(args.targets), db=args.db, timeout_s=args.timeout,
+              json_path=args.json)
+    return 0
+
+
+COMMANDS.append(add_profile)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,185 @@
+"""From an OpGraph and measured (or predicted) costs to a :class:`PlacementProblem`.
+
+This is the "problem" step of the design: ``graph + costs -> PlacementProblem``. Costs come from
+the profile store (exact measurements of each op signature) and, for what was never measured,
+from a learned cost model (``costmodels.CostModel``) when one is given.
+
+Partition-aware pricing (issue 9)
+---------------------------------
+Isolated single-op timings do not add up to a runtime's whole-model latency: runtimes fuse ops
+inside a partition, and isolated ops run with cold buffers. When the whole model was measured on
+a target (``profile_whole_model``), every op cost on that target is scaled by
+
+    fusion_scale[d] = (whole_ms[d] - overhead_ms[d]) / sum_i net_cost[i, d]
+
+so that the all-on-``d`` plan is predicted at exactly its measured whole-model latency, and a
+plan that splits the model pays each boundary through the link model (hand-off + the receiving
+runtime's call cost). The single-target plans are therefore always among the solver's
+candidates at their measured cost, and the optimum is never predicted worse than the best single
+target. The scale is recorded per target in the problem's provenance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from placer.errors import ProfileError
+from placer.problem import PlacementProblem, Tensor
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """Per-op costs on each target (ms; inf = unsupported) and where each number came from."""
+
+    ops: tuple[str, ...]
+    targets: tuple[str, ...]
+    cost_ms: np.ndarray
+    source: np.ndarray  # "measured" | "predicted" | "proxy" | "unsupported", same shape as cost_ms
+    overhead_ms: Mapping[str, float] = field(default_factory=dict)
+    whole_model_ms: Mapping[str, float] = field(default_factory=dict)
+
+    def column(self, target: str) -> np.ndarray:
+        return self.cost_ms[:, self.targets.index(target)]
+
+
+def cost_table_from_store(graph, targets: Sequence, store, cost_model=None) -> CostTable:
+    """Costs of every op of ``graph`` on every target: measured where the store has them,
+    else predicted by ``cost_model`` (if given), else a ProfileError naming the op.
+    """
+    from placer.profile import model_key
+
+    names = tuple(t.name for t in targets)
+    n, m = len(graph.ops), len(names)
+    cost = np.full((n, m), math.inf)
+    source = np.full((n, m), "unsupported", dtype=object)
+    measured = store.op_costs(graph, targets, missing="skip")
+    for j, (t, name) in enumerate(zip(targets, names)):
+        for i, op in enumerate(graph.ops):
+            if (op.id, name) in measured:
+                c = measured[(op.id, name)]
+                cost[i, j] = c
+                source[i, j] = "measured" if math.isfinite(c) else "unsupported"
+            elif cost_model is not None:
+                c = float(cost_model.predict_op_ms(op, name))
+                cost[i, j] = c
+                source[i, j] = "predicted" if math.isfinite(c) else "unsupported"
+            else:
+                raise ProfileError(
+                    f"op {op.id!r} ({op.op_type}) of {graph.name!r} is not profiled on {name} and no cost model "
+                    "was given: run `placer profile` or pass a cost model"
+                )
+    overhead = {name: float(store.overhead_ms(t, default=0.0)) for t, name in zip(targets, names)}
+    whole = {}
+    for t, name in zip(targets, names):
+        meas = store.get(model_key(graph), t)
+        if meas is not None and meas.ok:
+            whole[name] = float(meas.median_ms)
+    _fill_context_supported(cost, source, names, whole)
+    return CostTable(tuple(op.id for op in graph.ops), names, cost, source, overhead, whole)
+
+
+def _fill_context_supported(cost: np.ndarray, source: np.ndarray, names: Sequence[str], whole: Mapping[str, float]) -> None:
+    """An op that failed alone on a target whose whole-model run succeeded is supported there in
+    context (e.g. OpenVINO rejects a lone Dropout whose output is its input). Give it the cheapest
+    finite cost any target measured for it (flagged ``"proxy"``); the whole-model calibration then
+    absorbs the error. Ops that no target ran alone keep ``inf``.
+    """
+    for j, name in enumerate(names):
+        if name not in whole:
+            continue
+        for i in np.flatnonzero(~np.isfinite(cost[:, j])):
+            finite = cost[i][np.isfinite(cost[i])]
+            if finite.size:
+                cost[i, j] = float(finite.min())
+                source[i, j] = "proxy"
+
+
+def fusion_scales(table: CostTable) -> dict[str, float]:
+    """Per target, measured whole-model time over the sum of its ops' net costs (1.0 if unknown)."""
+    scales = {}
+    for j, name in enumerate(table.targets):
+        col = table.cost_ms[:, j]
+        whole = table.whole_model_ms.get(name)
+        total = float(col.sum())
+        if whole is None or not np.all(np.isfinite(col)) or total <= 0:
+            scales[name] = 1.0
+            continue
+        scales[name] = max(whole - table.overhead_ms.get(name, 0.0), 0.0) / total
+    return scales
+
+
+def graph_tensors(graph) -> list[Tensor]:
+    """Every non-constant tensor as a problem Tensor (producer None = model input)."""
+    tensors = []
+    for name, info in graph.tensors.items():
+        if info.is_constant:
+            continue
+        producer = graph.producer.get(name)
+        consumers = tuple(graph.consumers.get(name, ()))
+        if producer is None and not consumers:
+            continue
+        tensors.append(Tensor(name, producer, consumers, int(info.nbytes)))
+    return tensors
+
+
+def build_problem(
+    graph,
+    table: CostTable,
+    links=None,
+    *,
+    calibrate: bool = True,
+    memory_cap_bytes: Mapping[str, float] | None = None,
+    pinned: Mapping[str, str] | None = None,
+    colocate: Iterable[Iterable[str]] = (),
+    provenance: Mapping[str, Any] | None = None,
+) -> PlacementProblem:
+    """A PlacementProblem for ``graph`` with the costs of ``table`` and the link model ``links``.
+
+    ``links`` is a :class:`placer.devices.links.LinkModel` (or None: free transfers).
+    ``calibrate`` applies the whole-model fusion scale (module docstring).
+    """
+    names = list(table.targets)
+    cost = np.array(table.cost_ms, dtype=float)
+    scales = fusion_scales(table) if calibrate else {n: 1.0 for n in names}
+    for j, name in enumerate(names):
+        cost[:, j] = np.where(np.isfinite(cost[:, j]), cost[:, j] * scales[name], np.inf)
+    m = len(names)
+    lat = np.zeros((m, m))
+    per_byte = np.zeros((m, m))
+    if links is not None:
+        for a, src in enumerate(names):
+            for b, dst in enumerate(names):
+                if a != b:
+                    fit = links.fits.get((src, dst))
+                    if fit is not None:
+                        lat[a, b], per_byte[a, b] = fit.latency_ms, fit.ms_per_byte
+    caps = None
+    if memory_cap_bytes:
+        caps = [float(memory_cap_bytes.get(n, math.inf)) for n in names]
+    prov = {
+        "model": graph.name,
+        "model_hash": graph.model_hash,
+        "targets": names,
+        "fusion_scale": scales,
+        "whole_model_ms": dict(table.whole_model_ms),
+        "overhead_ms": dict(table.overhead_ms),
+        "cost_sources": {str(s): int((table.source == s).sum()) for s in ("measured", "predicted", "proxy", "unsupported")},
+    }
+    prov.update(provenance or {})
+    return PlacementProblem(
+        ops=[op.id for op in graph.ops],
+        targets=names,
+        cost_ms=cost,
+        tensors=graph_tensors(graph),
+        link_latency_ms=lat,
+        link_ms_per_byte=per_byte,
+        memory_cap_bytes=caps,
+        weight_bytes=[op.weight_bytes for op in graph.ops],
+        pinned=dict(pinned or {}),
+        colocate=[tuple(g) for g in colocate],
+        provenance=prov,
+    )

@@ -1,0 +1,72 @@
+"""The report ``placer tune`` writes: candidates table, chosen plan, plots."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from placer.report.plots import gantt, predicted_vs_measured, stage_utilization
+from placer.report.render import Document
+
+
+def write_tune_report(result, ctx) -> Path:
+    out = Path(result.out_dir)
+    graph = ctx.graph
+    tp = result.objective == "throughput"
+    doc = Document(f"placer tune: {graph.name}")
+    best, single = result.best, result.best_single
+    verdict = (
+        f"Chosen: **{best.label}**" + (" (no placement measured faster than the best single target: fell back)"
+                                       if result.fell_back else "")
+    )
+    if tp:
+        doc.p(f"{verdict}. Measured {best.throughput_rps:.1f} req/s vs best single runtime {single.label} "
+              f"{single.throughput_rps:.1f} req/s ({result.speedup_vs_best_single:.2f}x); "
+              f"{len(ctx.targets)}-runtime, {result.extra.get('core_limit_rps', math.nan):.1f} req/s core limit.")
+    else:
+        doc.p(f"{verdict}. Measured median {best.measured_ms:.3f} ms vs best single target {single.label} "
+              f"{single.measured_ms:.3f} ms: {result.speedup_vs_best_single:.2f}x.")
+    doc.p(f"Model {graph.source}: {len(graph.ops)} ops, hash {graph.model_hash[:16]}. Tuning took "
+          f"{result.wall_s:.1f} s. Study: {result.study_storage}.")
+    doc.h2("Candidates (measured in this session, interleaved)")
+    rows = []
+    for r in sorted(result.records, key=lambda r: (r.kind != "baseline", r.label)):
+        rows.append([r.label, r.kind, r.n_partitions, r.predicted_ms, r.measured_ms, r.p10_ms, r.p90_ms,
+                     r.throughput_rps, "yes" if r.numerics_ok else ("no" if r.numerics_ok is False else "-"),
+                     r.error or ""])
+    doc.table(["candidate", "kind", "partitions", "predicted ms", "measured p50 ms", "p10", "p90", "req/s",
+               "numerics ok", "error"], rows)
+    prov = result.extra.get("problem_provenance", {})
+    if prov.get("fusion_scale"):
+        doc.h2("Cost calibration")
+        doc.p("Per target: measured whole-model time, and the scale applied to isolated op costs so that the "
+              "single-target plan predicts it (partition-aware pricing).")
+        doc.table(["target", "whole model ms", "fusion scale", "call overhead ms"],
+                  [[t, prov.get("whole_model_ms", {}).get(t), prov["fusion_scale"][t], prov.get("overhead_ms", {}).get(t)]
+                   for t in prov["fusion_scale"]])
+    if best.plan is not None:
+        doc.h2("Chosen plan")
+        doc.code(best.plan.summary())
+        gantt(best.plan, out / "gantt.png")
+        doc.image("gantt.png", "Gantt chart of the chosen plan (predicted)")
+        if best.plan.mode == "pipeline" and best.plan.stages:
+            measured = {}
+            for p in best.partitions:
+                measured.setdefault(p.get("target"), 0.0)
+                measured[p.get("target")] += p.get("median_ms", 0.0)
+            stage_ms = {f"stage {i} {s.target}": measured.get(s.target, s.total_ms) for i, s in enumerate(best.plan.stages)}
+            stage_utilization(stage_ms, out / "stages.png")
+            doc.image("stages.png", "stage utilization (measured partition times per stage)")
+    pts = [{"label": r.label, "predicted_ms": r.predicted_ms, "measured_ms": r.measured_ms}
+           for r in result.records if not tp]
+    for r in result.records:
+        pts += [{"label": p["partition"], "predicted_ms": p.get("predicted_ms"), "measured_ms": p.get("measured_ms")}
+                for p in r.partitions if "predicted_ms" in p]
+    if pts:
+        predicted_vs_measured(pts, out / "predicted_vs_measured.png",
+                              "plans and partitions: predicted vs measured")
+        doc.image("predicted_vs_measured.png", "predicted vs measured")
+    doc.h2("Files")
+    doc.p("plan.json (the plan), stage_config.json, module.relax.txt (the Relax module), partitions/*.onnx, "
+          "model.onnx, trials.json, study.db (Optuna).")
+    return doc.write(out)
