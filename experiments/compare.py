@@ -1,0 +1,203 @@
+"""Compare placements across the zoo: every single target, greedy offload, HEFT, CP-SAT, tuned.
+
+    python -m experiments.compare --models squeezenet,inception_v1 --out experiments/report
+
+For each model: profile (cached in the store), build the problem, solve with every placement
+strategy, materialize each plan, check its outputs against ONNX Runtime, and measure all of them
+*interleaved* in one bench (median of rounds), so they see the same machine load. Then a
+``placer tune`` run (small budget) and its chosen plan re-measured in the same bench. With
+``--pipeline``, the throughput tuner too (one stage per core vs the best runtime on all cores).
+
+Writes ``report.md`` + ``report.html`` + PNG plots (Gantt chart per CP-SAT plan, predicted vs
+measured, stage utilization) and ``results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+MODELS = {
+    "squeezenet": "zoo:squeezenet",
+    "inception_v1": "zoo:inception_v1",
+    "resnet50": "zoo:resnet50",
+    "shufflenet": "zoo:shufflenet",
+    "bert-tiny": "zoo:bert-tiny",
+    "bert-small": "zoo:bert-small",
+}
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and math.isfinite(x) and x > 0]
+    return float(np.exp(np.mean(np.log(xs)))) if xs else math.nan
+
+
+def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, solver_time_limit: float,
+                  pipeline: bool, say) -> dict:
+    from placer import api
+    from placer.materialize import materialize
+    from placer.report import gantt
+    from placer.run.numerics import check_against_reference, load_inputs
+    from placer.solve import solve
+    from placer.tune import tune
+    from placer.tune.bench import PlanBench
+
+    t0 = time.monotonic()
+    ctx = api.prepare(ref, targets=targets, db=db)
+    prof_s = time.monotonic() - t0
+    graph, problem = ctx.graph, ctx.problem
+    names = [t.name for t in ctx.targets]
+    strategies = [f"single:{n}" for n in names] + ["greedy", "heft", "cpsat"]
+    rows = []
+    feeds = load_inputs("seed:0", graph, 4)
+    with PlanBench(feeds, rounds=5, per_round=4) as bench:
+        keyed = {}
+        for strat in strategies:
+            s0 = time.monotonic()
+            plan = solve(problem, "latency", strat, time_limit=solver_time_limit)
+            solve_s = time.monotonic() - s0
+            row = {"model": graph.name, "placement": strat, "predicted_ms": plan.makespan_ms, "solve_s": solve_s,
+                   "status": plan.stats.status, "gap": plan.stats.gap}
+            if strat.startswith("single:") and len(set(plan.assignment.values())) > 1:
+                row["note"] = "falls back to another target for unsupported ops"
+            try:
+                mat = materialize(graph, plan)
+                row["partitions"] = len(mat.partitions)
+                bench.add(strat, mat)
+                rep = check_against_reference(graph.model, feeds, bench.outputs(strat))
+                row["numerics_ok"] = bool(rep.passed)
+                keyed[strat] = plan
+            except Exception as exc:  # a plan that cannot run is a row with its error, not a crash
+                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            rows.append(row)
+            if strat == "cpsat":
+                gantt(plan, out / f"gantt_{graph.name}.png", f"{graph.name}: CP-SAT plan (predicted)")
+        # the tuned plan (own session), re-measured here with the others
+        tuned = tune(graph, targets=targets, db=db, budget_s=tune_budget_s, out_dir=out / f"tune_{graph.name}",
+                     solver_time_limit=solver_time_limit)
+        trow = {"model": graph.name, "placement": "tuned", "predicted_ms": tuned.best.predicted_ms,
+                "solve_s": sum(r.solve_s for r in tuned.records), "status": "measured guard" if tuned.fell_back else "",
+                "partitions": tuned.best.n_partitions, "numerics_ok": tuned.best.numerics_ok,
+                "tuned_choice": tuned.best.label}
+        bench.add("tuned", materialize(graph, tuned.best.plan))
+        rows.append(trow)
+        keys = [k for k in [*keyed, "tuned"] if k in bench.candidates]
+        stats = bench.measure(keys)
+        for row in rows:
+            s = stats.get(row["placement"])
+            if s is not None:
+                row.update(measured_ms=s.median_ms, p10_ms=s.p10_ms, p90_ms=s.p90_ms)
+    singles = [r for r in rows if r["placement"].startswith("single:") and "measured_ms" in r and "note" not in r]
+    best_single = min(singles, key=lambda r: r["measured_ms"]) if singles else None
+    ort = next((r for r in singles if r["placement"].startswith("single:onnxruntime")), None)
+    for r in rows:
+        if "measured_ms" in r and best_single:
+            r["speedup_vs_best_single"] = best_single["measured_ms"] / r["measured_ms"]
+        if "measured_ms" in r and ort:
+            r["speedup_vs_onnxruntime"] = ort["measured_ms"] / r["measured_ms"]
+    result = {"model": graph.name, "ref": ref, "n_ops": len(graph.ops), "profile_s": prof_s, "rows": rows,
+              "best_single": best_single["placement"] if best_single else None,
+              "fusion_scale": problem.provenance.get("fusion_scale")}
+    if pipeline:
+        tp = tune(graph, targets=targets, db=db, budget_s=tune_budget_s, objective="throughput",
+                  out_dir=out / f"tune_tp_{graph.name}", solver_time_limit=solver_time_limit)
+        result["pipeline"] = {
+            "best": tp.best.label, "throughput_rps": tp.best.throughput_rps,
+            "best_single": tp.best_single.label, "best_single_rps": tp.best_single.throughput_rps,
+            "core_limit_rps": tp.extra.get("core_limit_rps"),
+            "fraction_of_limit": (tp.best.throughput_rps or 0) / tp.extra.get("core_limit_rps", math.nan),
+            "stages": list(tp.best.plan.stage_targets) if tp.best.plan is not None else None,
+            "candidates": [{"label": r.label, "rps": r.throughput_rps, "error": r.error} for r in tp.records],
+        }
+    say(f"{graph.name}: done in {time.monotonic() - t0:.0f}s")
+    return result
+
+
+def write_report(results: list[dict], out: Path, meta: dict) -> Path:
+    from placer.report import Document, predicted_vs_measured
+
+    doc = Document("placer: placements compared on the zoo")
+    doc.p(f"Machine: {meta['cpu']}, {meta['cores']} cores; targets {', '.join(meta['targets'])}; generated "
+          f"{meta['date']} by `{meta['command']}`. Every row of a model was measured in one interleaved bench "
+          "(median over rounds of requests, p10/p90 shown); numerics checked against ONNX Runtime.")
+    summary = []
+    for res in results:
+        tuned = next((r for r in res["rows"] if r["placement"] == "tuned"), {})
+        cps = next((r for r in res["rows"] if r["placement"] == "cpsat"), {})
+        summary.append([res["model"], res["n_ops"], res["best_single"], tuned.get("tuned_choice"),
+                        tuned.get("speedup_vs_best_single"), tuned.get("speedup_vs_onnxruntime"),
+                        cps.get("speedup_vs_best_single")])
+    doc.h2("Summary (latency mode)")
+    doc.table(["model", "ops", "best single target", "tuned choice", "tuned / best single", "tuned / ORT",
+               "CP-SAT (untuned) / best single"], summary)
+    gm_single = geomean([s[4] for s in summary])
+    gm_ort = geomean([s[5] for s in summary])
+    doc.p(f"Geomean speedup of the tuned plan: {gm_single:.3f}x over the best single target, "
+          f"{gm_ort:.3f}x over ONNX Runtime alone.")
+    pts = []
+    for res in results:
+        doc.h2(f"{res['model']} ({res['n_ops']} ops)")
+        rows = []
+        for r in res["rows"]:
+            rows.append([r["placement"], r.get("partitions"), r.get("predicted_ms"), r.get("measured_ms"),
+                         r.get("p10_ms"), r.get("p90_ms"), r.get("speedup_vs_best_single"), r.get("speedup_vs_onnxruntime"),
+                         r.get("solve_s"), r.get("status"), "yes" if r.get("numerics_ok") else r.get("error", "no")])
+            if r.get("measured_ms") and r.get("predicted_ms"):
+                pts.append({"label": f"{res['model']}:{r['placement']}", "predicted_ms": r["predicted_ms"],
+                            "measured_ms": r["measured_ms"]})
+        doc.table(["placement", "partitions", "predicted ms", "measured ms", "p10", "p90", "x best single",
+                   "x ORT", "solve s", "status", "numerics"], rows)
+        if res.get("fusion_scale"):
+            doc.p("Whole-model calibration (measured whole model / sum of isolated op costs): " + ", ".join(
+                f"{t} {s:.2f}" for t, s in res["fusion_scale"].items()))
+        doc.image(f"gantt_{res['model']}.png", f"{res['model']} CP-SAT plan")
+        if res.get("pipeline"):
+            pp = res["pipeline"]
+            doc.p(f"Pipeline mode: best {pp['best']} {pp['throughput_rps']:.1f} req/s "
+                  f"(stages {pp['stages']}); best runtime on all cores {pp['best_single']} "
+                  f"{pp['best_single_rps']:.1f} req/s; core limit (cores x best 1-thread) "
+                  f"{pp['core_limit_rps']:.1f} req/s: {100 * pp['fraction_of_limit']:.0f}% of it.")
+    predicted_vs_measured(pts, out / "predicted_vs_measured.png", "every placement: predicted vs measured")
+    doc.h2("Predicted vs measured")
+    doc.image("predicted_vs_measured.png", "predicted vs measured")
+    return doc.write(out)
+
+
+def main(argv=None) -> int:
+    from placer.devices.base import cpu_model
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="squeezenet,inception_v1,resnet50,bert-tiny")
+    ap.add_argument("--targets", default="onnxruntime,openvino,tvm-llvm")
+    ap.add_argument("--db", default="experiments/profiles.db")
+    ap.add_argument("--out", default="experiments/report")
+    ap.add_argument("--tune-budget", type=float, default=60.0)
+    ap.add_argument("--solver-time-limit", type=float, default=10.0)
+    ap.add_argument("--pipeline", action="store_true", help="also tune the throughput objective")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    targets = [t for t in args.targets.split(",") if t]
+    results = []
+    for name in args.models.split(","):
+        ref = MODELS.get(name, name)
+        results.append(compare_model(ref, targets, args.db, out, tune_budget_s=args.tune_budget,
+                                     solver_time_limit=args.solver_time_limit, pipeline=args.pipeline,
+                                     say=lambda m: print(m, flush=True)))
+        (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    meta = {"cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)), "targets": targets,
+            "date": time.strftime("%Y-%m-%d"), "command": "python -m experiments.compare " + " ".join(argv or [])}
+    path = write_report(results, out, meta)
+    print(f"report: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
