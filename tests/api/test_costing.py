@@ -1,0 +1,102 @@
+"""Partition-aware pricing (issue 9): calibration, entry costs, fusion groups, single-target choice."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from placer.costing import CostTable, build_problem, fusion_scales, graph_tensors
+from placer.graph import load_graph
+from placer.problem import PlacementProblem, Tensor
+from placer.solve import solve
+from placer.tune.space import fusion_groups
+
+
+def _table(graph, costs: dict[str, list[float]], whole=None, overhead=None) -> CostTable:
+    names = tuple(costs)
+    cost = np.array([costs[t] for t in names], dtype=float).T
+    source = np.where(np.isfinite(cost), "measured", "unsupported").astype(object)
+    return CostTable(tuple(op.id for op in graph.ops), names, cost, source, overhead or {}, whole or {})
+
+
+@pytest.fixture
+def tiny_graph(tiny_model):
+    return load_graph(tiny_model)
+
+
+def test_calibration_makes_single_target_plan_predict_the_measured_whole_model(tiny_graph):
+    n = len(tiny_graph.ops)
+    table = _table(tiny_graph, {"a": [1.0] * n, "b": [2.0] * n}, whole={"a": 4.0 + 0.5, "b": 30.0},
+                   overhead={"a": 0.5, "b": 0.0})
+    scales = fusion_scales(table)
+    assert scales["a"] == pytest.approx(4.0 / n)
+    assert scales["b"] == pytest.approx(30.0 / (2.0 * n))
+    problem = build_problem(tiny_graph, table)
+    for t, whole_net in (("a", 4.0), ("b", 30.0)):
+        plan = solve(problem, "latency", f"single:{t}")
+        assert plan.makespan_ms == pytest.approx(whole_net)  # ops run one after another on one target
+    # the optimum is never predicted worse than the best single target (it is a candidate / the hint)
+    best = solve(problem, "latency", "cpsat", time_limit=5)
+    assert best.makespan_ms <= 4.0 + 1e-6
+
+
+def test_uncalibrated_when_whole_model_unknown_or_some_op_unsupported(tiny_graph):
+    n = len(tiny_graph.ops)
+    costs = {"a": [1.0] * n, "b": [math.inf] + [1.0] * (n - 1)}
+    table = _table(tiny_graph, costs, whole={"a": 2.0 * n})
+    assert fusion_scales(table) == {"a": pytest.approx(2.0), "b": 1.0}
+
+
+def test_entry_cost_discourages_a_one_op_partition_whose_gain_is_smaller():
+    # a -> b -> c, all cheap on "x"; b is 0.3 ms cheaper on "y", each hand-off costs 0.1 + entry.
+    tensors = [Tensor("t0", None, ("a",), 4), Tensor("t1", "a", ("b",), 4), Tensor("t2", "b", ("c",), 4),
+               Tensor("t3", "c", (), 4)]
+    cost = np.array([[1.0, 5.0], [1.0, 0.7], [1.0, 5.0]])
+    base = dict(ops=["a", "b", "c"], targets=["x", "y"], cost_ms=cost, tensors=tensors, link_latency_ms=0.1)
+    cheap_entry = PlacementProblem(**base, partition_overhead_ms=0.0)
+    dear_entry = PlacementProblem(**base, partition_overhead_ms=0.2)
+    assert solve(cheap_entry, "latency", "cpsat").assignment["b"] == "y"   # 0.3 gain > 0.2 of links
+    plan = solve(dear_entry, "latency", "cpsat")
+    assert set(plan.assignment.values()) == {"x"}                        # 0.3 gain < 0.6 of links+entry
+    assert plan.makespan_ms == pytest.approx(3.0)
+
+
+def test_segment_cheaper_than_its_ops_is_kept_whole_by_fusion_groups(squeezenet_model):
+    graph = load_graph(squeezenet_model)
+    groups = fusion_groups(graph)
+    conv_relu = [g for g in groups if [graph.op(o).op_type for o in g] == ["Conv", "Relu"]]
+    assert len(conv_relu) == 26  # every Conv of squeezenet feeds exactly one Relu
+    n = len(graph.ops)
+    idx = {op.id: i for i, op in enumerate(graph.ops)}
+    # Relu is cheaper alone on "y"; Conv cheaper on "x": per-op pricing splits every pair...
+    cost = np.array([[1.0, 2.0] if graph.ops[i].op_type != "Relu" else [0.5, 0.01] for i in range(n)])
+    table = CostTable(tuple(idx), ("x", "y"), cost, np.full(cost.shape, "measured", dtype=object))
+    split = solve(build_problem(graph, table), "latency", "heft")
+    assert len({split.assignment[g[0]] for g in conv_relu} | {split.assignment[g[1]] for g in conv_relu}) == 2
+    # ...while the fused segment (colocation) keeps every Conv+Relu on one target
+    fused = build_problem(graph, table, colocate=conv_relu)
+    for name in ("cpsat", "heft", "greedy"):
+        plan = solve(fused, "latency", name, time_limit=5)
+        assert all(plan.assignment[a] == plan.assignment[b] for a, b in conv_relu), name
+
+
+def test_single_target_plan_chosen_when_costs_say_so(tiny_graph):
+    import dataclasses
+
+    n = len(tiny_graph.ops)
+    table = _table(tiny_graph, {"a": [1.0] * n, "b": [1.2] * n}, whole={"a": 0.5 * n, "b": 1.5 * n})
+    # after calibration every op costs 0.5 on "a" and 1.5 on "b"; a hand-off costs 1 ms
+    problem = dataclasses.replace(build_problem(tiny_graph, table), link_latency_ms=1.0)
+    for name in ("cpsat", "heft"):
+        plan = solve(problem, "latency", name, time_limit=5)
+        assert set(plan.assignment.values()) == {"a"}, name
+        assert plan.makespan_ms == pytest.approx(0.5 * n)
+        assert plan.transfers == ()
+
+
+def test_graph_tensors_cover_every_edge(tiny_graph):
+    tensors = {t.name: t for t in graph_tensors(tiny_graph)}
+    for e in tiny_graph.edges:
+        assert e.dst in tensors[e.tensor].consumers and tensors[e.tensor].producer == e.src
