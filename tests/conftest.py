@@ -1,0 +1,70 @@
+"""Shared fixtures for every test folder.
+
+* ``zoo_models`` (session): a lazy cache ``zoo_models("resnet50")`` -> ``zoo.resolve("zoo:resnet50")``,
+  the raw (unfolded) model: re-weighted light models, "tiny", "bert-tiny", "lpnorm", ... Generated
+  once per session (resnet50 ~1-3 s) and kept for the whole session: do not modify what it
+  returns (copy first), and prefer ``zoo.reweighted`` for the 244-575 MB vgg19 / bvlc_alexnet /
+  zfnet512 so they are not held in memory.
+* ``zoo_dir`` (session): a temporary folder holding ``<name>.onnx`` for every name in
+  :data:`placer.zoo.SMALL_MODELS` (tiny, bert-tiny, squeezenet, resnet50, inception_v1,
+  inception_v2, densenet121, shufflenet), written once. The big fully connected models (vgg19,
+  bvlc_alexnet, zfnet512: 244-575 MB) are left out; get them from ``zoo_models``.
+* ``tiny_model``: a fresh copy of :func:`placer.zoo.tiny_branchy` (8 ops, one fork/join).
+* ``squeezenet_model``: a fresh copy of the re-weighted squeezenet (66 ops after folding).
+* ``bert_model``: a fresh copy of :func:`placer.zoo.bert_encoder` with its defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx
+import pytest
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    return out
+
+
+@pytest.fixture(scope="session")
+def zoo_models() -> Callable[[str], onnx.ModelProto]:
+    from placer import zoo
+
+    cache: dict[str, onnx.ModelProto] = {}
+
+    def get(name: str) -> onnx.ModelProto:
+        if name not in cache:
+            cache[name] = zoo.resolve(f"zoo:{name}")
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def zoo_dir(tmp_path_factory, zoo_models) -> Path:
+    from placer import zoo
+
+    root = tmp_path_factory.mktemp("zoo")
+    for name in zoo.SMALL_MODELS:
+        onnx.save(zoo_models(name), str(root / f"{name}.onnx"))
+    return root
+
+
+@pytest.fixture
+def tiny_model() -> onnx.ModelProto:
+    from placer import zoo
+
+    return zoo.tiny_branchy()
+
+
+@pytest.fixture
+def squeezenet_model(zoo_models) -> onnx.ModelProto:
+    return _copy(zoo_models("squeezenet"))
+
+
+@pytest.fixture
+def bert_model(zoo_models) -> onnx.ModelProto:
+    return _copy(zoo_models("bert-tiny"))
