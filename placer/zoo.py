@@ -84,7 +84,7 @@ def light_model_path(name: str) -> Path:
 
 def available() -> list[str]:
     """Names accepted after ``zoo:`` by :func:`resolve`."""
-    return ["tiny", "bert-tiny", "lpnorm", *LIGHT_MODELS, *(f"light-{n}" for n in LIGHT_MODELS)]
+    return ["tiny", "bert-tiny", "bert-small", "lpnorm", *LIGHT_MODELS, *(f"light-{n}" for n in LIGHT_MODELS)]
 
 
 def resolve(ref: str | os.PathLike) -> onnx.ModelProto:
@@ -97,6 +97,8 @@ def resolve(ref: str | os.PathLike) -> onnx.ModelProto:
             return tiny_branchy()
         if name == "bert-tiny":
             return bert_encoder()
+        if name == "bert-small":
+            return bert_encoder(layers=4, hidden=256, heads=4, seq=128)
         if name == "lpnorm":
             return model_with_op_tvm_rejects()
         if name in LIGHT_MODELS:
