@@ -171,7 +171,7 @@ def cmd_fit(args) -> int:
         m = c.get("metrics", {})
         cv = f", cv log-MAE {m['cv_log_mae']:.3f}" if "cv_log_mae" in m else ""
         print(f"{t}: {c['n_rows']} op rows ({c['n_unsupported']} unsupported){cv}")
-    print(f"saved {cm.id} to {args.out}")
+    print(f"saved {cm.model_id} to {args.out}")
     return 0
 
 
@@ -181,14 +181,17 @@ COMMANDS.append(add_fit)
 # ---- run / show (materialized plans: placer.materialize, placer.run) -------------------------------
 def add_run(sub) -> None:
     p = sub.add_parser("run", help="run a materialized plan (PLAN_DIR), measure it, check its numerics")
-    p.add_argument("plan_dir", help="directory written by placer.materialize (plan.json, stage_config.json, ...)")
+    p.add_argument("plan_dir", help="a directory written by placer.materialize (plan.json, ...)")
     p.add_argument("--inputs", default="seed:0", help="FILE.npz or seed:N (default seed:0)")
     p.add_argument("--check", action="store_true", help="exit 1 if an output differs from ONNX Runtime's")
     p.add_argument("--pipeline", action="store_true", help="use the pipeline executor (one worker per stage)")
-    p.add_argument("--requests", type=int, default=None, help="requests to run (default 1; 100 with --pipeline)")
+    p.add_argument("--requests", type=int, default=None, help="requests (default 1; 100 with --pipeline)")
     p.add_argument("--executor", choices=("hybrid", "relax"), default="hybrid",
                    help="hybrid: partitions on their runtimes; relax: the Relax module on the TVM VM")
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of the numerics check")
+    p.add_argument("--atol", type=float, default=1e-4,
+                   help="absolute tolerance, scaled by max(1, max|reference|) per output")
     p.add_argument("--json", default=None, help="write the measurement and numerics report here")
     p.set_defaults(func=cmd_run)
 
@@ -200,7 +203,8 @@ def cmd_run(args) -> int:
 
     try:
         res = run_plan(args.plan_dir, args.inputs, executor=args.executor, pipeline=args.pipeline,
-                       requests=args.requests, warmup=args.warmup, check=args.check)
+                       requests=args.requests, warmup=args.warmup, check=args.check, rtol=args.rtol,
+                       atol=args.atol)
     except (NumericsMismatch, PartitionError) as exc:
         print(f"placer run: error: {exc}", file=sys.stderr)
         return 1
@@ -222,7 +226,7 @@ def cmd_run(args) -> int:
 
 
 def add_show(sub) -> None:
-    p = sub.add_parser("show", help="show a materialized plan: stages, partitions, boundaries (--ir: Relax module)")
+    p = sub.add_parser("show", help="show a materialized plan: stages, partitions (--ir: the Relax module)")
     p.add_argument("plan_dir")
     p.add_argument("--ir", action="store_true", help="print the Relax IRModule")
     p.add_argument("--json", action="store_true", help="print the stage config JSON")

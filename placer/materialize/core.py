@@ -1,0 +1,331 @@
+"""materialize(): plan -> partitions, sub-models, stage config, Relax module; PLAN_DIR save/load."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from placer.errors import PlanError
+from placer.materialize.partition import (
+    Partition,
+    PartitionStats,
+    group_ops,
+    partition_io,
+    partition_stats,
+)
+from placer.materialize.stage_config import (
+    StageConfig,
+    assignment_hash,
+    build_stage_config,
+    check_stage_config,
+    load_stage_config,
+)
+
+PLAN_FILE = "plan.json"
+STAGE_CONFIG_FILE = "stage_config.json"
+MODEL_FILE = "model.onnx"
+PARTITIONS_DIR = "partitions"
+RELAX_FILE = "module.relax.txt"
+ASSIGNMENT_FORMAT = "placer.assignment"
+
+
+# ---- plan adapter -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlanSpec:
+    """What materialize needs from a plan: op -> target, op -> stage (pipeline plans), the plan's JSON."""
+
+    assignment: dict[str, str]
+    stage_of: dict[str, int] | None
+    plan_json: dict[str, Any]
+
+    @property
+    def mode(self) -> str:
+        return "pipeline" if self.stage_of is not None else "latency"
+
+
+def _stage_of_from_plan(plan: Any) -> dict[str, int] | None:
+    """``{op: stage}`` of a pipeline-mode solver Plan (``Plan.stage``), else None."""
+    if getattr(plan, "mode", "pipeline") != "pipeline":
+        return None
+    so = getattr(plan, "stage", None) or getattr(plan, "stage_of", None)
+    return {str(k): int(v) for k, v in dict(so).items()} if so else None
+
+
+def _is_solver_plan_json(d: Mapping[str, Any]) -> bool:
+    return "assignment" in d and "solver" in d and "mode" in d
+
+
+def plan_spec(plan_or_assignment: Any, stage_of: Mapping[str, int] | None = None) -> PlanSpec:
+    """Normalize a solver ``Plan`` (or its JSON dict), a ``placer.assignment`` dict or a plain
+    ``{op: target}`` mapping (with ``stage_of`` for a pipeline plan) into a :class:`PlanSpec`."""
+    if isinstance(plan_or_assignment, PlanSpec):
+        return plan_or_assignment
+    if isinstance(plan_or_assignment, Mapping):
+        d = dict(plan_or_assignment)
+        if _is_solver_plan_json(d):
+            from placer.plan import Plan
+
+            return plan_spec(Plan.from_json(d), stage_of)
+        if d.get("format") == ASSIGNMENT_FORMAT:
+            assignment = {str(k): str(v) for k, v in d["assignment"].items()}
+            so = stage_of if stage_of is not None else d.get("stage_of")
+            so = {str(k): int(v) for k, v in so.items()} if so else None
+            return PlanSpec(assignment, so, d)
+        if not all(isinstance(v, str) for v in d.values()):
+            raise PlanError("a plan given as a mapping must be {op_id: target_name} or a plan JSON dict")
+        assignment = {str(k): str(v) for k, v in d.items()}
+        so = {str(k): int(v) for k, v in stage_of.items()} if stage_of is not None else None
+        pj = {"format": ASSIGNMENT_FORMAT, "version": 1, "assignment": dict(sorted(assignment.items())),
+              "stage_of": dict(sorted(so.items())) if so is not None else None}
+        return PlanSpec(assignment, so, pj)
+    assignment = getattr(plan_or_assignment, "assignment", None)
+    if assignment is None:
+        raise PlanError(f"cannot read an op -> target assignment from {type(plan_or_assignment).__name__}")
+    so = {str(k): int(v) for k, v in stage_of.items()} if stage_of is not None else _stage_of_from_plan(
+        plan_or_assignment)
+    to_json = getattr(plan_or_assignment, "to_json", None)
+    pj: Any = to_json() if callable(to_json) else None
+    if isinstance(pj, str):
+        pj = json.loads(pj)
+    if not isinstance(pj, dict):
+        pj = {"format": ASSIGNMENT_FORMAT, "version": 1, "assignment": dict(sorted(dict(assignment).items())),
+              "stage_of": dict(sorted(so.items())) if so is not None else None}
+    return PlanSpec({str(k): str(v) for k, v in dict(assignment).items()}, so, pj)
+
+
+# ---- the result ---------------------------------------------------------------------------------
+@dataclass
+class Materialized:
+    """A plan made runnable: partitions, their ONNX sub-models, the stage config, the Relax program."""
+
+    graph: Any
+    plan: PlanSpec
+    partitions: tuple[Partition, ...]
+    stage_config: StageConfig
+    submodels: dict[str, Any]
+    out_dir: Path | None = None
+    _relax: Any = field(default=None, repr=False)
+
+    @property
+    def assignment(self) -> dict[str, str]:
+        return self.plan.assignment
+
+    @property
+    def stage_of(self) -> dict[str, int] | None:
+        return self.plan.stage_of
+
+    @property
+    def mode(self) -> str:
+        return self.plan.mode
+
+    @property
+    def stats(self) -> PartitionStats:
+        return partition_stats(self.graph, self.partitions)
+
+    def partition(self, pid: str) -> Partition:
+        for p in self.partitions:
+            if p.id == pid:
+                return p
+        raise KeyError(pid)
+
+    def relax_program(self):
+        """The Relax program (built on first use: imports the TVM partitions)."""
+        if self._relax is None:
+            from placer.materialize.relax_module import build_relax_program
+
+            self._relax = build_relax_program(self.graph, self.partitions, self.submodels)
+        return self._relax
+
+    @property
+    def relax_module(self):
+        return self.relax_program().mod
+
+    def relax_text(self) -> str:
+        return self.relax_program().text()
+
+    def summary(self) -> str:
+        return self.stage_config.summary()
+
+    def save(self, out_dir: str | Path, *, relax: bool = True) -> Path:
+        """Write the PLAN_DIR layout (see placer.materialize)."""
+        out = Path(out_dir)
+        (out / PARTITIONS_DIR).mkdir(parents=True, exist_ok=True)
+        for old in (out / PARTITIONS_DIR).glob("*.onnx"):
+            old.unlink()
+        (out / MODEL_FILE).write_bytes(self.graph.model.SerializeToString())
+        plan_text = json.dumps(self.plan.plan_json, indent=1, sort_keys=True, default=str)
+        (out / PLAN_FILE).write_text(plan_text + "\n")
+        (out / STAGE_CONFIG_FILE).write_text(self.stage_config.to_json())
+        for p in self.partitions:
+            (out / p.file).write_bytes(self.submodels[p.id].SerializeToString())
+        if relax:
+            (out / RELAX_FILE).write_text(self.relax_text())
+        self.out_dir = out
+        return out
+
+
+def _runtime_of(target: str) -> str:
+    from placer.devices import make_target
+
+    return make_target(target).runtime
+
+
+def _ordered_io(sub, ins: tuple[str, ...], outs: tuple[str, ...], pid: str):
+    """The sub-model's own I/O order (what its runtime session expects), checked against ours."""
+    inits = {i.name for i in sub.graph.initializer}
+    s_ins = tuple(i.name for i in sub.graph.input if i.name not in inits)
+    s_outs = tuple(o.name for o in sub.graph.output)
+    if set(s_ins) != set(ins) or set(s_outs) != set(outs):
+        raise PlanError(
+            f"partition {pid}: sub-model I/O {list(s_ins)} -> {list(s_outs)} differs from the partition's "
+            f"{list(ins)} -> {list(outs)}"
+        )
+    return s_ins, s_outs
+
+
+def materialize(
+    graph,
+    plan_or_assignment: Any,
+    out_dir: str | Path | None = None,
+    *,
+    stage_of: Mapping[str, int] | None = None,
+    relax: bool | None = None,
+) -> Materialized:
+    """Partition a plan, cut its sub-models, build its stage config (and Relax module).
+
+    Parameters
+    ----------
+    graph : OpGraph
+        The model (``placer.graph``).
+    plan_or_assignment : Plan | Mapping[str, str] | dict
+        A solver ``Plan`` (``.assignment``, stage info for pipeline plans), a plan JSON dict, or a
+        plain ``{op_id: target_name}`` mapping.
+    out_dir : path, optional
+        Write the PLAN_DIR layout there.
+    stage_of : Mapping[str, int], optional
+        ``{op_id: stage}`` for pipeline plans given as a plain mapping (overrides the plan's).
+    relax : bool, optional
+        Build the Relax program now (default: when writing ``out_dir``; otherwise on first use).
+
+    Example
+    -------
+    >>> mat = materialize(graph, {op.id: "onnxruntime" for op in graph.ops})  # doctest: +SKIP
+    >>> mat.stats.n_partitions  # doctest: +SKIP
+    1
+    """
+    from placer.devices.base import TargetSpec
+    from placer.materialize.relax_module import partition_symbol, symbol_prefix
+
+    spec = plan_spec(plan_or_assignment, stage_of)
+    # canonical target names (onnxruntime -> onnxruntime@cpu:t1) so that equal targets compare equal
+    canon: dict[str, str] = {}
+    for t in sorted(set(spec.assignment.values())):
+        canon[t] = TargetSpec.parse(t).name
+    assignment = {o: canon[t] for o, t in spec.assignment.items()}
+    spec = PlanSpec(assignment, spec.stage_of, spec.plan_json)
+    groups = group_ops(graph, spec.assignment, spec.stage_of)
+    ahash = assignment_hash(spec.assignment, spec.stage_of)
+    prefix = symbol_prefix(graph.model_hash, ahash)
+    runtimes = {t: _runtime_of(t) for t in sorted(set(assignment.values()))}
+
+    partitions: list[Partition] = []
+    submodels: dict[str, Any] = {}
+    for i, ops in enumerate(groups):
+        pid = f"p{i}"
+        target = assignment[ops[0]]
+        stage = int(spec.stage_of[ops[0]]) if spec.stage_of is not None else 0
+        ins, outs = partition_io(graph, ops)
+        sub = graph.subgraph_model(ops, name=f"{graph.name}_{pid}")
+        ins, outs = _ordered_io(sub, ins, outs, pid)
+        draft = Partition(pid, i, target, runtimes[target], stage, tuple(ops), ins, outs)
+        sym = partition_symbol(prefix, draft)
+        kind = target.split("@")[0].split(":")[0]
+        p = Partition(pid, i, target, runtimes[target], stage, tuple(ops), ins, outs, symbol=sym,
+                      file=f"{PARTITIONS_DIR}/{pid}_{kind}.onnx")
+        partitions.append(p)
+        submodels[pid] = sub
+    cfg = build_stage_config(graph, partitions, mode=spec.mode, assignment_hash=ahash)
+    check_stage_config(cfg, graph, spec.assignment, spec.stage_of)
+    mat = Materialized(graph=graph, plan=spec, partitions=tuple(partitions), stage_config=cfg,
+                       submodels=submodels)
+    if relax or (relax is None and out_dir is not None):
+        prog = mat.relax_program()
+        if prog.vdevice and cfg.relax_vdevice != prog.vdevice:
+            mat.stage_config = _with_vdevice(cfg, prog.vdevice)
+    if out_dir is not None:
+        mat.save(out_dir, relax=True)
+    return mat
+
+
+def _with_vdevice(cfg: StageConfig, vdevice: str) -> StageConfig:
+    from dataclasses import replace
+
+    return replace(cfg, relax_vdevice=vdevice)
+
+
+def _load_graph(model_path: Path):
+    import onnx
+
+    from placer.graph import build_graph
+
+    try:
+        model = onnx.load(str(model_path))
+    except FileNotFoundError:
+        raise PlanError(f"{model_path}: no model in the plan directory") from None
+    return build_graph(model)
+
+
+def load_plan_dir(path: str | Path, graph=None) -> Materialized:
+    """Load a PLAN_DIR, checking the stage config against the model and the plan (PlanError)."""
+    import onnx
+
+    root = Path(path)
+    if not root.is_dir():
+        raise PlanError(f"{root}: not a plan directory")
+    if graph is None:
+        graph = _load_graph(root / MODEL_FILE)
+    try:
+        plan_json = json.loads((root / PLAN_FILE).read_text())
+    except FileNotFoundError:
+        raise PlanError(f"{root / PLAN_FILE}: no plan in the plan directory") from None
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"{root / PLAN_FILE}: not valid JSON ({exc})") from None
+    spec = _plan_spec_from_json(plan_json)
+    from placer.devices.base import TargetSpec
+
+    canon = {o: TargetSpec.parse(t).name for o, t in spec.assignment.items()}
+    spec = PlanSpec(canon, spec.stage_of, spec.plan_json)
+    cfg = load_stage_config(root / STAGE_CONFIG_FILE)
+    check_stage_config(cfg, graph, spec.assignment, spec.stage_of)
+    submodels: dict[str, Any] = {}
+    for p in cfg.partitions:
+        f = root / p.file
+        if not f.is_file():
+            raise PlanError(f"{f}: partition {p.id}'s sub-model is missing")
+        sub = onnx.load(str(f))
+        _ordered_io(sub, p.inputs, p.outputs, p.id)
+        submodels[p.id] = sub
+    return Materialized(graph=graph, plan=spec, partitions=cfg.partitions, stage_config=cfg,
+                        submodels=submodels, out_dir=root)
+
+
+def _plan_spec_from_json(d: Any) -> PlanSpec:
+    if not isinstance(d, Mapping) or "assignment" not in d:
+        raise PlanError("plan.json has no op -> target assignment")
+    return plan_spec(d)
+
+
+def show_plan_dir(path: str | Path, *, ir: bool = False, as_json: bool = False) -> str:
+    """Text for ``placer show``: the stage config summary (checked against model and plan), the
+    stage config JSON (``as_json``) or the Relax module (``ir``; rebuilt when the file is missing)."""
+    mat = load_plan_dir(path)
+    if as_json:
+        return mat.stage_config.to_json().rstrip("\n")
+    if ir:
+        f = Path(path) / RELAX_FILE
+        return f.read_text().rstrip("\n") if f.is_file() else mat.relax_text()
+    st = mat.stats
+    by = ", ".join(f"{t} {n}" for t, n in st.by_target.items())
+    return f"{mat.summary()}\npartitions per target: {by}"

@@ -1,0 +1,437 @@
+"""The stage config: a versioned JSON description of how a materialized plan runs.
+
+Format ``placer.stage_config`` version 1 (schema: ``placer/schemas/stage_config.schema.json``)::
+
+    {"format": "placer.stage_config", "version": 1,
+     "model": {"name", "hash", "inputs": [...], "outputs": [...]},
+     "plan": {"mode": "latency"|"pipeline", "assignment_hash", "n_partitions",
+              "n_boundary_tensors", "boundary_bytes", "relax_vdevice"},
+     "stages": [{"index", "target" (null when mixed), "targets", "cores" (null = unpinned), "threads",
+                 "partitions": [{"id": "p0", "index", "target", "runtime", "stage", "ops",
+                                 "inputs", "outputs", "symbol", "file"}]}],
+     "tensors": {name: {"shape", "dtype", "nbytes"}},
+     "connections": [{"tensor", "src": {"model_input": true} | {"stage", "partition"},
+                      "dst": {"stage", "partition"} | {"model_output": true}}]}
+
+A latency plan has one stage (index 0) holding every partition; a pipeline plan has one stage per
+plan stage. Connections list every tensor hand-off: model input -> partition input, partition
+output -> partition input (inside a stage or across stages), and -> model output.
+
+Loading (:func:`load_stage_config`) validates the JSON against the schema (``jsonschema`` when it
+is installed, else a small structural check), then :func:`check_stage_config` checks it against
+the model (hash, tensors exist, partitions cover every op once, partition I/O, every model output
+produced, producers ordered before consumers, stages non-decreasing) and against the plan
+(each op's target and stage), raising :class:`PlanError` naming the first mismatch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from placer.errors import PlanError
+from placer.materialize.partition import (
+    Partition,
+    graph_input_names,
+    graph_output_names,
+    partition_io,
+    partition_stats,
+)
+
+FORMAT = "placer.stage_config"
+VERSION = 1
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "stage_config.schema.json"
+
+
+@dataclass(frozen=True)
+class Stage:
+    index: int
+    target: str | None
+    targets: tuple[str, ...]
+    cores: tuple[int, ...] | None
+    threads: int
+    partitions: tuple[Partition, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "target": self.target,
+            "targets": list(self.targets),
+            "cores": list(self.cores) if self.cores is not None else None,
+            "threads": self.threads,
+            "partitions": [p.to_dict() for p in self.partitions],
+        }
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    model_name: str
+    model_hash: str
+    model_inputs: tuple[str, ...]
+    model_outputs: tuple[str, ...]
+    mode: str
+    assignment_hash: str
+    stages: tuple[Stage, ...]
+    tensors: dict[str, dict[str, Any]]
+    connections: tuple[dict[str, Any], ...]
+    n_boundary_tensors: int = 0
+    boundary_bytes: int = 0
+    relax_vdevice: str = ""
+
+    @property
+    def partitions(self) -> tuple[Partition, ...]:
+        return tuple(sorted((p for s in self.stages for p in s.partitions), key=lambda p: p.index))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "model": {
+                "name": self.model_name,
+                "hash": self.model_hash,
+                "inputs": list(self.model_inputs),
+                "outputs": list(self.model_outputs),
+            },
+            "plan": {
+                "mode": self.mode,
+                "assignment_hash": self.assignment_hash,
+                "n_partitions": len(self.partitions),
+                "n_boundary_tensors": self.n_boundary_tensors,
+                "boundary_bytes": self.boundary_bytes,
+                "relax_vdevice": self.relax_vdevice,
+            },
+            "stages": [s.to_dict() for s in self.stages],
+            "tensors": {k: dict(v) for k, v in sorted(self.tensors.items())},
+            "connections": [dict(c) for c in self.connections],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> "StageConfig":
+        validate_schema(d)
+        stages = tuple(
+            Stage(
+                index=int(s["index"]),
+                target=s["target"],
+                targets=tuple(s["targets"]),
+                cores=tuple(s["cores"]) if s["cores"] is not None else None,
+                threads=int(s.get("threads", 1)),
+                partitions=tuple(Partition.from_dict(p) for p in s["partitions"]),
+            )
+            for s in d["stages"]
+        )
+        return StageConfig(
+            model_name=d["model"]["name"],
+            model_hash=d["model"]["hash"],
+            model_inputs=tuple(d["model"]["inputs"]),
+            model_outputs=tuple(d["model"]["outputs"]),
+            mode=d["plan"]["mode"],
+            assignment_hash=d["plan"]["assignment_hash"],
+            stages=stages,
+            tensors={k: dict(v) for k, v in d["tensors"].items()},
+            connections=tuple(dict(c) for c in d["connections"]),
+            n_boundary_tensors=int(d["plan"]["n_boundary_tensors"]),
+            boundary_bytes=int(d["plan"]["boundary_bytes"]),
+            relax_vdevice=d["plan"].get("relax_vdevice", ""),
+        )
+
+    def summary(self) -> str:
+        lines = [
+            f"model {self.model_name} ({self.model_hash[:12]}), {self.mode} plan: "
+            f"{len(self.partitions)} partitions in {len(self.stages)} stage(s), "
+            f"{self.n_boundary_tensors} boundary tensors ({self.boundary_bytes / 1e6:.2f} MB)"
+        ]
+        for s in self.stages:
+            cores = ",".join(map(str, s.cores)) if s.cores else "any"
+            lines.append(f"stage {s.index}: target {s.target or 'mixed'} cores {cores} threads {s.threads}")
+            for p in s.partitions:
+                lines.append(
+                    f"  {p.id:>4} {p.target:<24} {len(p.ops):>4} ops  "
+                    f"in {len(p.inputs)}  out {len(p.outputs)}"
+                    f"  [{p.ops[0]} .. {p.ops[-1]}]"
+                )
+        return "\n".join(lines)
+
+
+# ---- building -----------------------------------------------------------------------------------
+def assignment_hash(assignment: Mapping[str, str], stage_of: Mapping[str, int] | None) -> str:
+    stages = dict(sorted((k, int(v)) for k, v in stage_of.items())) if stage_of is not None else None
+    blob = json.dumps({"assignment": dict(sorted(assignment.items())), "stage_of": stages}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _tensor_entry(graph, name: str) -> dict[str, Any]:
+    info = graph.tensors[name]
+    import numpy as np
+
+    return {
+        "shape": [int(d) for d in info.shape],
+        "dtype": str(np.dtype(info.dtype)) if not isinstance(info.dtype, str) else info.dtype,
+        "nbytes": int(info.nbytes),
+    }
+
+
+def _stage_resources(targets: Sequence[str]) -> tuple[tuple[int, ...] | None, int]:
+    from placer.devices.base import TargetSpec
+
+    specs = [TargetSpec.parse(t) for t in targets]
+    threads = max(s.threads for s in specs)
+    if any(s.cores is None for s in specs):
+        return None, threads
+    return tuple(sorted({c for s in specs for c in s.cores})), threads
+
+
+def build_stage_config(
+    graph,
+    partitions: Sequence[Partition],
+    *,
+    mode: str,
+    assignment_hash: str,
+    relax_vdevice: str = "",
+) -> StageConfig:
+    by_stage: dict[int, list[Partition]] = {}
+    for p in partitions:
+        by_stage.setdefault(p.stage, []).append(p)
+    stages = []
+    for idx in sorted(by_stage):
+        parts = tuple(by_stage[idx])
+        targets = tuple(dict.fromkeys(p.target for p in parts))
+        cores, threads = _stage_resources(targets)
+        stages.append(
+            Stage(
+                index=idx,
+                target=targets[0] if len(targets) == 1 else None,
+                targets=targets,
+                cores=cores,
+                threads=threads,
+                partitions=parts,
+            )
+        )
+    model_inputs = graph_input_names(graph)
+    model_outputs = graph_output_names(graph)
+    producer_part = {t: p for p in partitions for t in p.outputs}
+    inputs_set = set(model_inputs)
+
+    def src_of(t: str) -> dict[str, Any]:
+        if t in producer_part:
+            q = producer_part[t]
+            return {"stage": q.stage, "partition": q.id}
+        if t in inputs_set:
+            return {"model_input": True}
+        raise PlanError(f"tensor {t!r} is read by a partition but neither produced by one nor a model input")
+
+    connections: list[dict[str, Any]] = []
+    named: set[str] = set()
+    for p in partitions:
+        for t in p.inputs:
+            connections.append({"tensor": t, "src": src_of(t), "dst": {"stage": p.stage, "partition": p.id}})
+            named.add(t)
+    for t in model_outputs:
+        connections.append({"tensor": t, "src": src_of(t), "dst": {"model_output": True}})
+        named.add(t)
+    for p in partitions:
+        named.update(p.outputs)
+    stats = partition_stats(graph, partitions)
+    return StageConfig(
+        model_name=graph.name,
+        model_hash=graph.model_hash,
+        model_inputs=model_inputs,
+        model_outputs=model_outputs,
+        mode=mode,
+        assignment_hash=assignment_hash,
+        stages=tuple(stages),
+        tensors={t: _tensor_entry(graph, t) for t in sorted(named)},
+        connections=tuple(connections),
+        n_boundary_tensors=stats.n_boundary_tensors,
+        boundary_bytes=stats.boundary_bytes,
+        relax_vdevice=relax_vdevice,
+    )
+
+
+# ---- loading and checking -----------------------------------------------------------------------
+def load_schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def validate_schema(d: Any) -> None:
+    """Check a stage-config dict against the JSON Schema; PlanError with the failing path."""
+    if not isinstance(d, Mapping):
+        raise PlanError("stage config: expected a JSON object")
+    if d.get("format") != FORMAT:
+        raise PlanError(f"stage config: format is {d.get('format')!r}, expected {FORMAT!r}")
+    if d.get("version") != VERSION:
+        raise PlanError(
+            f"stage config: version {d.get('version')!r} is not supported (this placer reads {VERSION})")
+    try:
+        import jsonschema
+    except ImportError:  # pragma: no cover - jsonschema is present here; keep a structural fallback
+        _structural_check(d)
+        return
+    validator = jsonschema.Draft202012Validator(load_schema())
+    errors = sorted(validator.iter_errors(d), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        where = "/".join(str(x) for x in e.absolute_path) or "<root>"
+        raise PlanError(f"stage config does not match its schema at {where}: {e.message[:200]}")
+
+
+def _structural_check(d: Mapping[str, Any]) -> None:  # pragma: no cover - fallback only
+    for key in ("model", "plan", "stages", "tensors", "connections"):
+        if key not in d:
+            raise PlanError(f"stage config does not match its schema: missing {key!r}")
+    for s in d["stages"]:
+        for key in ("index", "target", "targets", "cores", "partitions"):
+            if key not in s:
+                raise PlanError(f"stage config does not match its schema: stage missing {key!r}")
+        for p in s["partitions"]:
+            for key in ("id", "index", "target", "runtime", "stage", "ops", "inputs", "outputs"):
+                if key not in p:
+                    raise PlanError(f"stage config does not match its schema: partition missing {key!r}")
+
+
+def load_stage_config(path: str | Path) -> StageConfig:
+    path = Path(path)
+    try:
+        d = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PlanError(f"{path}: no stage config") from None
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"{path}: not valid JSON ({exc})") from None
+    return StageConfig.from_dict(d)
+
+
+def check_stage_config(
+    cfg: StageConfig,
+    graph,
+    assignment: Mapping[str, str] | None = None,
+    stage_of: Mapping[str, int] | None = None,
+) -> None:
+    """Check a stage config against its model (and plan); PlanError naming the first mismatch."""
+    if cfg.model_hash != graph.model_hash:
+        raise PlanError(
+            f"stage config is for model hash {cfg.model_hash[:16]}, the model {graph.name!r} has "
+            f"{graph.model_hash[:16]}"
+        )
+    if tuple(cfg.model_inputs) != graph_input_names(graph):
+        raise PlanError(
+            f"stage config model inputs {list(cfg.model_inputs)} != model's {list(graph_input_names(graph))}")
+    if tuple(cfg.model_outputs) != graph_output_names(graph):
+        raise PlanError(
+            f"stage config model outputs {list(cfg.model_outputs)} != "
+            f"model's {list(graph_output_names(graph))}"
+        )
+    parts = cfg.partitions
+    ids = [p.id for p in parts]
+    if len(set(ids)) != len(ids):
+        raise PlanError("stage config lists a partition id twice")
+    if [p.index for p in parts] != list(range(len(parts))):
+        raise PlanError("stage config partition indices are not 0..n-1")
+    for s in cfg.stages:
+        for p in s.partitions:
+            if p.stage != s.index:
+                raise PlanError(f"partition {p.id} says stage {p.stage} but is listed under stage {s.index}")
+    known_ops = {op.id for op in graph.ops}
+    where: dict[str, str] = {}
+    for p in parts:
+        for o in p.ops:
+            if o not in known_ops:
+                raise PlanError(f"partition {p.id} names op {o!r}, which is not in model {graph.name!r}")
+            if o in where:
+                raise PlanError(f"op {o!r} is in partitions {where[o]} and {p.id}")
+            where[o] = p.id
+    missing = [o for o in known_ops if o not in where]
+    if missing:
+        raise PlanError(f"stage config places no partition on op(s) {sorted(missing)[:3]}")
+    for p in parts:
+        for t in (*p.inputs, *p.outputs):
+            if t not in graph.tensors:
+                raise PlanError(f"partition {p.id} names tensor {t!r}, which is not in model {graph.name!r}")
+        ins, outs = partition_io(graph, p.ops)
+        if set(ins) != set(p.inputs) or set(outs) != set(p.outputs):
+            raise PlanError(
+                f"partition {p.id}: inputs/outputs {sorted(p.inputs)}/{sorted(p.outputs)} "
+                "do not match its ops "
+                f"(expected {sorted(ins)}/{sorted(outs)})"
+            )
+    for t in cfg.tensors:
+        if t not in graph.tensors:
+            raise PlanError(f"stage config names tensor {t!r}, which is not in model {graph.name!r}")
+    producer = {t: p for p in parts for t in p.outputs}
+    by_id = {p.id: p for p in parts}
+    model_inputs = set(cfg.model_inputs)
+    fed: set[tuple[str, str]] = set()
+    produced_outputs: set[str] = set()
+    for c in cfg.connections:
+        t, src, dst = c["tensor"], c["src"], c["dst"]
+        if t not in graph.tensors:
+            raise PlanError(f"connection names tensor {t!r}, which is not in model {graph.name!r}")
+        if "model_input" in src:
+            if t not in model_inputs:
+                raise PlanError(f"connection takes {t!r} from the model inputs, but it is not a model input")
+            src_stage, src_index = -1, -1
+        elif "partition" in src:
+            q = by_id.get(src["partition"])
+            if q is None or t not in q.outputs:
+                raise PlanError(
+                    f"connection takes {t!r} from partition {src['partition']}, which does not produce it")
+            src_stage, src_index = q.stage, q.index
+        else:
+            raise PlanError(f"connection of {t!r} has a model output as its source")
+        if "model_output" in dst:
+            produced_outputs.add(t)
+        elif "partition" in dst:
+            q = by_id.get(dst["partition"])
+            if q is None or t not in q.inputs:
+                raise PlanError(
+                    f"connection feeds {t!r} to partition {dst['partition']}, which does not read it")
+            if src_index >= q.index or src_stage > q.stage:
+                raise PlanError(f"connection of {t!r} goes backwards (into {q.id}, stage {q.stage})")
+            fed.add((q.id, t))
+        else:
+            raise PlanError(f"connection of {t!r} has a model input as its destination")
+    for p in parts:
+        for t in p.inputs:
+            if (p.id, t) not in fed:
+                raise PlanError(f"no connection feeds input {t!r} of partition {p.id}")
+            if t not in producer and t not in model_inputs:
+                raise PlanError(
+                    f"input {t!r} of partition {p.id} is produced by no partition and is not a model input")
+    for t in cfg.model_outputs:
+        if t not in produced_outputs:
+            raise PlanError(f"no connection delivers model output {t!r}")
+        if t not in producer and t not in model_inputs:
+            raise PlanError(f"model output {t!r} is produced by no partition")
+    if assignment is not None:
+        for p in parts:
+            for o in p.ops:
+                if o not in assignment:
+                    raise PlanError(f"the plan assigns no target to op {o!r} (partition {p.id})")
+                if assignment[o] != p.target:
+                    raise PlanError(
+                        f"op {o!r} is in partition {p.id} on {p.target}, "
+                        f"but the plan puts it on {assignment[o]}"
+                    )
+    if stage_of is not None:
+        for p in parts:
+            for o in p.ops:
+                if int(stage_of.get(o, -1)) != p.stage:
+                    raise PlanError(
+                        f"op {o!r} is in partition {p.id} in stage {p.stage}, but the plan puts it in stage "
+                        f"{stage_of.get(o)}"
+                    )
+
+
+__all__ = [
+    "Stage",
+    "StageConfig",
+    "assignment_hash",
+    "build_stage_config",
+    "check_stage_config",
+    "load_stage_config",
+    "validate_schema",
+]

@@ -1,0 +1,77 @@
+"""run_plan(): load or take a materialized plan, run it, measure it, check its numerics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from placer.errors import PlacerError
+from placer.run.executors import RunResult, make_executor
+from placer.run.numerics import DEFAULT_ATOL, DEFAULT_RTOL, check_against_reference, load_inputs
+
+
+class NumericsMismatch(PlacerError):
+    """``check=True`` and an output differs from the reference beyond its tolerance (output named)."""
+
+
+def run_plan(
+    plan: Any,
+    inputs: str | Sequence[Mapping[str, np.ndarray]] | Mapping[str, np.ndarray] = "seed:0",
+    *,
+    executor: str = "hybrid",
+    pipeline: bool = False,
+    requests: int | None = None,
+    warmup: int = 2,
+    check: bool = False,
+    numerics: bool = True,
+    rtol: float = DEFAULT_RTOL,
+    atol: float = DEFAULT_ATOL,
+    tolerances: Mapping[str, tuple[float, float]] | None = None,
+    queue_size: int = 2,
+) -> RunResult:
+    """Run a plan (a PLAN_DIR path or a :class:`~placer.materialize.Materialized`).
+
+    ``inputs``: ``"seed:N"``, an ``.npz`` path, one feeds dict, or a list of them. ``requests``
+    defaults to 1 (100 with ``pipeline=True`` when inputs come from a seed). ``numerics`` compares
+    every completed request with the whole model in ONNX Runtime; ``check`` raises
+    :class:`NumericsMismatch` naming the first output outside tolerance, and re-raises the first
+    failed request's error.
+    """
+    from placer.materialize import Materialized, load_plan_dir
+
+    mat = plan if isinstance(plan, Materialized) else load_plan_dir(Path(plan))
+    n = requests if requests is not None else (100 if pipeline else 1)
+    if isinstance(inputs, str):
+        reqs = load_inputs(inputs, mat.graph, n)
+    elif isinstance(inputs, Mapping):
+        reqs = [dict(inputs)] * n
+    else:
+        reqs = [dict(r) for r in inputs]
+    if not reqs:
+        raise PlacerError("run: no inputs")
+    if pipeline:
+        from placer.run.pipeline import PipelineExecutor
+
+        with PipelineExecutor(mat, queue_size=queue_size) as pe:
+            result = pe.run(reqs, warmup=warmup)
+    else:
+        ex = make_executor(mat, executor)
+        try:
+            ex.compile()
+            result = ex.measure(reqs, warmup=warmup)
+        finally:
+            ex.close()
+    if numerics and any(o is not None for o in result.outputs):
+        result.numerics = check_against_reference(mat.graph.model, reqs, result.outputs, rtol=rtol, atol=atol,
+                                                  tolerances=tolerances)
+    if check:
+        result.raise_first()
+        if result.numerics is not None and not result.numerics.passed:
+            bad = result.numerics.failures()[0]
+            raise NumericsMismatch(
+                f"output {bad.name!r} differs from the reference: max abs {bad.max_abs:.3g} "
+                f"(tolerance {bad.atol_eff:.3g} + {bad.rtol:g}|ref|), {bad.reason}"
+            )
+    return result

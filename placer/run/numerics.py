@@ -1,0 +1,241 @@
+"""Numerics: compare a plan's outputs with the whole model in ONNX Runtime on the same inputs.
+
+Tolerance (per output, elementwise; defaults ``rtol=1e-3``, ``atol=1e-4``)::
+
+    |out - ref| <= atol * max(1, max|ref|) + rtol * |ref|
+
+i.e. the absolute tolerance is scaled by the output's magnitude (a logit tensor of size 30 gets
+3e-3, a softmax output 1e-4), and the relative one covers large elements. Integer and bool outputs
+must be equal. NaN matches NaN. ``max_rel`` in the report is ``max |out-ref| / max(|ref|, atol_eff)``
+(bounded where ref is ~0). Per-output overrides: ``tolerances={name: (rtol, atol)}``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from placer.errors import PlacerError
+
+DEFAULT_RTOL = 1e-3
+DEFAULT_ATOL = 1e-4
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    max_abs: float
+    max_rel: float
+    atol_eff: float
+    rtol: float
+    ref_max_abs: float
+    passed: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class NumericsReport:
+    outputs: tuple[OutputCheck, ...]
+    n_requests: int = 1
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outputs)
+
+    def failures(self) -> list[OutputCheck]:
+        return [o for o in self.outputs if not o.passed]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "n_requests": self.n_requests,
+                "outputs": [dict(asdict(o), shape=list(o.shape)) for o in self.outputs]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
+
+    def summary(self) -> str:
+        lines = [f"numerics vs onnxruntime (whole model, {self.n_requests} request(s)): "
+                 f"{'PASS' if self.passed else 'FAIL'}"]
+        for o in self.outputs:
+            lines.append(
+                f"  {o.name}: max abs {o.max_abs:.3g} (tol {o.atol_eff:.3g} + {o.rtol:g}|ref|), "
+                f"max rel {o.max_rel:.3g}"
+                f"  {'ok' if o.passed else 'MISMATCH'}{(' - ' + o.reason) if o.reason else ''}"
+            )
+        return "\n".join(lines)
+
+    def merge(self, other: "NumericsReport") -> "NumericsReport":
+        """Worst case per output over two reports (for many requests)."""
+        by = {o.name: o for o in self.outputs}
+        merged = []
+        for o in other.outputs:
+            a = by.get(o.name)
+            if a is None:
+                merged.append(o)
+                continue
+            a_worse = (not a.passed and o.passed) or (a.passed == o.passed and a.max_abs >= o.max_abs)
+            worst = a if a_worse else o
+            merged.append(OutputCheck(
+                worst.name, worst.shape, worst.dtype, max(a.max_abs, o.max_abs), max(a.max_rel, o.max_rel),
+                worst.atol_eff, worst.rtol, max(a.ref_max_abs, o.ref_max_abs), a.passed and o.passed,
+                worst.reason or a.reason or o.reason))
+        return NumericsReport(tuple(merged), self.n_requests + other.n_requests)
+
+
+def compare(
+    outputs: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray],
+    *,
+    rtol: float = DEFAULT_RTOL,
+    atol: float = DEFAULT_ATOL,
+    tolerances: Mapping[str, tuple[float, float]] | None = None,
+) -> NumericsReport:
+    """Compare outputs with reference outputs by name (see the module docstring)."""
+    checks = []
+    for name, ref in reference.items():
+        ref = np.asarray(ref)
+        r_tol, a_tol = (tolerances or {}).get(name, (rtol, atol))
+        if name not in outputs:
+            checks.append(_failed(name, ref, r_tol, a_tol, "missing from the plan's outputs"))
+            continue
+        out = np.asarray(outputs[name])
+        if out.shape != ref.shape:
+            why = f"shape {list(out.shape)} != reference {list(ref.shape)}"
+            checks.append(_failed(name, ref, r_tol, a_tol, why))
+            continue
+        if ref.dtype.kind in "biu" or ref.dtype == np.bool_:
+            diff = np.abs(out.astype(np.int64) - ref.astype(np.int64)) if ref.size else np.zeros(0)
+            mx = float(diff.max()) if diff.size else 0.0
+            checks.append(OutputCheck(name, tuple(ref.shape), str(ref.dtype), mx, mx, 0.0, 0.0,
+                                      float(np.abs(ref).max()) if ref.size else 0.0, mx == 0.0,
+                                      "" if mx == 0 else "integer output differs"))
+            continue
+        o64, r64 = out.astype(np.float64), ref.astype(np.float64)
+        both_nan = np.isnan(o64) & np.isnan(r64)
+        diff = np.where(both_nan, 0.0, np.abs(o64 - r64))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        finite_ref = np.abs(np.where(np.isfinite(r64), r64, 0.0))
+        ref_max = float(finite_ref.max()) if finite_ref.size else 0.0
+        atol_eff = a_tol * max(1.0, ref_max)
+        ok = diff <= atol_eff + r_tol * finite_ref
+        mx = float(diff.max()) if diff.size else 0.0
+        rel = float((diff / np.maximum(finite_ref, atol_eff)).max()) if diff.size else 0.0
+        passed = bool(ok.all())
+        reason = ""
+        if not passed:
+            bad = int((~ok).sum())
+            reason = f"{bad} of {ok.size} elements outside tolerance"
+        checks.append(OutputCheck(name, tuple(ref.shape), str(ref.dtype), mx, rel, atol_eff, r_tol, ref_max,
+                                  passed, reason))
+    return NumericsReport(tuple(checks))
+
+
+def _failed(name: str, ref: np.ndarray, rtol: float, atol: float, reason: str) -> OutputCheck:
+    inf = float("inf")
+    return OutputCheck(name, tuple(ref.shape), str(ref.dtype), inf, inf, atol, rtol, 0.0, False, reason)
+
+
+class ReferenceRunner:
+    """The whole model in ONNX Runtime (1 thread), built once, for reference outputs."""
+
+    def __init__(self, model, threads: int = 1):
+        from placer.devices import make_target
+
+        self.compiled = make_target(f"onnxruntime:t{threads}").compile(model)
+        self.output_names = self.compiled.output_names
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.compiled.run(feeds)
+
+
+def check_against_reference(
+    model,
+    requests: Sequence[Mapping[str, np.ndarray]],
+    outputs: Sequence[Mapping[str, np.ndarray] | None],
+    *,
+    rtol: float = DEFAULT_RTOL,
+    atol: float = DEFAULT_ATOL,
+    tolerances: Mapping[str, tuple[float, float]] | None = None,
+    reference: ReferenceRunner | None = None,
+) -> NumericsReport:
+    """Run the whole model in ONNX Runtime on each request's inputs and compare (worst case over requests).
+
+    Requests whose ``outputs`` entry is None (failed) are skipped.
+    """
+    ref = reference or ReferenceRunner(model)
+    report: NumericsReport | None = None
+    for feeds, out in zip(requests, outputs):
+        if out is None:
+            continue
+        r = compare(out, ref.run(feeds), rtol=rtol, atol=atol, tolerances=tolerances)
+        report = r if report is None else report.merge(r)
+    if report is None:
+        raise PlacerError("numerics: no request produced outputs to check")
+    return report
+
+
+# ---- inputs -------------------------------------------------------------------------------------
+def random_inputs(graph, seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs for a model (``placer.zoo.random_inputs`` when available)."""
+    try:
+        from placer.zoo import random_inputs as zoo_random_inputs  # type: ignore[attr-defined]
+    except ImportError:
+        zoo_random_inputs = None
+    if zoo_random_inputs is not None:
+        return dict(zoo_random_inputs(graph.model, seed))
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for x in graph.inputs:
+        name = x if isinstance(x, str) else x.name
+        info = graph.tensors[name]
+        dt = np.dtype(info.dtype)
+        shape = tuple(int(d) for d in info.shape)
+        if dt.kind == "f":
+            feeds[name] = rng.standard_normal(shape).astype(dt)
+        elif dt == np.bool_:
+            feeds[name] = rng.random(shape) > 0.5
+        else:
+            feeds[name] = rng.integers(0, 2, size=shape).astype(dt)
+    return feeds
+
+
+def load_inputs(spec: str, graph, n: int = 1) -> list[dict[str, np.ndarray]]:
+    """``seed:N`` -> n requests with seeds N, N+1, ...; ``FILE.npz`` -> its arrays, repeated n times.
+
+    An npz whose arrays have one more leading dimension than the inputs holds one request per row.
+    """
+    if spec.startswith("seed:"):
+        try:
+            seed = int(spec[5:])
+        except ValueError:
+            raise PlacerError(f"--inputs {spec!r}: expected seed:N with an integer N") from None
+        return [random_inputs(graph, seed + i) for i in range(n)]
+    path = Path(spec)
+    if not path.is_file():
+        raise PlacerError(f"--inputs {spec!r}: no such file (expected FILE.npz or seed:N)")
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    names = [x if isinstance(x, str) else x.name for x in graph.inputs]
+    missing = [k for k in names if k not in arrays]
+    if missing:
+        raise PlacerError(f"--inputs {spec}: no array for model input(s) {missing} (has {sorted(arrays)})")
+    reqs: list[dict[str, np.ndarray]] = []
+    batched = all(arrays[k].ndim == len(graph.tensors[k].shape) + 1 for k in names) and names
+    if batched:
+        rows = min(arrays[k].shape[0] for k in names)
+        reqs = [{k: np.ascontiguousarray(arrays[k][i]) for k in names} for i in range(rows)]
+    else:
+        for k in names:
+            want = tuple(int(d) for d in graph.tensors[k].shape)
+            if tuple(arrays[k].shape) != want:
+                raise PlacerError(
+                    f"--inputs {spec}: {k!r} has shape {list(arrays[k].shape)}, the model wants {list(want)}")
+        reqs = [{k: arrays[k] for k in names}]
+    while len(reqs) < n:
+        reqs.append(reqs[len(reqs) % max(1, len(reqs))])
+    return reqs[: max(n, 1)] if n else reqs

@@ -1,0 +1,6 @@
+"""tests/materialize: make the shared helpers (mz_models, _minigraph) importable."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -1,0 +1,137 @@
+"""Stage config: schema, round trip through PLAN_DIR, checks against model and plan."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mz_models import chain_model, diamond_model, graph_of
+
+from placer.errors import PlanError
+from placer.materialize import (
+    StageConfig,
+    check_stage_config,
+    load_plan_dir,
+    load_stage_config,
+    materialize,
+    validate_schema,
+)
+from placer.materialize.stage_config import SCHEMA_PATH
+
+ASG = {"a": "onnxruntime", "b": "openvino", "c": "onnxruntime", "d": "onnxruntime", "e": "onnxruntime",
+       "f": "openvino"}
+
+
+@pytest.fixture
+def diamond():
+    return graph_of(diamond_model())
+
+
+def test_schema_file_is_valid_json_schema():
+    import jsonschema
+
+    jsonschema.Draft202012Validator.check_schema(json.loads(SCHEMA_PATH.read_text()))
+
+
+def test_config_validates_and_round_trips(diamond):
+    mat = materialize(diamond, ASG)
+    d = mat.stage_config.to_dict()
+    validate_schema(d)
+    back = StageConfig.from_dict(json.loads(json.dumps(d)))
+    assert back.to_dict() == d
+    assert d["plan"]["mode"] == "latency"
+    assert len(d["stages"]) == 1 and d["stages"][0]["target"] is None
+    assert d["model"]["hash"] == diamond.model_hash
+    # every connection: from a model input or a partition output, to a partition input or a model output
+    kinds = {(next(iter(c["src"])) if "model_input" in c["src"] else "partition",
+              "model_output" if "model_output" in c["dst"] else "partition") for c in d["connections"]}
+    assert kinds == {("model_input", "partition"), ("partition", "partition"), ("partition", "model_output")}
+    outs = [c["tensor"] for c in d["connections"] if "model_output" in c["dst"]]
+    assert outs == ["y", "z"]
+
+
+def test_pipeline_config_has_one_stage_per_plan_stage(diamond):
+    stage_of = {"a": 0, "b": 0, "c": 0, "d": 1, "e": 1, "f": 1}
+    asg = {o: ("onnxruntime" if s == 0 else "openvino") for o, s in stage_of.items()}
+    mat = materialize(diamond, asg, stage_of=stage_of)
+    cfg = mat.stage_config
+    assert cfg.mode == "pipeline"
+    assert [s.target for s in cfg.stages] == ["onnxruntime@cpu:t1", "openvino@cpu:t1"]
+    cross = [c for c in cfg.connections if "stage" in c["src"] and "stage" in c["dst"]
+             and c["src"]["stage"] != c["dst"]["stage"]]
+    assert {c["tensor"] for c in cross} == {"b", "c"}
+
+
+def test_schema_violations_name_the_path(diamond):
+    d = materialize(diamond, ASG).stage_config.to_dict()
+    d["stages"][0]["partitions"][0]["ops"] = []
+    with pytest.raises(PlanError, match="stages/0/partitions/0/ops"):
+        validate_schema(d)
+    with pytest.raises(PlanError, match="version"):
+        validate_schema({**d, "version": 99})
+
+
+def test_plan_dir_round_trip(tmp_path, diamond):
+    mat = materialize(diamond, ASG, tmp_path / "plan")
+    root = tmp_path / "plan"
+    for f in ("plan.json", "stage_config.json", "model.onnx", "module.relax.txt"):
+        assert (root / f).is_file(), f
+    assert sorted(p.name for p in (root / "partitions").iterdir()) == [
+        "p0_onnxruntime.onnx", "p1_openvino.onnx", "p2_onnxruntime.onnx"]
+    back = load_plan_dir(root)
+    assert back.partitions == mat.partitions
+    assert back.assignment == mat.assignment
+    assert back.graph.model_hash == diamond.model_hash
+    assert "Codegen" in (root / "module.relax.txt").read_text()
+
+
+def _edit(root, fn):
+    p = root / "stage_config.json"
+    d = json.loads(p.read_text())
+    fn(d)
+    p.write_text(json.dumps(d))
+
+
+def test_load_checks_model_hash(tmp_path, diamond):
+    root = tmp_path / "plan"
+    materialize(diamond, ASG, root)
+    _edit(root, lambda d: d["model"].update(hash="0" * 64))
+    with pytest.raises(PlanError, match="model hash 0000"):
+        load_plan_dir(root)
+
+
+def test_load_checks_tensors_and_outputs(tmp_path, diamond):
+    root = tmp_path / "plan"
+    materialize(diamond, ASG, root)
+    cfg = load_stage_config(root / "stage_config.json")
+    d = cfg.to_dict()
+    d["connections"] = [c for c in d["connections"] if c["tensor"] != "z" or "model_output" not in c["dst"]]
+    with pytest.raises(PlanError, match="model output 'z'"):
+        check_stage_config(StageConfig.from_dict(d), diamond)
+    d = cfg.to_dict()
+    d["stages"][0]["partitions"][0]["inputs"] = ["ghost"]
+    with pytest.raises(PlanError, match="'ghost'"):
+        check_stage_config(StageConfig.from_dict(d), diamond)
+    d = cfg.to_dict()
+    d["stages"][0]["partitions"][1]["ops"].append("a")
+    with pytest.raises(PlanError, match="op 'a' is in partitions"):
+        check_stage_config(StageConfig.from_dict(d), diamond)
+
+
+def test_load_checks_against_the_plan(tmp_path, diamond):
+    root = tmp_path / "plan"
+    materialize(diamond, ASG, root)
+    plan = json.loads((root / "plan.json").read_text())
+    plan["assignment"]["b"] = "onnxruntime"
+    (root / "plan.json").write_text(json.dumps(plan))
+    with pytest.raises(PlanError, match="op 'b' is in partition p1 on openvino@cpu:t1, but the plan puts it"):
+        load_plan_dir(root)
+
+
+def test_load_rejects_a_config_for_another_model(tmp_path):
+    root = tmp_path / "plan"
+    g = graph_of(chain_model(4))
+    materialize(g, {op.id: "onnxruntime" for op in g.ops}, root)
+    other = graph_of(chain_model(5))
+    with pytest.raises(PlanError, match="model hash"):
+        load_plan_dir(root, graph=other)

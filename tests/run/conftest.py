@@ -1,0 +1,6 @@
+"""tests/run: reuse tests/materialize's helpers (mz_models, _minigraph)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "materialize"))

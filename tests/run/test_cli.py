@@ -1,0 +1,74 @@
+"""`placer run` and `placer show` on a PLAN_DIR."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from mz_models import graph_of, lpnorm_model
+
+from placer.cli import main
+from placer.materialize import materialize
+
+
+@pytest.fixture
+def plan_dir(tmp_path):
+    g = graph_of(lpnorm_model())
+    asg = {op.id: "tvm-llvm" for op in g.ops}
+    asg["lpnorm"] = "onnxruntime"  # no Relax converter for LpNormalization
+    asg["conv2"] = "openvino"
+    materialize(g, asg, tmp_path / "plan")
+    return tmp_path / "plan"
+
+
+@pytest.mark.parametrize("executor", ["hybrid", "relax"])
+def test_run_checks_numerics(plan_dir, executor, capsys, tmp_path):
+    out = tmp_path / "m.json"
+    rc = main(["run", str(plan_dir), "--inputs", "seed:1", "--check", "--executor", executor,
+               "--requests", "3", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert f"{executor}: 3 requests" in text and "PASS" in text
+    blob = json.loads(out.read_text())
+    assert blob["numerics"]["passed"] and blob["measurement"]["n_requests"] == 3
+
+
+def test_run_pipeline_and_npz_inputs(plan_dir, capsys, tmp_path):
+    x = np.random.default_rng(0).standard_normal((4, 1, 3, 16, 16)).astype(np.float32)  # 4 requests
+    np.savez(tmp_path / "in.npz", x=x)
+    rc = main(["run", str(plan_dir), "--inputs", str(tmp_path / "in.npz"), "--pipeline", "--requests", "4",
+               "--check"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "pipeline: 4 requests" in text
+
+
+def test_check_fails_with_the_output_named(plan_dir, capsys):
+    # corrupt a weight of the last OpenVINO partition: the plan still loads, the numbers differ
+    f = next((plan_dir / "partitions").glob("*_openvino.onnx"))
+    m = onnx.load(str(f))
+    w = onnx.numpy_helper.to_array(m.graph.initializer[0]).copy()
+    w *= 1.5
+    m.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w, m.graph.initializer[0].name))
+    onnx.save(m, str(f))
+    rc = main(["run", str(plan_dir), "--check"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "output 'y' differs from the reference" in err
+
+
+def test_bad_plan_dir_is_a_one_line_error(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope")]) == 2
+    assert "not a plan directory" in capsys.readouterr().err
+
+
+def test_show_summary_json_and_ir(plan_dir, capsys):
+    assert main(["show", str(plan_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "4 partitions in 1 stage(s)" in text and "tvm-llvm@cpu:t1" in text
+    assert main(["show", str(plan_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["format"] == "placer.stage_config"
+    assert main(["show", str(plan_dir), "--ir"]) == 0
+    ir = capsys.readouterr().out
+    assert '"Codegen": "onnxruntime"' in ir and '"Codegen": "openvino"' in ir and "def main(" in ir

@@ -1,0 +1,117 @@
+"""Hybrid and Relax executors on real runtimes: zoo models under plans that alternate targets."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from mz_models import alternating_plan, diamond_model, graph_of, register_test_targets, zoo_graph
+
+from placer.materialize import materialize
+from placer.run import (
+    HybridExecutor,
+    Measurement,
+    RelaxExecutor,
+    check_against_reference,
+    compare,
+    make_executor,
+    random_inputs,
+    run_plan,
+)
+
+_MATS: dict[str, object] = {}
+
+
+def _zoo_mat(name: str):
+    if name not in _MATS:
+        g = zoo_graph(name)  # the logits are an extra output: a near one-hot softmax hides errors
+        _MATS[name] = materialize(g, alternating_plan(g))
+    return _MATS[name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["hybrid", "relax"])
+@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "resnet50"])
+def test_zoo_model_under_an_alternating_plan_matches_the_reference(name, executor):
+    mat = _zoo_mat(name)
+    st = mat.stats
+    assert st.n_partitions >= 20
+    assert set(st.by_target) == {"onnxruntime@cpu:t1", "openvino@cpu:t1", "tvm-llvm@cpu:t1"}
+    reqs = [random_inputs(mat.graph, s) for s in range(2)]
+    ex = make_executor(mat, executor)
+    ex.compile()
+    try:
+        res = ex.measure(reqs, warmup=1, **({"partition_runs": 1} if executor == "relax" else {}))
+    finally:
+        ex.close()
+    rep = check_against_reference(mat.graph.model, reqs, res.outputs)
+    assert rep.passed, rep.summary()
+    m = res.measurement
+    assert m.n_requests == 2 and m.latency_p50_ms > 0 and m.throughput_rps > 0
+    assert {p.partition for p in m.partitions} == {p.id for p in mat.partitions}
+
+
+def test_independent_partitions_on_different_targets_run_at_the_same_time():
+    register_test_targets()
+    g = graph_of(diamond_model())
+    # b and c are independent and sit on two different (sleepy, 50 ms) targets
+    asg = {"a": "onnxruntime", "b": "sleepy", "c": "sleepy:t2", "d": "onnxruntime", "e": "onnxruntime",
+           "f": "onnxruntime"}
+    mat = materialize(g, asg)
+    feeds = random_inputs(g, 0)
+    with HybridExecutor(mat) as ex:
+        assert ex.parallel and ex.has_parallelism
+        res = ex.measure([feeds] * 3, warmup=1)
+    assert res.measurement.latency_p50_ms < 90, res.measurement.summary()  # ~50 ms, not ~100
+    with HybridExecutor(mat, parallel=False) as ex:
+        seq = ex.measure([feeds] * 2, warmup=0)
+    assert seq.measurement.latency_p50_ms >= 100
+    assert compare(res.outputs[0], seq.outputs[0]).passed
+
+
+def test_one_runtime_plan_is_one_partition_run_inline():
+    g = graph_of(diamond_model())
+    mat = materialize(g, {op.id: "onnxruntime" for op in g.ops})
+    with HybridExecutor(mat) as ex:
+        assert not ex.parallel and len(mat.partitions) == 1
+        out = ex.run(random_inputs(g, 1))
+    assert set(out) == {"y", "z"}
+
+
+def test_measurement_json_round_trip():
+    g = graph_of(diamond_model())
+    mat = materialize(g, {"a": "onnxruntime", "b": "openvino", "c": "onnxruntime", "d": "onnxruntime",
+                          "e": "onnxruntime", "f": "openvino"})
+    res = run_plan(mat, "seed:3", requests=5, warmup=1)
+    m = res.measurement
+    d = json.loads(m.to_json())
+    assert d["n_requests"] == 5 and d["format"] == "placer.measurement"
+    assert [p["partition"] for p in d["partitions"]] == ["p0", "p1", "p2"]
+    assert all(p["median_ms"] > 0 and p["target"] and p["ops"] for p in d["partitions"])
+    assert Measurement.from_json(m.to_json()) == m
+    assert res.numerics.passed
+
+
+def test_relax_and_hybrid_agree_on_a_small_plan():
+    g = graph_of(diamond_model())
+    mat = materialize(g, {"a": "tvm-llvm", "b": "openvino", "c": "tvm-llvm", "d": "onnxruntime",
+                          "e": "tvm-llvm", "f": "openvino"})
+    feeds = random_inputs(g, 2)
+    with HybridExecutor(mat) as h, RelaxExecutor(mat) as r:
+        a, b = h.run(feeds), r.run(feeds)
+    assert compare(a, b, rtol=1e-6, atol=1e-7).passed
+
+
+def test_compare_scales_atol_with_output_magnitude_and_names_mismatches():
+    ref = {"big": np.full((4,), 100.0, np.float32), "small": np.full((4,), 1e-3, np.float32),
+           "idx": np.arange(4)}
+    out = {"big": ref["big"] + 0.05, "small": ref["small"] + 5e-5, "idx": np.arange(4)}
+    assert compare(out, ref).passed  # 0.05 <= 1e-4 * 100 + 1e-3 * 100
+    out["small"] = ref["small"] + 5e-4
+    rep = compare(out, ref)
+    assert not rep.passed and [o.name for o in rep.failures()] == ["small"]
+    out["small"] = ref["small"]
+    out["idx"] = np.array([0, 1, 2, 4])
+    assert [o.name for o in compare(out, ref).failures()] == ["idx"]
+    assert not compare({"big": ref["big"][:2]}, {"big": ref["big"]}).passed

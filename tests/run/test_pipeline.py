@@ -1,0 +1,101 @@
+"""Pipeline executor: order, numerics over 100 requests, clean failure of a stage."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from mz_models import FAIL_VALUE, chain_model, graph_of, lpnorm_model, register_test_targets, zoo_graph
+
+from placer.errors import PlacerError
+from placer.materialize import materialize
+from placer.run import PipelineExecutor, PipelineStopped, StageError, compare, random_inputs
+from placer.run.numerics import ReferenceRunner
+
+
+def _placer_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("placer-")]
+
+
+@pytest.mark.slow
+def test_two_stage_pipeline_keeps_order_and_matches_the_reference_over_100_requests():
+    g = zoo_graph("squeezenet")
+    half = len(g.ops) // 2
+    stage_of = {op.id: int(op.index >= half) for op in g.ops}
+    asg = {op.id: ("onnxruntime@cpu0" if stage_of[op.id] == 0 else "openvino@cpu1") for op in g.ops}
+    mat = materialize(g, asg, stage_of=stage_of)
+    assert [s.cores for s in mat.stage_config.stages] == [(0,), (1,)]
+    reqs = [random_inputs(g, seed) for seed in range(100)]
+    with PipelineExecutor(mat, queue_size=2) as pe:
+        res = pe.run(reqs, warmup=2)
+    assert res.ok and len(res.outputs) == 100
+    ref = ReferenceRunner(g.model)
+    for i, (feeds, out) in enumerate(zip(reqs, res.outputs)):
+        rep = compare(out, ref.run(feeds))
+        assert rep.passed, f"request {i}: {rep.summary()}"
+    m = res.measurement
+    assert m.n_requests == 100 and m.throughput_rps > 0
+    assert [p.partition for p in m.partitions] == [p.id for p in mat.partitions]
+    assert not _placer_threads()
+
+
+def _flaky_pipeline():
+    register_test_targets()
+    g = graph_of(chain_model(6, shape=(1, 4, 8, 8)))
+    stage_of = {op.id: op.index // 2 for op in g.ops}
+    targets = ["flaky", "onnxruntime", "openvino"]  # flaky reads x: a request fails when x[0] == FAIL_VALUE
+    asg = {op.id: targets[stage_of[op.id]] for op in g.ops}
+    return g, materialize(g, asg, stage_of=stage_of)
+
+
+def test_a_failing_stage_fails_its_request_names_the_stage_and_stops_cleanly():
+    g, mat = _flaky_pipeline()
+    reqs = [random_inputs(g, s) for s in range(30)]
+    reqs[10]["x"][0, 0, 0, 0] = FAIL_VALUE
+    pe = PipelineExecutor(mat, queue_size=2)
+    pe.start()
+    res = pe.run(reqs, warmup=1)
+    assert not res.ok
+    err = res.errors[10]
+    assert isinstance(err, StageError) and err.stage == 0 and err.request == 10
+    assert "stage 0" in str(err) and "flaky" in str(err) and "injected failure" in str(err)
+    ref = ReferenceRunner(g.model)
+    for i in range(10):  # earlier requests complete, in order, correctly
+        assert res.errors[i] is None and compare(res.outputs[i], ref.run(reqs[i])).passed
+    for i in range(11, 30):  # later requests are failed, not run
+        assert res.outputs[i] is None and isinstance(res.errors[i], PipelineStopped)
+        assert "stage 0 failed on request 10" in str(res.errors[i])
+    assert res.measurement.n_failed == 20
+    # stopped: all threads joined, further runs refused
+    assert pe.alive_threads == 0 and not _placer_threads()
+    with pytest.raises(PlacerError, match="closed"):
+        pe.run(reqs[:2])
+    with pytest.raises(StageError, match="stage 0"):
+        res.raise_first()
+
+
+def test_a_stage_that_cannot_build_its_sessions_fails_every_request_without_hanging():
+    g = graph_of(lpnorm_model())
+    stage_of = {op.id: (0 if op.index < 2 else 1) for op in g.ops}
+    # stage 1 on TVM, which has no LpNormalization converter
+    asg = {op.id: ("onnxruntime" if stage_of[op.id] == 0 else "tvm-llvm") for op in g.ops}
+    mat = materialize(g, asg, stage_of=stage_of)
+    reqs = [random_inputs(g, s) for s in range(5)]
+    with PipelineExecutor(mat) as pe:
+        res = pe.run(reqs, warmup=0)
+    assert isinstance(res.errors[0], StageError) and res.errors[0].stage == 1
+    assert "could not build its sessions" in str(res.errors[0]) and "LpNormalization" in str(res.errors[0])
+    assert all(isinstance(e, PipelineStopped) for e in res.errors[1:])
+    assert not _placer_threads()
+
+
+def test_single_stage_pipeline_matches_sequential_outputs():
+    g = graph_of(chain_model(4))
+    mat = materialize(g, {op.id: "openvino" for op in g.ops}, stage_of={op.id: 0 for op in g.ops})
+    reqs = [random_inputs(g, s) for s in range(10)]
+    with PipelineExecutor(mat, queue_size=1) as pe:
+        res = pe.run(reqs, warmup=0)
+    ref = ReferenceRunner(g.model)
+    assert all(compare(o, ref.run(r)).passed for o, r in zip(res.outputs, reqs))
+    assert np.isfinite(res.measurement.latency_p90_ms)
