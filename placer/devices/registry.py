@@ -14,6 +14,9 @@ _KINDS: dict[str, str] = {
     "openvino": "placer.devices.openvino_target:OpenVinoTarget",
     "openvino-bf16": "placer.devices.openvino_target:OpenVinoBf16Target",
     "tvm-llvm": "placer.devices.tvm_target:TvmLlvmTarget",
+    "tvm-llvm-tuned": "placer.devices.tvm_tuning:TvmLlvmTunedTarget",
+    "sim": "placer.devices.sim:SimTarget",  # sim:SPEC/DEVICE, known only by a devices.toml spec (issue 6)
+    "tvm-rpc": "placer.devices.rpc:RpcTarget",  # TVM RPC device behind a tracker (issue 6)
 }
 
 DEFAULT_KINDS = ("onnxruntime", "openvino", "tvm-llvm")
@@ -22,6 +25,14 @@ DEFAULT_KINDS = ("onnxruntime", "openvino", "tvm-llvm")
 def register_target(kind: str, path: str) -> None:
     """Register a target class by ``"module:Class"`` (plug-ins, test targets)."""
     _KINDS[kind] = path
+
+
+def configure_rpc(tracker: str | None = None, key: str | None = None, **options) -> None:
+    """Where ``tvm-rpc`` targets find their device (tracker ``HOST:PORT``, device key); see
+    :func:`placer.devices.rpc.configure_rpc` (sets environment variables, so profiling workers see it)."""
+    from placer.devices.rpc import configure_rpc as _configure
+
+    _configure(tracker, key, **options)
 
 
 def known_kinds() -> list[str]:

@@ -1,0 +1,280 @@
+"""Links: what handing a tensor from one target to another costs, measured and fitted.
+
+What a partition boundary is at run time
+-----------------------------------------
+The executor runs partitions in one process: the numpy output of one ``CompiledModel.run`` is
+fed to the next target's ``run``. So the hand-off is: the source runtime's output copy into a
+numpy array (OpenVINO copies its request buffer, TVM ``.numpy()`` copies, ONNX Runtime returns
+a fresh array), the destination's copy-in (TVM ``tvm.runtime.tensor`` copies; ONNX Runtime and
+OpenVINO with ``share_inputs`` read numpy memory directly), cache effects of reading a freshly
+written buffer, and one more call into a runtime (its fixed call cost).
+
+How it is measured (:func:`measure_link_points`)
+------------------------------------------------
+For each size ``N`` bytes (default 1 KB .. 16 MB) two tiny models on a float32 vector of N/4
+elements, ``Relu`` on the source target and ``Relu`` on the destination target, are timed in
+interleaved rounds, in one process, with the same ``perf_counter_ns`` loop as op profiles:
+
+* ``chain``: ``y = src.run({x}); dst.run({y})`` (the real hand-off: y is the source's output);
+* ``src``: ``src.run({x})`` alone; ``dst``: ``dst.run({x0})`` alone on a fixed array.
+
+``handoff(N) = median(chain) - median(src) - median(dst) + overhead(dst)``, where
+``overhead(dst)`` is the destination's fixed call cost (1-element Add, timed in the same way).
+The two Relu computations and both runtimes' own copies cancel out; what remains is what the
+boundary adds on top of the ops' *net* costs (op profiles are stored net of the call overhead):
+entering one more partition plus the hand-off itself. So a plan costs about
+``overhead(first target) + sum(net op costs) + sum(transfer_ms over cross-target boundaries)``;
+when several tensors cross one boundary charge the latency once (:meth:`LinkModel.boundary_ms`).
+``LinkFit.meta["handoff_only_latency_ms"]`` is the latency without the destination's call cost,
+for cost models that charge call overheads per partition themselves.
+
+The fit (:func:`fit_points`): the excess ``chain - src - dst`` is fitted by non-negative weighted
+least squares as ``excess + nbytes * ms_per_byte`` (both >= 0, so the fit is monotone in bytes;
+each point weighted by its noise, 2% of the chain time + 2 us), and ``latency_ms = overhead(dst)
++ excess``. Same-target pairs cost 0 (same partition).
+
+Measured on the 2-core reference box (ORT / OpenVINO / TVM, 1 thread each): the hand-off is
+the destination's call cost plus ~0: the copies are already inside each runtime's own ``run``
+(and inside the op profiles), so no per-byte term shows above the noise (the fitted slope is ~0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from placer.errors import ProfileError
+
+DEFAULT_LINK_SIZES = (1 << 10, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """``transfer_ms(n) = latency_ms + n * ms_per_byte`` from ``src`` to ``dst`` (target names)."""
+
+    src: str
+    dst: str
+    latency_ms: float
+    ms_per_byte: float
+    points: tuple = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def transfer_ms(self, nbytes: float) -> float:
+        return self.latency_ms + max(float(nbytes), 0.0) * self.ms_per_byte
+
+    @property
+    def gb_per_s(self) -> float:
+        return math.inf if self.ms_per_byte <= 0 else 1.0 / (self.ms_per_byte * 1e6)
+
+    def to_dict(self) -> dict:
+        return {"src": self.src, "dst": self.dst, "latency_ms": self.latency_ms, "ms_per_byte": self.ms_per_byte,
+                "points": list(self.points), "meta": dict(self.meta)}
+
+    @staticmethod
+    def from_dict(d: Mapping) -> LinkFit:
+        return LinkFit(d["src"], d["dst"], float(d["latency_ms"]), float(d["ms_per_byte"]),
+                       tuple(d.get("points", ())), dict(d.get("meta", {})))
+
+
+class LinkModel:
+    """Transfer costs between targets (by canonical target name); same target = 0."""
+
+    def __init__(self, fits: Mapping[tuple[str, str], LinkFit] | Iterable[LinkFit], overhead_ms: Mapping[str, float] | None = None):
+        if isinstance(fits, Mapping):
+            self.fits = dict(fits)
+        else:
+            self.fits = {(f.src, f.dst): f for f in fits}
+        self.overhead_ms = dict(overhead_ms or {})
+
+    @staticmethod
+    def _name(t) -> str:
+        if hasattr(t, "name"):
+            return t.name
+        from placer.devices.base import TargetSpec
+
+        try:
+            return TargetSpec.parse(str(t)).name
+        except Exception:
+            return str(t)
+
+    def fit(self, src, dst) -> LinkFit | None:
+        return self.fits.get((self._name(src), self._name(dst)))
+
+    def transfer_ms(self, nbytes: float, src, dst) -> float:
+        """Cost (ms) of handing ``nbytes`` from ``src`` to ``dst`` at a partition boundary."""
+        s, d = self._name(src), self._name(dst)
+        if s == d:
+            return 0.0
+        f = self.fits.get((s, d))
+        if f is None:
+            raise ProfileError(f"no link measured from {s} to {d} (have: {', '.join(f'{a}->{b}' for a, b in self.fits) or 'none'})")
+        return f.transfer_ms(nbytes)
+
+    def boundary_ms(self, sizes: Sequence[float], src, dst) -> float:
+        """One boundary carrying several tensors: latency once, bytes for each tensor."""
+        s, d = self._name(src), self._name(dst)
+        if s == d or not sizes:
+            return 0.0
+        f = self.fits.get((s, d))
+        if f is None:
+            raise ProfileError(f"no link measured from {s} to {d}")
+        return f.latency_ms + sum(max(float(n), 0.0) for n in sizes) * f.ms_per_byte
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return sorted(self.fits)
+
+    def to_dict(self) -> dict:
+        return {"fits": [f.to_dict() for f in self.fits.values()], "overhead_ms": dict(self.overhead_ms)}
+
+    @staticmethod
+    def from_dict(d: Mapping) -> LinkModel:
+        return LinkModel([LinkFit.from_dict(f) for f in d.get("fits", [])], d.get("overhead_ms", {}))
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{a}->{b}: {f.latency_ms * 1e3:.1f}us+{f.ms_per_byte * 1e9:.2f}us/MB" for (a, b), f in self.fits.items())
+        return f"LinkModel({body})"
+
+
+# ---- fitting ------------------------------------------------------------------------------------
+def fit_link(nbytes: Sequence[float], ms: Sequence[float], sigma_ms: Sequence[float] | None = None) -> tuple[float, float]:
+    """Non-negative weighted least squares of ``ms ~ latency + nbytes * slope`` -> (latency, slope).
+
+    ``sigma_ms``: the noise scale of each point (weights 1/sigma); default max(|ms|, 1 us), a
+    relative fit. The hand-off is a difference of timings, so its noise grows with the size of
+    what was timed: :func:`fit_points` passes 2% of the chain time + 2 us. Both coefficients
+    are >= 0: the unconstrained solution if feasible, else the best one-coefficient model.
+    """
+    x = np.asarray(nbytes, dtype=np.float64)
+    y = np.asarray(ms, dtype=np.float64)
+    if x.size == 0:
+        raise ProfileError("cannot fit a link without points")
+    if sigma_ms is None:
+        w = 1.0 / np.maximum(np.abs(y), 1e-3)
+    else:
+        w = 1.0 / np.maximum(np.asarray(sigma_ms, dtype=np.float64), 1e-6)
+    xs = x / max(float(x.max()), 1.0)  # scale the byte column for conditioning
+
+    def sse(a, b):
+        return float(np.sum((w * (a + b * xs - y)) ** 2))
+
+    candidates = []
+    if x.size >= 2 and np.ptp(x) > 0:
+        A = np.stack([np.ones_like(xs), xs], axis=1) * w[:, None]
+        (a, b), *_ = np.linalg.lstsq(A, w * y, rcond=None)
+        if a >= 0 and b >= 0:
+            candidates.append((sse(a, b), a, b))
+        # slope only
+        b1 = max(float(np.sum(w * w * xs * y) / max(np.sum(w * w * xs * xs), 1e-30)), 0.0)
+        candidates.append((sse(0.0, b1), 0.0, b1))
+    a0 = max(float(np.sum(w * w * y) / np.sum(w * w)), 0.0)
+    candidates.append((sse(a0, 0.0), a0, 0.0))
+    _, a, b = min(candidates, key=lambda c: c[0])
+    return float(a), float(b) / max(float(x.max()), 1.0)
+
+
+# ---- measuring (in-process; the profiler runs this inside a worker subprocess) -------------------
+def relu_model(n_elems: int, name: str = "link"):
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [n_elems])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [n_elems])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name=f"{name}_relu")], name, [x], [y])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def measure_link_points(src, dst, sizes: Sequence[int] = DEFAULT_LINK_SIZES, *, rounds_s: float = 0.25,
+                        min_rounds: int = 7, max_rounds: int = 400, overhead_ms: Mapping[str, float] | None = None,
+                        seed: int = 0) -> list[dict]:
+    """Time the hand-off ``src -> dst`` (Target objects, both in this process) at each size.
+
+    Returns one dict per size: ``nbytes, chain_ms, src_ms, dst_ms, dst_overhead_ms, handoff_ms, rounds``
+    (medians over interleaved rounds; see the module doc for the method).
+    """
+    import gc
+    import time
+
+    from placer.profile.keys import overhead_model
+
+    pc = time.perf_counter_ns
+    rng = np.random.default_rng(seed)
+    overhead_ms = dict(overhead_ms or {})
+    if dst.name not in overhead_ms:
+        ov = dst.compile(overhead_model())
+        one = {"x": np.ones([1], np.float32)}
+        for _ in range(20):
+            ov.run(one)
+        samples = []
+        for _ in range(400):
+            t0 = pc()
+            ov.run(one)
+            samples.append(pc() - t0)
+        overhead_ms[dst.name] = float(np.median(samples)) / 1e6
+        ov.close()
+    points = []
+    for nbytes in sizes:
+        n = max(int(nbytes) // 4, 1)
+        s_c = src.compile(relu_model(n, "link_src"))
+        d_c = dst.compile(relu_model(n, "link_dst"))
+        x = rng.standard_normal(n).astype(np.float32)
+        x0 = s_c.run({"x": x})["y"]  # a real source output, reused for dst-alone timing
+        chain, s_t, d_t = [], [], []
+        for _ in range(3):  # warm-up
+            d_c.run({"x": s_c.run({"x": x})["y"]})
+        gc.collect()
+        gc.disable()
+        try:
+            t_start = pc()
+            rounds = 0
+            while rounds < max_rounds:
+                t0 = pc()
+                y = s_c.run({"x": x})["y"]
+                d_c.run({"x": y})
+                t1 = pc()
+                s_c.run({"x": x})
+                t2 = pc()
+                d_c.run({"x": x0})
+                t3 = pc()
+                chain.append(t1 - t0)
+                s_t.append(t2 - t1)
+                d_t.append(t3 - t2)
+                rounds += 1
+                if rounds >= min_rounds and (pc() - t_start) / 1e9 >= rounds_s:
+                    break
+        finally:
+            gc.enable()
+        med = lambda a: float(np.median(a)) / 1e6
+        c_ms, s_ms, d_ms = med(chain), med(s_t), med(d_t)
+        points.append({
+            "nbytes": int(n * 4), "chain_ms": c_ms, "src_ms": s_ms, "dst_ms": d_ms,
+            "dst_overhead_ms": overhead_ms[dst.name], "handoff_ms": c_ms - s_ms - d_ms + overhead_ms[dst.name],
+            "rounds": rounds,
+        })
+        s_c.close()
+        d_c.close()
+    return points
+
+
+def fit_points(src_name: str, dst_name: str, points: Sequence[Mapping]) -> LinkFit:
+    """Fit measured points: ``latency = overhead(dst) + excess``, excess and slope by NNLS.
+
+    The hand-off excess ``chain - src - dst`` (what the boundary adds beyond the destination's
+    call) is fitted as ``excess_ms + nbytes * ms_per_byte`` with both >= 0; the destination's
+    call cost (measured apart) is then added to the latency, so ``latency_ms >= overhead(dst) > 0``.
+    """
+    ov = float(points[0].get("dst_overhead_ms", 0.0)) if points else 0.0
+    excess, slope = fit_link([p["nbytes"] for p in points], [p["handoff_ms"] - p.get("dst_overhead_ms", 0.0) for p in points],
+                             [0.02 * p["chain_ms"] + 0.002 for p in points])
+    return LinkFit(src_name, dst_name, ov + excess, slope, tuple(dict(p) for p in points),
+                   {"method": "overhead(dst) + NNLS of (chain - src - dst), sigma = 2% chain + 2us",
+                    "dst_overhead_ms": ov, "handoff_only_latency_ms": excess})
+
+
+def measure_link(src, dst, sizes: Sequence[int] = DEFAULT_LINK_SIZES, **kw) -> LinkFit:
+    """Measure and fit one ordered pair in this process (no isolation; the profiler isolates)."""
+    if src.name == dst.name:
+        return LinkFit(src.name, dst.name, 0.0, 0.0)
+    return fit_points(src.name, dst.name, measure_link_points(src, dst, sizes, **kw))

@@ -1,0 +1,98 @@
+"""Summary tables for profiling campaigns (what ``placer profile`` prints)."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+
+from placer.profile.campaign import CampaignResult
+
+
+def default_store_path() -> str:
+    return os.environ.get("PLACER_PROFILE_DB") or "placer-profile.db"
+
+
+def _ms(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if math.isinf(x):
+        return "inf"
+    return f"{x:.3f}"
+
+
+def summary_table(graph, res: CampaignResult, title: str | None = None):
+    """A rich Table: one row per target (signatures measured/cached/unsupported/failed, op time)."""
+    from rich.table import Table
+
+    t = Table(title=title or f"{graph.name}: {len(graph.ops)} ops, {res.unique_signatures} unique signatures")
+    segs = any(k == "segment" for tot in res.per_target.values() for (k, _o) in tot.counts)
+    cols = ["target", "measured", "cached", "unsupported", "failed", "ops unsupp.", "sum op ms (net)",
+            "overhead us", "whole model ms", "wall s"] + (["segments meas./cached"] if segs else [])
+    for col in cols:
+        t.add_column(col, justify="left" if col == "target" else "right", no_wrap=col == "target")
+    for name, tot in res.per_target.items():
+        row = [
+            name, str(tot.n("measured")), str(tot.n("cached")), str(tot.n("unsupported")), str(tot.n("failed")),
+            f"{tot.ops_unsupported}/{len(graph.ops)}", _ms(tot.op_ms),
+            "-" if tot.overhead_ms is None else f"{tot.overhead_ms * 1e3:.1f}", _ms(tot.whole_model_ms),
+            f"{tot.wall_s:.1f}",
+        ]
+        if segs:
+            row.append(f"{tot.n('measured', 'segment')}/{tot.n('cached', 'segment')}")
+        t.add_row(*row)
+    return t
+
+
+def console():
+    """stdout console; wide when not a terminal (so piped tables keep full target names)."""
+    import sys
+
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def summary_lines(res: CampaignResult) -> list[str]:
+    lines = [
+        f"measurements: {res.measured} measured, {res.cached} cached, {res.unsupported} unsupported, "
+        f"{res.failed} failed; links: {res.links_measured} measured, {res.links_cached} cached; "
+        f"wall {res.wall_s:.1f} s; store {res.store_path}"
+    ]
+    lines += [f"warning: {p}" for p in res.problems]
+    return lines
+
+
+def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None, shapes: Mapping | None,
+                    timeout_s: float, segments: int, links: bool, whole_model: bool, retry_failed: bool,
+                    progress: bool) -> int:
+    """``placer profile``: validate targets and store first (fast errors), then load and profile."""
+    from placer.devices import make_targets
+    from placer.errors import ProfileError
+    from placer.profile.campaign import profile_model
+    from placer.profile.store import ProfileStore
+
+    if not timeout_s > 0:
+        raise ProfileError(f"--timeout {timeout_s}: must be > 0")
+    tlist = make_targets(targets)
+    with ProfileStore(db or default_store_path()) as store:
+        graph, res = profile_model(model, tlist, store, shapes=shapes or None, segments=segments or False,
+                                   timeout_s=timeout_s, links=links, whole_model=whole_model,
+                                   retry_failed=retry_failed, progress=progress)
+    out = console()
+    out.print(summary_table(graph, res))
+    for line in summary_lines(res):
+        out.print(line, highlight=False)
+    return 0
+
+
+def link_table(link_model, targets: Iterable[str]):
+    from rich.table import Table
+
+    t = Table(title="links (hand-off incl. destination call cost)")
+    for col in ("src", "dst", "latency us", "us per MB", "1 MB us", "16 MB us"):
+        t.add_column(col)
+    for (a, b), f in sorted(link_model.fits.items()):
+        t.add_row(a, b, f"{f.latency_ms * 1e3:.1f}", f"{f.ms_per_byte * 1e9:.2f}",
+                  f"{f.transfer_ms(1 << 20) * 1e3:.1f}", f"{f.transfer_ms(16 << 20) * 1e3:.1f}")
+    return t

@@ -1,0 +1,235 @@
+"""The profiling worker: a long-lived process that compiles and times models for its target(s).
+
+Started by :class:`placer.profile.campaign.WorkerProcess` as::
+
+    python -m placer.profile.worker --in FD --out FD --ppid PID
+
+It talks over two inherited pipe file descriptors (stdout/stderr stay free for runtime logs).
+Each message is ``u32 header length | header JSON | u64 payload length | payload bytes``; the
+payload is a serialized ONNX model. Nothing is pickled.
+
+Requests (header ``cmd``):
+
+* ``init``: ``{"targets": [names], "registry": {kind: "module:Class"}, "preload": [names]}`` ->
+  registers plug-in kinds (test targets ...), imports the runtimes of the ``preload`` targets
+  (the campaign's other targets: the executor process has them all loaded), builds the targets,
+  pins to their cores, answers the fingerprints;
+* ``measure``: ``{"target", "seed", "timing"}`` + model bytes -> compile, warm up, time
+  ``CompiledModel.run`` (see :mod:`placer.profile.timing`); answers ``status`` ``ok`` with
+  stats, ``unsupported`` (TargetError while compiling, MemoryError) or ``error`` (raised while running);
+* ``link``: ``{"src", "dst", "sizes", "overhead_ms"}`` -> :func:`placer.devices.links.measure_link_points`;
+* ``exit``.
+
+A segfault, ``os.abort``, a hang or an OOM kill simply ends or stalls this process; the parent
+notices (EOF / timeout) and records ``crash`` / ``timeout``. The worker dies with its parent
+(``PR_SET_PDEATHSIG``), so a killed campaign leaves no orphans.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import struct
+import sys
+import time
+import traceback
+from typing import Any
+
+_HDR = struct.Struct(">I")
+_LEN = struct.Struct(">Q")
+
+
+# ---- framing (shared with the parent) -----------------------------------------------------------
+def write_msg(f, header: dict, payload: bytes = b"") -> None:
+    h = json.dumps(header, default=_json_default).encode()
+    f.write(_HDR.pack(len(h)) + h + _LEN.pack(len(payload)))
+    if payload:
+        f.write(payload)
+    f.flush()
+
+
+def _json_default(o):
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(o)
+
+
+def _read_exact(f, n: int) -> bytes:
+    chunks = []
+    while n:
+        b = f.read(n)
+        if not b:
+            raise EOFError("pipe closed")
+        chunks.append(b)
+        n -= len(b)
+    return b"".join(chunks)
+
+
+def read_msg(f) -> tuple[dict, bytes]:
+    (hl,) = _HDR.unpack(_read_exact(f, _HDR.size))
+    header = json.loads(_read_exact(f, hl))
+    (pl,) = _LEN.unpack(_read_exact(f, _LEN.size))
+    payload = _read_exact(f, pl) if pl else b""
+    return header, payload
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:500]
+
+
+# ---- the request handler (also used in-process when isolate=False) -------------------------------
+class WorkerCore:
+    """Holds the targets and answers requests; no process handling here."""
+
+    def __init__(self) -> None:
+        self.targets: dict[str, Any] = {}
+
+    def init(self, names: list[str], registry: dict[str, str] | None = None, preload: list[str] | None = None) -> dict:
+        from placer.devices import make_target
+        from placer.devices.registry import _KINDS, register_target
+
+        for kind, path in (registry or {}).items():
+            if _KINDS.get(kind) != path:
+                register_target(kind, path)
+        for name in preload or ():
+            # Import the other targets' runtimes, as the executor process will have them: a loaded
+            # runtime can slow another one's calls (onnxruntime imported doubles OpenVINO's
+            # Python-side infer() cost here), so op timings must be taken with them loaded.
+            try:
+                make_target(name).runtime_version()
+            except Exception:
+                pass
+        for name in names:
+            t = make_target(name)
+            self.targets[t.name] = t
+            if name != t.name:
+                self.targets[name] = t
+        uniq = {id(t): t for t in self.targets.values()}.values()
+        cores = set()
+        for t in uniq:
+            if t.spec.cores:
+                cores.update(t.spec.cores)
+        if cores:
+            os.sched_setaffinity(0, cores)
+        return {"status": "ok", "pid": os.getpid(), "fingerprints": {t.name: t.fingerprint_hash() for t in uniq}}
+
+    def measure(self, header: dict, payload: bytes) -> dict:
+        import onnx
+
+        from placer.errors import PlacerError
+        from placer.profile.timing import TimingConfig, random_feeds, time_compiled
+
+        target = self.targets[header["target"]]
+        cfg = TimingConfig.from_dict(header.get("timing"))
+        model = onnx.load_from_string(payload)
+        t0 = time.perf_counter()
+        try:
+            compiled = target.compile(model)
+        except MemoryError:
+            return {"status": "unsupported", "reason": f"{target.name}: out of memory while compiling"}
+        except PlacerError as exc:
+            return {"status": "unsupported", "reason": _first_line(exc)}
+        except Exception as exc:  # a runtime's own exception types
+            return {"status": "unsupported", "reason": f"{target.name}: compile failed: {type(exc).__name__}: {_first_line(exc)}"}
+        compile_ms = (time.perf_counter() - t0) * 1e3
+        try:
+            feeds = random_feeds(model, int(header.get("seed", 0)))
+            t1 = time.perf_counter()
+            compiled.run(feeds)  # first run apart: it may allocate / JIT
+            first_ms = (time.perf_counter() - t1) * 1e3
+            stats = time_compiled(compiled, feeds, cfg, prewarmed_s=first_ms / 1e3)
+            for _ in range(int(header.get("repeat", 1)) - 1):  # keep the lowest median (transient noise)
+                again = time_compiled(compiled, feeds, cfg)
+                if again.median_ms < stats.median_ms:
+                    stats = again
+        except MemoryError:
+            return {"status": "unsupported", "reason": f"{target.name}: out of memory while running"}
+        except Exception as exc:
+            return {"status": "error", "reason": f"{target.name}: run failed: {type(exc).__name__}: {_first_line(exc)}"}
+        finally:
+            try:
+                compiled.close()
+            except Exception:
+                pass
+            del compiled
+            gc.collect()
+        return {"status": "ok", "stats": stats.to_dict(), "compile_ms": compile_ms, "first_run_ms": first_ms}
+
+    def link(self, header: dict) -> dict:
+        from placer.devices.links import measure_link_points
+
+        src, dst = self.targets[header["src"]], self.targets[header["dst"]]
+        try:
+            pts = measure_link_points(src, dst, header["sizes"], overhead_ms=header.get("overhead_ms") or {},
+                                      rounds_s=float(header.get("rounds_s", 0.25)))
+        except Exception as exc:
+            return {"status": "error", "reason": f"link {src.name}->{dst.name}: {type(exc).__name__}: {_first_line(exc)}"}
+        return {"status": "ok", "points": pts}
+
+    def handle(self, header: dict, payload: bytes) -> dict:
+        cmd = header.get("cmd")
+        try:
+            if cmd == "init":
+                return self.init(header["targets"], header.get("registry"), header.get("preload"))
+            if cmd == "measure":
+                return self.measure(header, payload)
+            if cmd == "link":
+                return self.link(header)
+            if cmd == "ping":
+                return {"status": "ok"}
+            return {"status": "error", "reason": f"unknown worker command {cmd!r}"}
+        except Exception as exc:
+            return {"status": "error", "reason": f"{type(exc).__name__}: {_first_line(exc)}",
+                    "traceback": traceback.format_exc()[-2000:]}
+
+
+def _die_with_parent(ppid: int) -> None:
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+    if ppid and os.getppid() != ppid:
+        os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="placer.profile.worker")
+    ap.add_argument("--in", dest="fd_in", type=int, required=True)
+    ap.add_argument("--out", dest="fd_out", type=int, required=True)
+    ap.add_argument("--ppid", type=int, default=0)
+    args = ap.parse_args(argv)
+    _die_with_parent(args.ppid)
+    import faulthandler
+
+    faulthandler.enable()  # a segfault leaves a traceback in the worker log (the crash reason)
+    fin = os.fdopen(args.fd_in, "rb", buffering=0)
+    fout = os.fdopen(args.fd_out, "wb", buffering=0)
+    core = WorkerCore()
+    while True:
+        try:
+            header, payload = read_msg(fin)
+        except EOFError:
+            return 0
+        if header.get("cmd") == "exit":
+            write_msg(fout, {"status": "ok"})
+            return 0
+        sys.stderr.write(f"[placer worker] {header.get('cmd')} {header.get('target', '')} {header.get('key', '')}\n")
+        sys.stderr.flush()
+        reply = core.handle(header, payload)
+        write_msg(fout, reply)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""Real campaigns: squeezenet on the three default targets, links, segments, whole models."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from _profhelpers import THREE
+
+from placer.profile import (
+    OVERHEAD_KEY,
+    ProfileStore,
+    profile_graph,
+    profile_segment,
+    profile_whole_model,
+    segment_key,
+)
+from placer.profile.keys import chain_segments
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def squeeze_store(tmp_path_factory, squeezenet, fast_timing):
+    db = tmp_path_factory.mktemp("sq") / "squeezenet.db"
+    res = profile_graph(squeezenet, THREE, db, progress=False, links=True, whole_model=False, timing=fast_timing,
+                        timeout_s=120)
+    return db, res
+
+
+def test_squeezenet_every_op_measured_or_unsupported(squeeze_store, squeezenet):
+    db, res = squeeze_store
+    n_sigs = len(squeezenet.unique_signatures())
+    assert res.unique_signatures == n_sigs
+    assert res.measured + res.unsupported + res.failed == 3 * (n_sigs + 1)  # + one overhead per target
+    assert res.failed == 0, res.problems
+    with ProfileStore(db) as st:
+        for t in THREE:
+            ov = st.get(OVERHEAD_KEY, t)
+            assert ov.ok and ov.kind == "overhead" and 0 < ov.median_ms < 1.0  # stored apart, < 1 ms
+            for h, (sig, ids) in squeezenet.unique_signatures().items():
+                m = st.get(h, t)
+                assert m is not None, (t, sig.op_type)
+                if m.ok:
+                    assert m.median_ms > 0 and m.n >= 3 and m.p10_ms <= m.median_ms <= m.p90_ms
+                    assert m.net_ms == pytest.approx(max(m.median_ms - ov.median_ms, 0.0))
+                else:
+                    assert m.status == "unsupported" and m.reason
+        costs = st.op_costs(squeezenet, THREE)
+        assert len(costs) == len(squeezenet.ops) * 3
+        # every op runs somewhere; ORT runs everything
+        for op in squeezenet.ops:
+            assert not math.isinf(costs[(op.id, "onnxruntime@cpu:t1")])
+        rows = st.measurements(kind="op")
+        assert len(rows) == 3 * n_sigs and all(r["signature"] for r in rows)
+        assert st.integrity_check() == "ok"
+
+
+def test_squeezenet_rerun_measures_nothing(squeeze_store, squeezenet, fast_timing):
+    db, _ = squeeze_store
+    res = profile_graph(squeezenet, THREE, db, progress=False, links=True, whole_model=False, timing=fast_timing)
+    assert res.measured == 0 and res.links_measured == 0
+    assert res.cached == 3 * (len(squeezenet.unique_signatures()) + 1)
+    assert res.wall_s < 15
+
+
+def test_links_each_pair(squeeze_store):
+    db, _ = squeeze_store
+    with ProfileStore(db) as st:
+        lm = st.link_model(THREE)
+        names = [f"{k}@cpu:t1" for k in THREE]
+        assert len(lm.fits) == 6
+        for a in names:
+            assert lm.transfer_ms(10**6, a, a) == 0.0
+            for b in names:
+                if a == b:
+                    continue
+                f = lm.fit(a, b)
+                assert f.latency_ms > 0 and f.ms_per_byte >= 0, (a, b, f)
+                sizes = [p["nbytes"] for p in f.points]
+                assert sizes == sorted(sizes) and sizes[0] <= 1024 and sizes[-1] >= 16 << 20
+                vals = [lm.transfer_ms(n, a, b) for n in (0, 1 << 10, 1 << 20, 16 << 20)]
+                assert vals == sorted(vals)  # monotone in bytes
+
+
+def test_segment_and_whole_model(tmp_path, tiny, fast_timing):
+    db = tmp_path / "p.db"
+    segs = chain_segments(tiny, max_len=3)
+    assert segs
+    ids = segs[0]
+    got = profile_segment(tiny, ids, ["onnxruntime", "openvino"], db, timing=fast_timing)
+    assert set(got) == {"onnxruntime@cpu:t1", "openvino@cpu:t1"}
+    key = segment_key(tiny, ids)
+    for m in got.values():
+        assert m.ok and m.kind == "segment" and m.key == key and m.median_ms > 0
+    with ProfileStore(db) as st:
+        sig = st.signature(key)
+        assert sig["kind"] == "segment" and sig["signature"]["n_ops"] == len(ids)
+        n = st.count()
+    again = profile_segment(tiny, ids, ["onnxruntime", "openvino"], db, timing=fast_timing)
+    assert {k: v.timestamp for k, v in again.items()} == {k: v.timestamp for k, v in got.items()}  # cached
+    whole = profile_whole_model(tiny, ["onnxruntime"], db, timing=fast_timing)
+    m = whole["onnxruntime@cpu:t1"]
+    assert m.ok and m.kind == "model" and m.key == f"model:{tiny.model_hash}"
+    with ProfileStore(db) as st:
+        assert st.count() == n + 1
+
+
+def test_segment_key_is_structural(tiny):
+    ids = [op.id for op in tiny.ops[:2]]
+    assert segment_key(tiny, ids) == segment_key(tiny, list(reversed(ids)))
+    assert segment_key(tiny, ids) != segment_key(tiny, [op.id for op in tiny.ops[:3]])
+    assert segment_key(tiny, ids).startswith("seg:")

@@ -1,0 +1,64 @@
+"""`placer profile` / `placer bench profile` from the command line: bad inputs exit 2 with one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from _profhelpers import ROOT
+
+
+def placer(*args, cwd=None, timeout=300):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.run([sys.executable, "-m", "placer.cli", *args], cwd=cwd or ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_error(p, *needles):
+    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("placer profile: error:"), lines[0]
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_not_a_file(tmp_path):
+    one_line_error(placer("profile", str(tmp_path / "missing.onnx"), "--db", str(tmp_path / "p.db")), "missing.onnx")
+
+
+def test_not_onnx(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00\x01 definitely not a protobuf model \xff" * 20)
+    one_line_error(placer("profile", str(bad), "--db", str(tmp_path / "p.db")), "bad.onnx")
+
+
+def test_unknown_target(tmp_path):
+    one_line_error(placer("profile", "zoo:tiny", "--targets", "onnxruntime,warp-drive", "--db", str(tmp_path / "p.db")),
+                   "warp-drive")
+
+
+def test_malformed_target_and_shape(tmp_path):
+    one_line_error(placer("profile", "zoo:tiny", "--targets", "onnxruntime@gpu", "--db", str(tmp_path / "p.db")))
+    one_line_error(placer("profile", "zoo:tiny", "--shape", "x=1xA", "--db", str(tmp_path / "p.db")), "--shape")
+
+
+def test_store_not_sqlite(tmp_path):
+    db = tmp_path / "store.db"
+    db.write_text("this is a text file\n" * 50)
+    one_line_error(placer("profile", "zoo:tiny", "--targets", "onnxruntime", "--db", str(db)), "store.db", "not a SQLite")
+
+
+@pytest.mark.slow
+def test_profile_ok_then_cached(tmp_path):
+    db = str(tmp_path / "p.db")
+    p = placer("profile", "zoo:tiny", "--targets", "onnxruntime,openvino", "--db", db, "--segments", "2", "--quiet",
+               "--no-links")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "onnxruntime@cpu:t1" in p.stdout and "openvino@cpu:t1" in p.stdout and "unique signatures" in p.stdout
+    p2 = placer("profile", "zoo:tiny", "--targets", "onnxruntime,openvino", "--db", db, "--segments", "2", "--quiet",
+                "--no-links")
+    assert p2.returncode == 0 and "0 measured" in p2.stdout, p2.stdout
