@@ -48,6 +48,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     from placer.solve import solve
     from placer.tune import tune
     from placer.tune.bench import PlanBench
+    from placer.tune.tuner import assignment_key
 
     t0 = time.monotonic()
     ctx = api.prepare(ref, targets=targets, db=db)
@@ -57,9 +58,15 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     strategies = [f"single:{n}" for n in names] + ["greedy", "heft", "cpsat"]
     rows = []
     feeds = load_inputs("seed:0", graph, 4)
-    with PlanBench(feeds, rounds=5, per_round=4) as bench:
+    with PlanBench(feeds, rounds=8, per_round=5) as bench:
         keyed = {}
         for strat in strategies:
+            if strat == "greedy":  # re-price from the single-target runs measured in this bench
+                measured = bench.measure(list(keyed), rounds=3)
+                whole = {r["placement"].split(":", 1)[1]: measured[r["key"]].median_ms
+                         for r in rows if r.get("key") in measured and "note" not in r}
+                ctx = api.recalibrate(ctx, whole)
+                problem = ctx.problem
             s0 = time.monotonic()
             plan = solve(problem, "latency", strat, time_limit=solver_time_limit)
             solve_s = time.monotonic() - s0
@@ -67,13 +74,15 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                    "status": plan.stats.status, "gap": plan.stats.gap}
             if strat.startswith("single:") and len(set(plan.assignment.values())) > 1:
                 row["note"] = "falls back to another target for unsupported ops"
+            key = assignment_key(plan)  # identical placements share one compiled candidate and one measurement
+            row["key"] = key
             try:
                 mat = materialize(graph, plan)
                 row["partitions"] = len(mat.partitions)
-                bench.add(strat, mat)
-                rep = check_against_reference(graph.model, feeds, bench.outputs(strat))
+                bench.add(key, mat)
+                rep = check_against_reference(graph.model, feeds, bench.outputs(key))
                 row["numerics_ok"] = bool(rep.passed)
-                keyed[strat] = plan
+                keyed[key] = plan
             except Exception as exc:  # a plan that cannot run is a row with its error, not a crash
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             rows.append(row)
@@ -86,12 +95,12 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                 "solve_s": sum(r.solve_s for r in tuned.records), "status": "measured guard" if tuned.fell_back else "",
                 "partitions": tuned.best.n_partitions, "numerics_ok": tuned.best.numerics_ok,
                 "tuned_choice": tuned.best.label}
-        bench.add("tuned", materialize(graph, tuned.best.plan))
+        trow["key"] = assignment_key(tuned.best.plan)
+        bench.add(trow["key"], materialize(graph, tuned.best.plan))
         rows.append(trow)
-        keys = [k for k in [*keyed, "tuned"] if k in bench.candidates]
-        stats = bench.measure(keys)
+        stats = bench.measure(list(bench.candidates))
         for row in rows:
-            s = stats.get(row["placement"])
+            s = stats.get(row.get("key"))
             if s is not None:
                 row.update(measured_ms=s.median_ms, p10_ms=s.p10_ms, p90_ms=s.p90_ms)
     singles = [r for r in rows if r["placement"].startswith("single:") and "measured_ms" in r and "note" not in r]
@@ -104,7 +113,8 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
             r["speedup_vs_onnxruntime"] = ort["measured_ms"] / r["measured_ms"]
     result = {"model": graph.name, "ref": ref, "n_ops": len(graph.ops), "profile_s": prof_s, "rows": rows,
               "best_single": best_single["placement"] if best_single else None,
-              "fusion_scale": problem.provenance.get("fusion_scale")}
+              "fusion_scale": problem.provenance.get("fusion_scale"),
+              "whole_model_ms": problem.provenance.get("whole_model_ms")}
     if pipeline:
         tp = tune(graph, targets=targets, db=db, budget_s=tune_budget_s, objective="throughput",
                   out_dir=out / f"tune_tp_{graph.name}", solver_time_limit=solver_time_limit)
