@@ -77,25 +77,70 @@ def prepare(
 
     graph = model if hasattr(model, "ops") else load(model, shapes)
     tgts = make_targets(targets)
+    real = [t for t in tgts if not getattr(t, "simulated", False)]  # simulated targets are never profiled
     store = open_store(db)
-    if profile:
-        profile_graph(graph, tgts, store, timeout_s=timeout_s, progress=progress)
+    if profile and real:
+        profile_graph(graph, real, store, timeout_s=timeout_s, progress=progress)
         if whole_models:
-            profile_whole_model(graph, tgts, store, timeout_s=max(timeout_s, 120.0))
-        if len(tgts) > 1:
-            profile_links(tgts, store)
+            profile_whole_model(graph, real, store, timeout_s=max(timeout_s, 120.0))
+        if len(real) > 1:
+            profile_links(real, store)
     table = cost_table_from_store(graph, tgts, store, cost_model=cost_model)
-    links = store.link_model(tgts, missing="skip") if len(tgts) > 1 else None
+    _check_runnable(graph, table, store, tgts)
+    links = store.link_model(tgts, missing="skip") if len(tgts) > 1 and len(real) == len(tgts) else None
+    provenance = {
+        "profile_store": store.store_id,
+        "cost_model": getattr(cost_model, "model_id", None) if cost_model is not None else "measured",
+        "target_fingerprints": {t.name: t.fingerprint_hash() for t in tgts},
+    }
+    if len(real) < len(tgts):
+        links, memory_cap_bytes = _with_simulated(tgts, real, store, memory_cap_bytes, provenance)
     problem = build_problem(
         graph, table, links, calibrate=calibrate, memory_cap_bytes=memory_cap_bytes, pinned=pinned,
-        colocate=colocate,
-        provenance={
-            "profile_store": store.store_id,
-            "cost_model": getattr(cost_model, "model_id", None) if cost_model is not None else "measured",
-            "target_fingerprints": {t.name: t.fingerprint_hash() for t in tgts},
-        },
+        colocate=colocate, provenance=provenance,
     )
     return PlanningContext(graph, tgts, store, table, links, problem)
+
+
+def _check_runnable(graph, table, store, targets) -> None:
+    """An op that no target runs (a custom-domain op, a dtype no runtime has kernels for, ...) is a
+    user error: name the op, its type and each target's reason instead of an infeasible problem."""
+    from placer.errors import TargetError
+
+    bad = np.flatnonzero(~np.isfinite(np.asarray(table.cost_ms, dtype=float)).any(axis=1))
+    if not bad.size:
+        return
+    op = graph.ops[int(bad[0])]
+    reasons = []
+    for t in targets:
+        m = None if getattr(t, "simulated", False) else store.get(op.signature.hash, t)
+        why = ((m.reason or m.status) if m is not None else "not supported").strip().splitlines() or ["?"]
+        reasons.append(why[0][:200] if why[0].startswith(t.name) else f"{t.name}: {why[0][:200]}")
+    kind = f"{op.domain}::{op.op_type}" if op.domain else op.op_type
+    more = f" (and {bad.size - 1} more op(s))" if bad.size > 1 else ""
+    raise TargetError(f"op {op.id!r} ({kind}) of {graph.source or graph.name} runs on no target{more}: "
+                      + "; ".join(reasons))
+
+
+def _with_simulated(tgts, real, store, memory_cap_bytes, provenance: dict):
+    """Simulated targets (``placer.devices.sim``, issue 6): links from their specs next to the
+    measured ones, their spec memory as the default cap, and the provenance says which costs are
+    simulated. Returns ``(links, memory_cap_bytes)``; updates ``provenance`` in place."""
+    from placer.devices.links import LinkModel
+    from placer.devices.sim import spec_link_fits
+
+    measured = store.link_model(real, missing="skip") if len(real) > 1 else LinkModel({})
+    fits = dict(measured.fits)
+    fits.update({(f.src, f.dst): f for f in spec_link_fits(tgts)})
+    links = LinkModel(fits, measured.overhead_ms) if len(tgts) > 1 else None
+    caps = dict(memory_cap_bytes or {})
+    for t in tgts:
+        if getattr(t, "simulated", False) and t.name not in caps and math.isfinite(t.memory_cap_bytes):
+            caps[t.name] = float(t.memory_cap_bytes)
+    sims = [t for t in tgts if getattr(t, "simulated", False)]
+    provenance["simulated_targets"] = [t.name for t in sims]
+    provenance["simulated_specs"] = {t.name: {"spec": t.specfile.path, "sha256": t.specfile.sha} for t in sims}
+    return links, (caps or None)
 
 
 def plan(
@@ -151,3 +196,23 @@ def explain(plan, problem) -> list[dict]:
         rows.append({"op": op, "target": chosen, "reason": reason, "cost_ms": costs,
                      "gain_forgone_ms": finite[chosen] - finite[cheapest]})
     return rows
+
+
+def recalibrate(ctx: PlanningContext, whole_model_ms: Mapping[str, float]) -> PlanningContext:
+    """The same context with its problem re-priced from whole-model times measured in this session.
+
+    A whole-model profile taken earlier (or while the machine was loaded) can be far off; the
+    tuner and the experiments measure every single-target plan interleaved with the candidates,
+    and those figures are the better yardstick for the whole-model calibration
+    (:func:`placer.costing.fusion_scales`).
+    """
+    import dataclasses
+
+    from placer.costing import build_problem
+
+    table = dataclasses.replace(ctx.table, whole_model_ms={**dict(ctx.table.whole_model_ms), **dict(whole_model_ms)})
+    old = ctx.problem
+    problem = build_problem(ctx.graph, table, ctx.links, memory_cap_bytes=None, pinned=dict(old.pinned),
+                            colocate=[tuple(g) for g in old.colocate], provenance=dict(old.provenance))
+    problem = dataclasses.replace(problem, memory_cap_bytes=old.memory_cap_bytes)
+    return dataclasses.replace(ctx, table=table, problem=problem)

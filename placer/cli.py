@@ -29,7 +29,12 @@ def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
 
 
 def parse_targets(text: str | None) -> list[str] | None:
-    return [t.strip() for t in text.split(",") if t.strip()] if text else None
+    if text is None:
+        return None
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise PlacerError(f"--targets {text!r}: no target names (expected e.g. onnxruntime,openvino)")
+    return names
 
 
 # ---- devices ---------------------------------------------------------------------------------
@@ -98,9 +103,12 @@ def parse_budget(text: str) -> float:
     t = text.strip().lower()
     mult = {"s": 1, "m": 60, "h": 3600}.get(t[-1:], None)
     try:
-        return float(t[:-1]) * mult if mult else float(t)
+        seconds = float(t[:-1]) * mult if mult else float(t)
     except ValueError:
         raise PlacerError(f"--budget {text!r}: expected seconds or a duration like 90s, 10m, 1h") from None
+    if not (0 < seconds < float("inf")):
+        raise PlacerError(f"--budget {text!r}: must be a positive, finite duration like 90s, 10m, 1h")
+    return seconds
 
 
 def add_tune(sub) -> None:
@@ -125,6 +133,8 @@ def cmd_tune(args) -> int:
     from placer.tune import tune
 
     console = Console()
+    if args.trials is not None and args.trials < 1:
+        raise PlacerError(f"--trials {args.trials}: must be >= 1")
     result = tune(args.model, targets=parse_targets(args.targets), objective=args.objective,
                   budget_s=parse_budget(args.budget), out_dir=args.out, storage=args.storage, db=args.db,
                   shapes=parse_shapes(args.shape), n_trials=args.trials, seed=args.seed,
@@ -257,6 +267,8 @@ def add_profile(sub) -> None:
     p.add_argument("--no-whole-model", action="store_true", help="skip the whole-model run per target")
     p.add_argument("--retry-failed", action="store_true", help="re-measure rows that errored, timed out or crashed")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="TVM RPC tracker for tvm-rpc targets")
+    p.add_argument("--rpc-key", default=None, help="TVM RPC device key for tvm-rpc targets")
     p.set_defaults(func=cmd_profile)
     if "bench" not in sub.choices:  # `placer bench profile` (experiments/bench_profile.py)
         b = sub.add_parser("bench", help="benchmarks: `placer bench profile` times a profiling campaign")
@@ -272,6 +284,10 @@ def add_profile(sub) -> None:
 def cmd_profile(args) -> int:
     from placer.profile.report import profile_command
 
+    if args.rpc_tracker or args.rpc_key:  # tvm-rpc targets (placer.devices.rpc); workers inherit the env
+        from placer.devices.registry import configure_rpc
+
+        configure_rpc(args.rpc_tracker, args.rpc_key)
     return profile_command(args.model, targets=parse_targets(args.targets), db=args.db,
                            shapes=parse_shapes(args.shape), timeout_s=args.timeout, segments=args.segments,
                            links=not args.no_links, whole_model=not args.no_whole_model,
@@ -303,6 +319,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except PlacerError as exc:
         print(f"placer {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path given on the command line cannot be read or written (missing folder,
+        # a file where a folder is expected, permissions, disk full): the user's to fix, not a bug
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"placer {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"placer {args.command}: interrupted", file=sys.stderr)

@@ -38,7 +38,7 @@ class CostTable:
     ops: tuple[str, ...]
     targets: tuple[str, ...]
     cost_ms: np.ndarray
-    source: np.ndarray  # "measured" | "predicted" | "proxy" | "unsupported", same shape as cost_ms
+    source: np.ndarray  # "measured" | "predicted" | "proxy" | "simulated" | "unsupported", shape of cost_ms
     overhead_ms: Mapping[str, float] = field(default_factory=dict)
     whole_model_ms: Mapping[str, float] = field(default_factory=dict)
 
@@ -56,8 +56,11 @@ def cost_table_from_store(graph, targets: Sequence, store, cost_model=None) -> C
     n, m = len(graph.ops), len(names)
     cost = np.full((n, m), math.inf)
     source = np.full((n, m), "unsupported", dtype=object)
-    measured = store.op_costs(graph, targets, missing="skip")
+    measured = store.op_costs(graph, [t for t in targets if not _is_simulated(t)], missing="skip")
     for j, (t, name) in enumerate(zip(targets, names)):
+        if _is_simulated(t):  # known only by a spec (issue 6): roofline costs, never profiled
+            _fill_simulated_column(graph, t, cost[:, j], source[:, j])
+            continue
         for i, op in enumerate(graph.ops):
             if (op.id, name) in measured:
                 c = measured[(op.id, name)]
@@ -72,14 +75,30 @@ def cost_table_from_store(graph, targets: Sequence, store, cost_model=None) -> C
                     f"op {op.id!r} ({op.op_type}) of {graph.name!r} is not profiled on {name} and no cost model "
                     "was given: run `placer profile` or pass a cost model"
                 )
-    overhead = {name: float(store.overhead_ms(t, default=0.0)) for t, name in zip(targets, names)}
+    overhead = {name: 0.0 if _is_simulated(t) else float(store.overhead_ms(t, default=0.0))
+                for t, name in zip(targets, names)}
     whole = {}
     for t, name in zip(targets, names):
+        if _is_simulated(t):
+            continue
         meas = store.get(model_key(graph), t)
         if meas is not None and meas.ok:
             whole[name] = float(meas.median_ms)
     _fill_context_supported(cost, source, names, whole)
     return CostTable(tuple(op.id for op in graph.ops), names, cost, source, overhead, whole)
+
+
+def _is_simulated(target) -> bool:
+    return bool(getattr(target, "simulated", False))
+
+
+def _fill_simulated_column(graph, target, cost_col: np.ndarray, source_col: np.ndarray) -> None:
+    """Costs of a simulated target (``placer.devices.sim``): its roofline estimate of each op, which
+    already includes the spec's per-op overhead; flagged ``"simulated"`` (inf: ``"unsupported"``)."""
+    for i, op in enumerate(graph.ops):
+        c = float(target.estimate_op_ms(op))
+        cost_col[i] = c
+        source_col[i] = "simulated" if math.isfinite(c) else "unsupported"
 
 
 def _fill_context_supported(cost: np.ndarray, source: np.ndarray, names: Sequence[str], whole: Mapping[str, float]) -> None:
@@ -167,7 +186,8 @@ def build_problem(
         "fusion_scale": scales,
         "whole_model_ms": dict(table.whole_model_ms),
         "overhead_ms": dict(table.overhead_ms),
-        "cost_sources": {str(s): int((table.source == s).sum()) for s in ("measured", "predicted", "proxy", "unsupported")},
+        "cost_sources": {str(s): int((table.source == s).sum())
+                         for s in ("measured", "predicted", "proxy", "simulated", "unsupported")},
     }
     prov.update(provenance or {})
     return PlacementProblem(

@@ -11,6 +11,13 @@ Target names
 ``onnxruntime@cpu0,1:t2``. Threads default to 1 and cores to "no pinning". The canonical name
 (:attr:`TargetSpec.name`) always spells threads out (``onnxruntime@cpu:t1``) so that a target's
 identity includes its resources, as profiles measured with 1 thread do not hold for 2.
+
+Kinds that need an argument (issue 6) take it after a colon: ``KIND:ARG[@cpuCORES][:tTHREADS]``,
+e.g. ``sim:ultra96/dpu`` (a device of a spec file, :mod:`placer.devices.sim`) or
+``tvm-rpc:rk3399`` (a TVM RPC device key, :mod:`placer.devices.rpc`). ``ARG`` is letters,
+digits, ``_ . - /`` and is never ``t<digits>`` (that is the threads suffix). Their canonical
+name omits the default resources (``sim:ultra96/dpu``) and spells them otherwise
+(``tvm-rpc:rk3399@cpu:t2``); names without an argument are unchanged.
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ import numpy as np
 
 from placer.errors import TargetError
 
-_NAME_RE = re.compile(r"^(?P<kind>[a-z][a-z0-9\-]*)(@cpu(?P<cores>[0-9,]*))?(:t(?P<threads>[0-9]+))?$")
+_NAME_RE = re.compile(r"^(?P<kind>[a-z][a-z0-9\-]*)"
+                      r"(:(?!t[0-9]+(?![A-Za-z0-9_.\-/]))(?P<arg>[A-Za-z0-9_][A-Za-z0-9_.\-/]*))?"  # KIND:ARG
+                      r"(@cpu(?P<cores>[0-9,]*))?(:t(?P<threads>[0-9]+))?$")
 
 
 @dataclass(frozen=True)
@@ -39,10 +48,14 @@ class TargetSpec:
     threads: int = 1
     cores: tuple[int, ...] | None = None
     options: tuple[tuple[str, Any], ...] = field(default=())
+    arg: str | None = None  # KIND:ARG (sim:ultra96/dpu, tvm-rpc:KEY); None for plain kinds
 
     @property
     def name(self) -> str:
         cores = ",".join(str(c) for c in self.cores) if self.cores else ""
+        if self.arg is not None:
+            base = f"{self.kind}:{self.arg}"
+            return base if (self.threads == 1 and not self.cores) else f"{base}@cpu{cores}:t{self.threads}"
         return f"{self.kind}@cpu{cores}:t{self.threads}"
 
     def option(self, key: str, default: Any = None) -> Any:
@@ -50,12 +63,12 @@ class TargetSpec:
 
     @staticmethod
     def parse(text: str) -> "TargetSpec":
-        """Parse ``KIND[@cpuCORES][:tTHREADS]``; raise TargetError naming the text if malformed."""
+        """Parse ``KIND[:ARG][@cpuCORES][:tTHREADS]``; raise TargetError naming the text if malformed."""
         m = _NAME_RE.match(text.strip())
         if not m:
             raise TargetError(
-                f"malformed target name {text!r}: expected KIND[@cpuCORES][:tTHREADS], "
-                "e.g. 'onnxruntime', 'openvino@cpu1', 'tvm-llvm:t2'"
+                f"malformed target name {text!r}: expected KIND[:ARG][@cpuCORES][:tTHREADS], "
+                "e.g. 'onnxruntime', 'openvino@cpu1', 'tvm-llvm:t2', 'sim:ultra96/dpu'"
             )
         cores = None
         if m.group("cores"):
@@ -68,7 +81,7 @@ class TargetSpec:
             missing = [c for c in cores if c not in avail]
             if missing:
                 raise TargetError(f"target {text!r}: cores {missing} are not available (have {sorted(avail)})")
-        return TargetSpec(kind=m.group("kind"), threads=threads, cores=cores)
+        return TargetSpec(kind=m.group("kind"), threads=threads, cores=cores, arg=m.group("arg"))
 
 
 class CompiledModel(abc.ABC):
@@ -93,6 +106,9 @@ class Target(abc.ABC):
 
     kind: str = ""
     runtime: str = ""  # the runtime that owns partitions on this target (BYOC "Codegen")
+    #: bump when the adapter's way of calling the runtime changes what a measurement sees, so that
+    #: profiles taken with the old adapter no longer match this target's fingerprint
+    adapter_version: int = 1
 
     def __init__(self, spec: TargetSpec):
         self.spec = spec
@@ -113,6 +129,7 @@ class Target(abc.ABC):
         """Everything that changes a measurement on this target: runtime version, CPU, resources."""
         return {
             "kind": self.kind,
+            "adapter_version": self.adapter_version,
             "runtime_version": self.runtime_version(),
             "cpu": cpu_model(),
             "machine": platform.machine(),

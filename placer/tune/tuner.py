@@ -116,6 +116,36 @@ def learned_entry_ms(rows: Sequence[Mapping[str, Any]], targets: Sequence[str]) 
     return out
 
 
+def open_storage(url: str):
+    """The Optuna RDB storage at ``url``, safe when several ``placer tune`` workers open a fresh one at once.
+
+    Optuna creates its schema on first use without a lock, so two processes starting on an empty
+    database race ("table ... already exists", "UNIQUE constraint failed: alembic_version";
+    optuna#1092, #4621). The loser retries and then finds the schema. SQLite waits up to 60 s for
+    the write lock instead of the default 5 s (trials of several workers commit concurrently).
+    """
+    import random
+
+    import optuna
+    import sqlalchemy.exc
+
+    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    for attempt in range(8):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
+            if attempt == 7:
+                raise
+            time.sleep(0.1 + 0.4 * random.random())
+    raise AssertionError("unreachable")
+
+
+def sampler_seed(seed: int, *, shared: bool) -> int:
+    """The TPE seed: ``seed`` for a private study (reproducible); for a shared study (``--storage``)
+    mixed with the process id, so concurrent workers do not replay one random startup sequence."""
+    return seed if not shared else (int(seed) * 1_000_003 + os.getpid()) % (2**32)
+
+
 def tune(
     model,
     *,
@@ -153,6 +183,13 @@ def tune(
     say = progress or (lambda msg: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    storage_url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
+    try:  # a bad --storage fails now, not after profiling and the baselines
+        open_storage(storage_url)
+    except Exception as exc:  # noqa: BLE001 - sqlalchemy / optuna errors of every kind
+        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise PlacerError(f"--storage {storage_url!r}: cannot open the Optuna storage ({type(exc).__name__}: {msg})") \
+            from None
 
     graph = api.load(model, shapes) if not hasattr(model, "ops") else model
     say(f"model {graph.name}: {len(graph.ops)} ops, {len(graph.unique_signatures())} unique signatures")
@@ -223,13 +260,15 @@ def tune(
             r.measured_ms, r.p10_ms, r.p90_ms, r.throughput_rps = s.median_ms, s.p10_ms, s.p90_ms, 1000 / s.median_ms
         best_single = min(ok, key=lambda r: r.measured_ms)
         best_single_holder.append(best_single)
+        # re-price the problem from the whole-model times just measured (interleaved, same executor)
+        ctx = api.recalibrate(ctx, {r.label.split(":", 1)[1]: r.measured_ms for r in ok})
         say(f"best single target: {best_single.label} {best_single.measured_ms:.3f} ms")
 
         # ---- the study ---------------------------------------------------------------------
-        storage_url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
-        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+        sampler = optuna.samplers.TPESampler(seed=sampler_seed(seed, shared=storage is not None), n_startup_trials=4)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(storage=storage_url, study_name=f"placer-{graph.model_hash[:12]}-latency",
+        study = optuna.create_study(storage=open_storage(storage_url),
+                                    study_name=f"placer-{graph.model_hash[:12]}-latency",
                                     direction="minimize", sampler=sampler, load_if_exists=True)
         fusion = space.fusion_groups(graph)
         default_knobs = space.default_knobs(names)

@@ -1,0 +1,523 @@
+"""Remote targets over TVM RPC: compile here, run and time on a device behind a tracker.
+
+This is how AutoTVM and MetaSchedule reach boards: a *tracker* (``tvm.exec.rpc_tracker``) keeps a
+queue of *servers* (``tvm.exec.rpc_server`` on each device, registered under a *key* such as
+``rk3399``); a client asks the tracker for a session on a key, uploads a compiled library, loads
+it remotely and calls it. A :class:`RpcTarget` compiles an ONNX (sub-)model exactly as
+``tvm-llvm`` does (``import_onnx`` + the FoldConstant/FuseOps/FuseTIR pipeline, for the remote's
+LLVM target), exports the library, uploads it through one tracker session per target object,
+and runs it on the remote Relax VM.
+
+Timing: :meth:`RpcCompiled.time_run` times with the remote ``time_evaluator`` (the clock runs on
+the device, so transport is not in the measurement; remote and local agree, see
+``experiments/bench_rpc.py``); the profiling campaign uses it (``placer.profile.timing.time_compiled``
+prefers a compiled model's own ``time_run``), so op rows hold device time, net of the remote VM's
+call floor (the 1-element Add of the overhead row). :meth:`RpcCompiled.run` is a full round trip
+(inputs up when they changed, outputs back): what a caller of the remote model pays.
+
+Names and configuration
+-----------------------
+``tvm-rpc[:KEY][@cpu:tTHREADS]``: ``tvm-rpc@cpu:t1`` uses the configured key, ``tvm-rpc:rk3399``
+names the key itself. Threads only set the build's ``num-cores``; the remote runtime's thread
+pool follows the server's environment (``TVM_NUM_THREADS``). Configuration comes from the
+environment, so profiling worker subprocesses (which build targets by name) inherit it:
+
+* ``PLACER_RPC_TRACKER`` ``HOST:PORT`` of the tracker (required);
+* ``PLACER_RPC_KEY`` the device key (unless the name has one);
+* ``PLACER_RPC_TARGET`` the remote's TVM target as JSON (default: this host's ``llvm``), e.g.
+  ``{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}``;
+* ``PLACER_RPC_CC`` a cross compiler for ``export_library`` (e.g. ``aarch64-linux-gnu-g++``);
+* ``PLACER_RPC_SESSION_TIMEOUT`` seconds a session may last (default 600).
+
+:func:`configure_rpc` sets them from Python (``placer.devices.registry.configure_rpc`` too);
+``placer profile --rpc-tracker HOST:PORT --rpc-key KEY`` from the command line.
+
+The fingerprint holds the key, the tracker address, the hosts of the servers registered under
+the key (from the tracker's summary; ports left out, they change on restart), the remote target
+and the TVM version: rows measured on one board never mix with another's.
+
+Running a tracker and servers
+-----------------------------
+``python -m placer.devices.rpc tracker [--host 127.0.0.1] [--port 9190]`` and
+``python -m placer.devices.rpc server --tracker 127.0.0.1:9190 --key KEY [--host 127.0.0.1]``
+(thin wrappers over ``tvm.rpc`` that bind to loopback unless told otherwise; a TVM RPC server
+runs whatever it is sent: expose it only on a trusted network). :class:`LocalRpcCluster`
+starts both in-process on free loopback ports and tears them down with every helper process
+(tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from placer.devices.base import CompiledModel, TargetSpec
+from placer.devices.onnxruntime_target import _first_line
+from placer.devices.tvm_target import TvmLlvmTarget, import_onnx, llvm_target
+from placer.errors import TargetError
+
+ENV_TRACKER = "PLACER_RPC_TRACKER"
+ENV_KEY = "PLACER_RPC_KEY"
+ENV_TARGET = "PLACER_RPC_TARGET"
+ENV_CC = "PLACER_RPC_CC"
+ENV_TIMEOUT = "PLACER_RPC_SESSION_TIMEOUT"
+DEFAULT_SESSION_TIMEOUT_S = 600.0
+LOOPBACK = "127.0.0.1"
+
+
+# ---- configuration --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RpcConfig:
+    tracker_host: str
+    tracker_port: int
+    key: str | None
+    target_json: str | None
+    cc: str | None
+    session_timeout_s: float
+
+    @property
+    def tracker(self) -> str:
+        return f"{self.tracker_host}:{self.tracker_port}"
+
+
+def parse_hostport(text: str, what: str = "tracker") -> tuple[str, int]:
+    host, sep, port = str(text).strip().rpartition(":")
+    try:
+        if not sep or not host:
+            raise ValueError
+        return host, int(port)
+    except ValueError:
+        raise TargetError(f"{what} address {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9190") from None
+
+
+def configure_rpc(tracker: str | None = None, key: str | None = None, *, target: Mapping | str | None = None,
+                  cc: str | None = None, session_timeout_s: float | None = None) -> None:
+    """Set where ``tvm-rpc`` targets find their device. Stored in the environment
+    (``PLACER_RPC_*``) so worker subprocesses started afterwards see it; None leaves a value as is."""
+    if tracker is not None:
+        parse_hostport(tracker)
+        os.environ[ENV_TRACKER] = str(tracker)
+    if key is not None:
+        os.environ[ENV_KEY] = str(key)
+    if target is not None:
+        os.environ[ENV_TARGET] = target if isinstance(target, str) else json.dumps(dict(target), sort_keys=True)
+    if cc is not None:
+        os.environ[ENV_CC] = cc
+    if session_timeout_s is not None:
+        os.environ[ENV_TIMEOUT] = str(float(session_timeout_s))
+
+
+def rpc_config() -> RpcConfig:
+    """The current configuration; TargetError if no tracker is configured."""
+    tracker = os.environ.get(ENV_TRACKER)
+    if not tracker:
+        raise TargetError(f"tvm-rpc: no tracker configured: set {ENV_TRACKER}=HOST:PORT (and {ENV_KEY}=KEY), "
+                          "call placer.devices.registry.configure_rpc(), or pass --rpc-tracker/--rpc-key")
+    host, port = parse_hostport(tracker)
+    return RpcConfig(host, port, os.environ.get(ENV_KEY) or None, os.environ.get(ENV_TARGET) or None,
+                     os.environ.get(ENV_CC) or None,
+                     float(os.environ.get(ENV_TIMEOUT) or DEFAULT_SESSION_TIMEOUT_S))
+
+
+def tracker_summary(host: str, port: int) -> dict:
+    """The tracker's summary (servers and queues); TargetError if it cannot be reached."""
+    from tvm import rpc
+
+    try:
+        tc = rpc.connect_tracker(host, port)
+        try:
+            return tc.summary()
+        finally:
+            tc.close()
+    except Exception as exc:  # noqa: BLE001 - tvm raises many types
+        raise TargetError(f"tvm-rpc: cannot reach the tracker at {host}:{port}: {_first_line(exc)}") from None
+
+
+# ---- the target -------------------------------------------------------------------------------------
+_UPLOAD_IDS = itertools.count()
+
+
+class RpcTarget(TvmLlvmTarget):
+    """TVM Relax on a remote device behind a TVM RPC tracker (see the module docstring)."""
+
+    kind = "tvm-rpc"
+    runtime = "tvm"
+    profile_timeout_s = 120.0  # compile here + upload + remote timing
+
+    def __init__(self, spec: TargetSpec):
+        super().__init__(spec)
+        self._session = None
+        self._lock = threading.Lock()
+        self._fingerprint: dict[str, Any] | None = None
+
+    # ---- configuration
+    @property
+    def config(self) -> RpcConfig:
+        return rpc_config()
+
+    @property
+    def key(self) -> str:
+        key = self.spec.arg or self.config.key
+        if not key:
+            raise TargetError(f"{self.name}: no device key: name it (tvm-rpc:KEY) or set {ENV_KEY}")
+        return key
+
+    def tvm_target(self):
+        import tvm
+
+        cfg = self.config
+        if cfg.target_json:
+            try:
+                d = json.loads(cfg.target_json)
+            except json.JSONDecodeError as exc:
+                raise TargetError(f"{ENV_TARGET} is not JSON: {exc}") from None
+            d.setdefault("num-cores", int(self.spec.threads))
+            return tvm.target.Target(d)
+        return llvm_target(self.spec.threads, self.spec.option("mcpu"))
+
+    # ---- identity
+    def runtime_version(self) -> str:
+        import tvm
+
+        cfg = self.config
+        return f"tvm {tvm.__version__} rpc key={self.key} tracker={cfg.tracker}"
+
+    def remote_hosts(self) -> list[str]:
+        """Hosts of the servers registered under this target's key (from the tracker)."""
+        cfg = self.config
+        summary = tracker_summary(cfg.tracker_host, cfg.tracker_port)
+        hosts = sorted({str(s["addr"][0]) for s in summary.get("server_info", [])
+                        if str(s.get("key", "")).split(":", 1)[-1] == self.key})
+        return hosts
+
+    def fingerprint(self) -> dict[str, Any]:
+        if self._fingerprint is None:
+            import tvm
+
+            cfg = self.config
+            hosts = self.remote_hosts()
+            if not hosts:
+                raise TargetError(f"{self.name}: no RPC server is registered under key {self.key!r} at the tracker "
+                                  f"{cfg.tracker}")
+            self._fingerprint = {
+                "kind": self.kind,
+                "adapter_version": self.adapter_version,
+                "runtime_version": f"tvm {tvm.__version__} rpc",
+                "key": self.key,
+                "tracker": cfg.tracker,
+                "remote_hosts": hosts,
+                "remote_target": str(self.tvm_target()),
+                "threads": self.spec.threads,
+                "options": dict(self.spec.options),
+            }
+        return dict(self._fingerprint)
+
+    def pin_current_thread(self) -> None:  # the work runs remotely
+        return None
+
+    # ---- session
+    def session(self):
+        """The tracker session to this target's device (opened once, reused)."""
+        with self._lock:
+            if self._session is None:
+                from tvm import rpc
+
+                cfg = self.config
+                try:
+                    tc = rpc.connect_tracker(cfg.tracker_host, cfg.tracker_port)
+                    try:
+                        self._session = tc.request(self.key, priority=1, session_timeout=cfg.session_timeout_s,
+                                                   max_retry=3)
+                    finally:
+                        tc.close()
+                except Exception as exc:  # noqa: BLE001 - tvm raises many types
+                    raise TargetError(f"{self.name}: no RPC session for key {self.key!r} via {cfg.tracker}: "
+                                      f"{_first_line(exc)}") from None
+            return self._session
+
+    def close(self) -> None:
+        """End the session (the server then serves the next client)."""
+        with self._lock:
+            self._session = None
+
+    # ---- compile
+    def compile(self, model: Any) -> CompiledModel:
+        name = model.graph.name or "<model>"
+        mod = import_onnx(model, name)
+        ex = self.build(mod, name)
+        inits = {i.name for i in model.graph.initializer}
+        inputs = [i.name for i in model.graph.input if i.name not in inits]
+        outputs = [o.name for o in model.graph.output]
+        fname = f"placer_{os.getpid()}_{next(_UPLOAD_IDS)}.so"
+        cc = self.config.cc
+        with tempfile.TemporaryDirectory(prefix="placer-rpc-") as d:
+            path = os.path.join(d, fname)
+            try:
+                if cc:
+                    from tvm.contrib import cc as _cc
+
+                    ex.export_library(path, fcompile=_cc.cross_compiler(cc))
+                else:
+                    ex.export_library(path)
+            except Exception as exc:
+                raise TargetError(f"{self.name}: exporting {name} failed: {_first_line(exc)}") from exc
+            for attempt in range(2):  # a dropped session is reopened once
+                sess = self.session()
+                try:
+                    sess.upload(path)
+                    rlib = sess.load_module(fname)
+                    return RpcCompiled(self, sess, rlib, fname, inputs, outputs)
+                except TargetError:
+                    raise
+                except Exception as exc:
+                    self.close()
+                    if attempt:
+                        raise TargetError(f"{self.name}: remote load of {name} failed: {_first_line(exc)}") from exc
+        raise AssertionError("unreachable")
+
+
+class RpcCompiled(CompiledModel):
+    """A model loaded in a remote Relax VM."""
+
+    def __init__(self, target: RpcTarget, session, rlib, fname: str, input_names, output_names):
+        from tvm import relax
+
+        self.target = target
+        self.session = session
+        self.fname = fname
+        self.device = session.cpu(0)
+        self.rlib = rlib
+        self.vm = relax.VirtualMachine(rlib, self.device)
+        self._last_inputs: list[np.ndarray] | None = None
+        self.input_names = tuple(input_names)
+        self.output_names = tuple(output_names)
+
+    def _set_inputs(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """Send the inputs, unless they equal the ones already on the device (repeated runs on
+        the same feeds, as in profiling, then cost one call + the outputs' fetch)."""
+        import tvm
+
+        arrs = [np.ascontiguousarray(feeds[n]) for n in self.input_names]
+        last = self._last_inputs
+        if last is not None and len(last) == len(arrs) and all(
+                a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(arrs, last)):
+            return
+        args = [tvm.runtime.tensor(a, self.device) for a in arrs]
+        self.vm.set_input("main", *args)
+        self._last_inputs = [a.copy() for a in arrs]
+
+    def _outputs(self) -> dict[str, np.ndarray]:
+        out = self.vm.get_outputs("main")
+        outs = list(out) if len(self.output_names) > 1 else [out]
+        return {n: o.numpy() for n, o in zip(self.output_names, outs)}
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One remote inference: inputs sent (if changed), outputs fetched (transport included)."""
+        self._set_inputs(feeds)
+        self.vm.invoke_stateful("main")
+        return self._outputs()
+
+    def time_run(self, feeds: Mapping[str, np.ndarray], config=None):
+        """Time the model on the device with the remote ``time_evaluator`` (no transport).
+
+        Same stopping rule as :func:`placer.profile.timing.time_callable`, on samples that are each
+        the device-side mean of ``number`` calls (``number`` sized so a sample takes about
+        ``min_time_s / min_samples``): batches of ``min_samples`` samples until the median moves
+        less than ``rel_tol``, or ``max_time_s`` is spent (at least ``hard_min_samples``).
+        Returns a :class:`placer.profile.timing.TimingStats`.
+        """
+        from placer.profile.timing import TimingConfig, stats_from_samples
+
+        cfg = config or TimingConfig()
+        self._set_inputs(feeds)
+        dev = self.device
+        probe = self.vm.time_evaluator("invoke_stateful", dev, number=1, repeat=1)("main")  # also the warm-up
+        per_call = max(float(probe.mean), 1e-7)
+        per_sample = max(cfg.min_time_s / max(cfg.min_samples, 1), per_call)
+        number = int(min(max(per_sample / per_call, 1), 10000))
+        k = max(cfg.min_samples, 1)
+        if per_call * number * k > cfg.max_time_s:  # slow: only what the time cap allows
+            k = max(cfg.hard_min_samples, 1)
+        samples: list[float] = []
+        spent_s, prev, stable = 0.0, None, False
+        while True:
+            res = self.vm.time_evaluator("invoke_stateful", dev, number=number, repeat=k)("main")
+            samples += [float(r) * 1e9 for r in res.results]
+            spent_s += sum(float(r) for r in res.results) * number
+            med = float(np.median(samples))
+            if prev is not None and len(samples) >= cfg.min_samples and spent_s >= cfg.min_time_s \
+                    and abs(med - prev) <= cfg.rel_tol * prev:
+                stable = True
+                break
+            if len(samples) >= cfg.max_samples or (spent_s >= cfg.max_time_s and len(samples) >= cfg.hard_min_samples):
+                break
+            prev = med
+        return stats_from_samples(samples, warmup_n=1, sample_s=spent_s, stable=stable)
+
+    def close(self) -> None:
+        self.vm = None
+        self.rlib = None
+        self._last_inputs = None
+        try:
+            self.session.remove(self.fname)
+        except Exception:  # noqa: BLE001, S110 - the file goes with the session anyway
+            pass
+
+
+# ---- tracker / servers on this machine (tests, benchmarks, the CLI helpers) --------------------------
+def free_port(host: str = LOOPBACK) -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _tree(pid: int) -> list:
+    """psutil.Process objects of ``pid`` and its descendants (they detect pid reuse on kill)."""
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return [p] + p.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _helper_pid(obj) -> int | None:
+    proc = getattr(getattr(obj, "proc", None), "_proc", None)  # tvm.support.popen_pool.PopenWorker
+    return getattr(proc, "pid", None)
+
+
+class LocalRpcCluster:
+    """A tracker and ``n_servers`` RPC servers under ``key``, in helper processes on loopback.
+
+    >>> with LocalRpcCluster("cpu-test") as cluster:      # doctest: +SKIP
+    ...     configure_rpc(cluster.tracker, cluster.key)
+    ...     ...
+
+    ``close()`` terminates the servers and the tracker and then kills any process they left
+    (TVM's popen workers and per-session forks), so nothing outlives the cluster.
+    """
+
+    def __init__(self, key: str = "placer-local", n_servers: int = 1, host: str = LOOPBACK,
+                 server_env: Mapping[str, str] | None = None):
+        self.key = key
+        self.host = host
+        self.n_servers = n_servers
+        self.server_env = dict(server_env or {})
+        self.tracker_obj = None
+        self.servers: list = []
+
+    @property
+    def tracker(self) -> str:
+        return f"{self.host}:{self.tracker_obj.port}"
+
+    def start(self, timeout_s: float = 60.0) -> LocalRpcCluster:
+        from tvm import rpc
+        from tvm.rpc.tracker import Tracker
+
+        saved = {k: os.environ.get(k) for k in self.server_env}
+        try:
+            port = free_port(self.host)
+            self.tracker_obj = Tracker(host=self.host, port=port, port_end=port + 200, silent=True)
+            os.environ.update(self.server_env)  # inherited by the server processes
+            for _ in range(self.n_servers):
+                sp = free_port(self.host)
+                self.servers.append(rpc.Server(host=self.host, port=sp, port_end=sp + 200,
+                                               tracker_addr=(self.host, self.tracker_obj.port), key=self.key,
+                                               silent=True))
+        except Exception:
+            self.close()
+            raise
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        deadline = time.monotonic() + timeout_s
+        while True:  # wait until every server has registered
+            summary = tracker_summary(self.host, self.tracker_obj.port)
+            free = summary.get("queue_info", {}).get(self.key, {}).get("free", 0)
+            if free >= self.n_servers:
+                return self
+            if time.monotonic() > deadline:
+                self.close()
+                raise TargetError(f"RPC servers did not register with the tracker within {timeout_s:.0f}s")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        import psutil
+
+        helpers = [h for h in self.servers + [self.tracker_obj] if h is not None]
+        procs = []
+        for h in helpers:  # the helper processes and whatever they forked (session processes)
+            pid = _helper_pid(h)
+            if pid:
+                procs += _tree(pid)
+        for h in helpers:
+            with contextlib.suppress(Exception):
+                h.terminate()
+        self.servers = []
+        self.tracker_obj = None
+        for p in procs:  # terminate() kills the tree it can see; anything re-parented is killed here
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(procs, timeout=5)
+
+    def __enter__(self) -> LocalRpcCluster:  # noqa: PYI034
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# ---- command line: python -m placer.devices.rpc tracker|server ----------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m placer.devices.rpc",
+                                 description="TVM RPC tracker / server for tvm-rpc targets (loopback by default)")
+    sub = ap.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("tracker", help="run a tracker")
+    t.add_argument("--host", default=LOOPBACK, help="bind address (default 127.0.0.1)")
+    t.add_argument("--port", type=int, default=9190)
+    s = sub.add_parser("server", help="run an RPC server that registers with a tracker")
+    s.add_argument("--tracker", required=True, help="HOST:PORT of the tracker")
+    s.add_argument("--key", required=True, help="device key, e.g. rk3399")
+    s.add_argument("--host", default=LOOPBACK, help="bind address (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=9090)
+    args = ap.parse_args(argv)
+    from tvm import rpc
+    from tvm.rpc.tracker import Tracker
+
+    if args.what == "tracker":
+        proc = Tracker(host=args.host, port=args.port, port_end=args.port + 100, silent=True)
+        print(f"tracker on {args.host}:{proc.port}", flush=True)
+    else:
+        thost, tport = parse_hostport(args.tracker)
+        proc = rpc.Server(host=args.host, port=args.port, port_end=args.port + 100, tracker_addr=(thost, tport),
+                          key=args.key, silent=True)
+        print(f"server on {args.host}:{proc.port} key={args.key} tracker={args.tracker}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        proc.terminate()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Remote targets over TVM RPC on loopback: a tracker and a server started here (free ports,
+127.0.0.1), compile + upload + remote run/timing, a profiling campaign through them, clean teardown."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+from placer.devices import make_target
+from placer.devices.rpc import RpcTarget, rpc_config
+from placer.errors import TargetError
+
+
+@pytest.fixture(scope="module")
+def tiny_graph():
+    from placer import api
+
+    return api.load("zoo:tiny")
+
+
+def test_cluster_is_loopback(rpc_cluster):
+    from placer.devices.rpc import tracker_summary
+
+    host, port = rpc_cluster.tracker.split(":")
+    assert host == "127.0.0.1"
+    info = tracker_summary(host, int(port))
+    servers = [s for s in info["server_info"] if s["key"].endswith(":placer-test")]
+    assert len(servers) == 1 and servers[0]["addr"][0] == "127.0.0.1"
+    cfg = rpc_config()
+    assert (cfg.tracker, cfg.key) == (rpc_cluster.tracker, "placer-test")
+
+
+def test_remote_compile_run_and_time(rpc_cluster, tiny_graph):
+    from placer.profile.timing import TimingConfig, random_feeds
+
+    t = make_target("tvm-rpc")
+    assert isinstance(t, RpcTarget) and t.name == "tvm-rpc@cpu:t1"
+    fp = t.fingerprint()
+    assert fp["key"] == "placer-test" and fp["tracker"] == rpc_cluster.tracker and fp["remote_hosts"] == ["127.0.0.1"]
+    named = make_target("tvm-rpc:placer-test")
+    assert named.name == "tvm-rpc:placer-test" and named.key == "placer-test"
+    model = tiny_graph.model
+    feeds = random_feeds(model, 0)
+    remote = t.compile(model)
+    local = make_target("tvm-llvm").compile(model)
+    try:
+        out, ref = remote.run(feeds), local.run(feeds)
+        assert out.keys() == ref.keys()
+        for k in out:
+            np.testing.assert_allclose(out[k], ref[k], rtol=1e-5, atol=1e-6)
+        # inputs that changed are sent again
+        feeds2 = {k: v + 1 for k, v in feeds.items()}
+        np.testing.assert_allclose(remote.run(feeds2)[k], local.run(feeds2)[k], rtol=1e-5, atol=1e-6)
+        stats = remote.time_run(feeds, TimingConfig(max_time_s=0.05, batch_s=0.005))
+        assert stats.n >= 3 and 0 < stats.median_ms < 20.0
+    finally:
+        remote.close()
+        local.close()
+        t.close()
+
+
+def test_no_server_for_key(rpc_cluster):
+    with pytest.raises(TargetError, match="no RPC server is registered under key 'nobody'"):
+        make_target("tvm-rpc:nobody").fingerprint()
+
+
+def test_unconfigured(monkeypatch):
+    monkeypatch.delenv("PLACER_RPC_TRACKER", raising=False)
+    with pytest.raises(TargetError, match="no tracker configured"):
+        make_target("tvm-rpc").runtime_version()
+
+
+def test_profile_campaign_through_rpc(rpc_cluster, run_placer, tmp_path, tiny_graph):
+    """`placer profile --rpc-tracker --rpc-key` profiles every op on the remote device (worker
+    subprocess, config through the environment) into a fresh store."""
+    from placer.profile import ProfileStore
+
+    db = tmp_path / "rpc.db"
+    p = run_placer("profile", "zoo:tiny", "--targets", "tvm-rpc", "--db", db, "--quiet", "--no-links",
+                   "--rpc-tracker", rpc_cluster.tracker, "--rpc-key", rpc_cluster.key, timeout=240)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    t = make_target("tvm-rpc")
+    with ProfileStore(db) as st:
+        targets = st.targets()
+        assert [r["name"] for r in targets] == ["tvm-rpc@cpu:t1"]
+        assert targets[0]["hash"] == t.fingerprint_hash()  # same device identity here and in the worker
+        fp = targets[0]["fingerprint"]
+        assert fp["key"] == "placer-test" and fp["remote_hosts"] == ["127.0.0.1"]
+        costs = st.op_costs(tiny_graph, [t])
+        assert len(costs) == len(tiny_graph.ops)
+        assert all(math.isfinite(c) and 0 <= c < 50.0 for c in costs.values()), costs
+        rows = st.measurements(target=t, kind="op")
+        assert rows and all(r["status"] == "ok" for r in rows)
+        assert all(0 < r["median_ms"] < 50.0 for r in rows), rows
+        overhead = st.overhead_ms(t)
+        assert 0 < overhead < 1.0  # the remote VM's call floor (device clock: no round trip in it)
+        op_rows = {r["key"]: r for r in rows}
+        assert all(r["n"] >= 3 for r in op_rows.values())
+    # the CLI process and its workers are gone; the server is free for the next session
+    again = make_target("tvm-rpc")
+    c = again.compile(tiny_graph.single_op_model(tiny_graph.ops[0].id))
+    c.close()
+    again.close()
+    assert os.environ["PLACER_RPC_KEY"] == "placer-test"
