@@ -53,8 +53,9 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
     from placer.solve import solve
     from placer.tune import space
     from placer.tune.bench import PlanBench
-    from placer.tune.tuner import TrialRecord, TuneResult, _write_outputs, assignment_key
-    from placer.run.numerics import load_inputs
+    from placer.tune.tuner import (TrialRecord, TuneResult, _write_outputs, assignment_key, open_storage,
+                                   sampler_seed)
+    from placer.run.numerics import check_against_reference, load_inputs
 
     graph = ctx.graph
     cores = sorted(os.sched_getaffinity(0))
@@ -77,6 +78,9 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
                 try:
                     mat = materialize(graph, {op.id: name for op in graph.ops})
                     bench.add(name, mat)
+                    report = check_against_reference(graph.model, feeds, bench.outputs(name))
+                    if not report.passed:  # every measured candidate is checked, baselines included
+                        raise PlacerError(f"numerics check failed: {report.failures()[0].name}")
                     base_names[name] = mat
                 except PlacerError as exc:
                     say(f"baseline {name}: {exc}")
@@ -96,9 +100,10 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
     # ---- study over the per-core runtime choice ---------------------------------------------
     storage_url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(storage=storage_url, study_name=f"placer-{graph.model_hash[:12]}-throughput",
-                                direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=3),
-                                load_if_exists=True)
+    sampler = optuna.samplers.TPESampler(seed=sampler_seed(seed, shared=storage is not None), n_startup_trials=3)
+    study = optuna.create_study(storage=open_storage(storage_url),
+                                study_name=f"placer-{graph.model_hash[:12]}-throughput",
+                                direction="maximize", sampler=sampler, load_if_exists=True)
     fusion = space.fusion_groups(graph)
     usable = [k for k in kinds if not k.startswith("tvm")] or kinds
     by_key: dict[str, TrialRecord] = {}
