@@ -1,0 +1,205 @@
+"""Solver benchmarks.
+
+``python experiments/bench_solver.py stg [--time-limit 10] [--filter 100/]``
+    The STG instances of ``/work/shared/benchmarks/stg`` (P|prec|Cmax: identical targets, zero
+    transfer cost): latency-mode ``cpsat`` must reach and prove every optimum of ``optima.csv``.
+    Prints instance, p, optimum, found, proved, time.
+
+``python experiments/bench_solver.py random [--sizes 100,500,2000,5000] [--targets 2,4,8]``
+    Random layered DAGs (:func:`random_layered`), both modes: ``cpsat`` wall time, gap to its
+    proven lower bound, and the ratio of its objective to HEFT's (latency: makespan; pipeline:
+    bottleneck, HEFT's assignment repaired into a pipeline). ``--workers`` sets CP-SAT's
+    ``num_workers`` (default 2); ``--unsupported`` the fraction of ops each target but the first
+    lacks (default 0.1).
+
+Timings are wall-clock on a shared machine: other jobs running at the same time make them noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from placer.problem import PlacementProblem, Tensor
+
+STG_ROOT = Path(os.environ.get("PLACER_STG_ROOT", "/work/shared/benchmarks/stg"))
+
+
+# ---------------------------------------------------------------------- problem generators
+def load_stg(path: str | os.PathLike, processors: int) -> PlacementProblem:
+    """An STG task graph as a latency problem on ``processors`` identical targets, free transfers.
+
+    Task ``0`` (dummy entry) is dropped; the dummy exit task is kept (cost 0). Each task produces
+    one tensor read by all its successors.
+    """
+    tasks: dict[int, tuple[int, list[int]]] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            fields = [int(x) for x in line.split()]
+            tasks[fields[0]] = (fields[1], [q for q in fields[3:3 + fields[2]] if q != 0])
+    ids = sorted(tasks)
+    succ: dict[int, list[int]] = {i: [] for i in ids}
+    for i in ids:
+        for q in tasks[i][1]:
+            succ[q].append(i)
+    cost = np.array([[float(tasks[i][0])] * processors for i in ids])
+    tensors = [Tensor(f"out{i}", f"task{i}", tuple(f"task{j}" for j in succ[i])) for i in ids if succ[i]]
+    return PlacementProblem(ops=[f"task{i}" for i in ids], targets=[f"p{j}" for j in range(processors)],
+                            cost_ms=cost, tensors=tensors,
+                            provenance={"benchmark": "stg", "instance": str(path), "processors": processors})
+
+
+def stg_optima(root: Path = STG_ROOT) -> list[tuple[str, int, int]]:
+    """``(instance, processors, optimal_makespan)`` rows of ``optima.csv``."""
+    with open(root / "optima.csv", encoding="utf-8") as f:
+        return [(r["instance"], int(r["processors"]), int(r["optimal_makespan"])) for r in csv.DictReader(f)]
+
+
+def random_layered(n_ops: int, n_targets: int, seed: int = 0, *, p_unsupported: float = 0.1,
+                   skip_prob: float = 0.1) -> PlacementProblem:
+    """A random layered DAG placement problem with heterogeneous targets.
+
+    * ``round(2 sqrt(n))`` layers of random width; every op after the first layer reads the output
+      of 1-3 ops of the previous layer and, with probability ``skip_prob``, one of an earlier layer.
+      Each op produces one tensor (log-uniform 16 KB - 4 MB) read by all its successors.
+    * Base op cost log-normal (median 0.2 ms); target ``d`` is ``speed_d`` times faster
+      (target 0 = 1, others uniform in [0.4, 2.5]) with per-(op, target) log-normal noise
+      (sigma 0.4); targets other than 0 lack a fraction ``p_unsupported`` of the ops.
+    * Links: 20 us latency + 1 ms / 10 MB (about 10 GB/s), charged to both sides; partition entry
+      overhead 5 us on every target.
+    """
+    rng = np.random.default_rng(seed)
+    n, t = n_ops, n_targets
+    n_layers = max(2, min(n, round(2 * math.sqrt(n))))
+    cuts = np.sort(rng.choice(np.arange(1, n), size=n_layers - 1, replace=False))
+    layer_of = np.searchsorted(cuts, np.arange(n), side="right")
+    layers = [np.flatnonzero(layer_of == li) for li in range(n_layers)]
+    ops = [f"op{i}" for i in range(n)]
+    preds: list[set[int]] = [set() for _ in range(n)]
+    for li in range(1, n_layers):
+        prev = layers[li - 1]
+        for v in layers[li]:
+            k = int(min(len(prev), rng.integers(1, 4)))
+            preds[v].update(int(u) for u in rng.choice(prev, size=k, replace=False))
+            if li >= 2 and rng.random() < skip_prob:
+                earlier = np.concatenate(layers[:li - 1])
+                preds[v].add(int(rng.choice(earlier)))
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for v in range(n):
+        for u in preds[v]:
+            succs[u].append(v)
+    base = rng.lognormal(np.log(0.2), 0.8, size=n)
+    speed = np.concatenate([[1.0], rng.uniform(0.4, 2.5, size=t - 1)])
+    cost = base[:, None] / speed[None, :] * rng.lognormal(0.0, 0.4, size=(n, t))
+    cost = np.round(cost, 4)
+    unsupported = rng.random((n, t)) < p_unsupported
+    unsupported[:, 0] = False
+    cost[unsupported] = np.inf
+    tensors = []
+    for u in range(n):
+        nbytes = int(np.exp(rng.uniform(np.log(16e3), np.log(4e6))))
+        tensors.append(Tensor(f"t{u}", ops[u], tuple(ops[v] for v in sorted(succs[u])), nbytes))
+    tensors.append(Tensor("input", None, tuple(ops[v] for v in layers[0]), 600_000))
+    return PlacementProblem(
+        ops=ops, targets=[f"dev{d}" for d in range(t)], cost_ms=cost, tensors=tensors,
+        link_latency_ms=0.02, link_ms_per_byte=1e-7, link_charge="both", partition_overhead_ms=0.005,
+        provenance={"benchmark": "random_layered", "n_ops": n, "n_targets": t, "seed": seed},
+    )
+
+
+# ---------------------------------------------------------------------- commands
+def cmd_stg(args: argparse.Namespace) -> int:
+    from placer.solve import solve
+
+    rows = [r for r in stg_optima() if args.filter in r[0]]
+    print(f"{'instance':<18} {'p':>3} {'optimum':>8} {'found':>8} {'proved':>7} {'time_s':>7}")
+    failures = 0
+    total = 0.0
+    for inst, procs, opt in rows:
+        problem = load_stg(STG_ROOT / inst, procs)
+        t0 = time.monotonic()
+        plan = solve(problem, "latency", "cpsat", time_limit=args.time_limit, seed=args.seed,
+                     num_workers=args.workers)
+        dt = time.monotonic() - t0
+        plan.validate(problem)
+        total += dt
+        proved = plan.stats.status == "OPTIMAL" and abs(plan.makespan_ms - opt) < 1e-6
+        failures += not proved
+        print(f"{inst:<18} {procs:>3} {opt:>8} {plan.makespan_ms:>8.0f} {'yes' if proved else 'NO':>7} {dt:>7.2f}",
+              flush=True)
+    print(f"# {len(rows) - failures}/{len(rows)} optima reached and proved; total {total:.1f} s, "
+          f"num_workers={args.workers}, time_limit={args.time_limit} s")
+    return 1 if failures else 0
+
+
+def cmd_random(args: argparse.Namespace) -> int:
+    from placer.solve import solve
+
+    sizes = [int(x) for x in args.sizes.split(",")]
+    targets = [int(x) for x in args.targets.split(",")]
+    modes = args.modes.split(",")
+    print(f"{'mode':<9} {'ops':>5} {'T':>2} {'status':<9} {'wall_s':>7} {'gap_%':>7} {'obj_ms':>10} "
+          f"{'heft_ms':>10} {'cpsat/heft':>10} {'heft_s':>7} {'coarse':>7} source")
+    for mode in modes:
+        for n in sizes:
+            for t in targets:
+                problem = random_layered(n, t, seed=args.seed, p_unsupported=args.unsupported)
+                t0 = time.monotonic()
+                hplan = solve(problem, mode, "heft")
+                heft_s = time.monotonic() - t0
+                t0 = time.monotonic()
+                plan = solve(problem, mode, "cpsat", time_limit=args.time_limit, seed=args.seed,
+                             num_workers=args.workers)
+                wall = time.monotonic() - t0
+                plan.validate(problem)
+                hplan.validate(problem)
+                key = (lambda p: p.makespan_ms) if mode == "latency" else (lambda p: p.bottleneck_ms)
+                obj, hobj = key(plan), key(hplan)
+                gap = plan.stats.gap
+                coarse = plan.coarsening["n_coarse_ops"] if plan.coarsening else "-"
+                print(f"{mode:<9} {n:>5} {t:>2} {plan.stats.status:<9} {wall:>7.2f} "
+                      f"{100 * gap if gap is not None else math.nan:>7.2f} {obj:>10.3f} {hobj:>10.3f} "
+                      f"{obj / hobj:>10.4f} {heft_s:>7.2f} {coarse!s:>7} {plan.stats.extra.get('source', '')}",
+                      flush=True)
+    print(f"# time_limit={args.time_limit} s, num_workers={args.workers}, seed={args.seed}, "
+          f"unsupported={args.unsupported}; gap is relative to the solver's proven lower bound")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("stg", help="STG optima (latency mode, identical targets)")
+    a.add_argument("--time-limit", type=float, default=10.0)
+    a.add_argument("--filter", default="", help="substring of the instance path")
+    a.add_argument("--workers", type=int, default=2)
+    a.add_argument("--seed", type=int, default=0)
+    a.set_defaults(func=cmd_stg)
+    b = sub.add_parser("random", help="random layered DAGs, both modes, vs HEFT")
+    b.add_argument("--sizes", default="100,500,2000,5000")
+    b.add_argument("--targets", default="2,4,8")
+    b.add_argument("--modes", default="latency,pipeline")
+    b.add_argument("--time-limit", type=float, default=10.0)
+    b.add_argument("--workers", type=int, default=2)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--unsupported", type=float, default=0.1,
+                   help="fraction of ops each non-reference target lacks (default 0.1)")
+    b.set_defaults(func=cmd_random)
+    args = ap.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,788 @@
+"""The placement problem: ops, tensors, targets, costs, links, memory, pins and colocation.
+
+A :class:`PlacementProblem` is the single input of every solver (``placer.solve.solve``). It is a
+frozen value validated on construction; every error names the op, tensor or target at fault and
+is a :class:`~placer.errors.ProblemError`. It can be built from arrays (what ``placer.problem``
+builders do from an OpGraph and a cost model) or from a JSON file (``docs/problem_json.md``), so
+users can bring their own costs.
+
+Model
+-----
+* ``ops`` are stored in a topological order of the precedence edges. If the order given is not
+  topological, a stable topological sort (Kahn, smallest original index first) is applied and the
+  rows of ``cost_ms`` / ``weight_bytes`` are permuted with the ops.
+* Edges are derived from ``tensors``: ``producer -> consumer`` for each consumer. A tensor with
+  ``producer=None`` is a model input: it is available on every target at time 0 and costs nothing
+  to read. A tensor with no consumers is a model output and costs nothing to keep.
+* ``cost_ms[i, d]`` is the time of op ``ops[i]`` on target ``targets[d]``; ``np.inf`` means
+  unsupported. Costs must be >= 0 and not NaN.
+* Moving tensor ``k`` from target ``a`` to target ``b`` (``a != b``) takes
+  ``link_ms(k, a, b) = link_latency_ms[a, b] + nbytes_k * link_ms_per_byte[a, b]``; ``0`` when
+  ``a == b``. A tensor read by several ops on one target crosses to that target **once**: transfers
+  are per ``(tensor, destination target)``, never per consuming edge.
+* Entering a target costs ``partition_overhead_ms[b]`` once per tensor received on ``b`` (the
+  receiving runtime's call / hand-off overhead). Default 0.
+* ``link_charge[a][b]`` in ``{"sender", "receiver", "both"}`` says which side of an ``a -> b``
+  copy is busy during it. It matters in pipeline mode only (which stage's time includes the copy);
+  in latency mode a copy always delays its consumers by ``link_ms + partition_overhead_ms[b]``,
+  occupies no target, and links have unlimited concurrency. Default ``"both"``: without a measured
+  split the copy is assumed to keep both the sending and the receiving worker busy, which never
+  under-predicts a stage time.
+* Memory: the ``weight_bytes`` of the ops placed on target ``d`` must sum to at most
+  ``memory_cap_bytes[d]`` (``np.inf`` = no cap).
+* ``pinned[op] = target`` forces a placement; each group of ``colocate`` must share one target
+  (overlapping groups are merged).
+
+Examples
+--------
+>>> import numpy as np
+>>> p = PlacementProblem(
+...     ops=["a", "b"], targets=["cpu", "gpu"],
+...     cost_ms=np.array([[2.0, 1.0], [3.0, np.inf]]),
+...     tensors=[Tensor("t", "a", ("b",), nbytes=1000)],
+...     link_latency_ms=0.1)
+>>> p.transfer_ms("t", "gpu", "cpu")
+0.1
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from placer.errors import ProblemError
+
+__all__ = ["LINK_CHARGES", "PlacementProblem", "Tensor"]
+
+#: Valid values of ``link_charge``.
+LINK_CHARGES = ("sender", "receiver", "both")
+#: Integer codes for ``link_charge`` used by the solvers: bit 1 = sender pays, bit 2 = receiver pays.
+_CHARGE_CODE = {"sender": 1, "receiver": 2, "both": 3}
+
+_JSON_KEYS = {
+    "version", "ops", "targets", "cost_ms", "tensors", "links", "memory_cap_bytes", "weight_bytes",
+    "pinned", "colocate", "partition_overhead_ms", "provenance",
+}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor flowing along precedence edges.
+
+    Parameters
+    ----------
+    name : str
+        Unique tensor name.
+    producer : str or None
+        Op producing it; ``None`` for a model input.
+    consumers : tuple of str
+        Ops reading it (duplicates are dropped); empty for a model output nobody reads.
+    nbytes : int
+        Size in bytes (drives ``link_ms_per_byte``).
+    """
+
+    name: str
+    producer: str | None
+    consumers: tuple[str, ...] = ()
+    nbytes: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "consumers", tuple(dict.fromkeys(self.consumers)))
+
+
+def _float_array(value: Any, shape: tuple[int, ...], what: str, default: float) -> np.ndarray:
+    """Broadcast ``value`` (None, scalar or array-like) to a read-only float array of ``shape``."""
+    if value is None:
+        arr = np.full(shape, default, dtype=float)
+    else:
+        try:
+            arr = np.array(value, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise ProblemError(f"{what}: not numeric ({exc})") from None
+        if arr.ndim == 0:
+            arr = np.full(shape, float(arr), dtype=float)
+        if arr.shape != shape:
+            raise ProblemError(f"{what}: shape {arr.shape}, expected {shape}")
+    arr = np.array(arr, dtype=float)
+    arr.setflags(write=False)
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class PlacementProblem:
+    """A placement problem (see the module docstring for the semantics).
+
+    Parameters
+    ----------
+    ops : sequence of str
+        Op names (unique). Stored in a topological order (sorted stably if needed).
+    targets : sequence of str
+        Target names (unique). Their order is the priority order used by baselines.
+    cost_ms : array-like, shape (n_ops, n_targets)
+        Time of each op on each target in ms; ``np.inf`` = unsupported.
+    tensors : sequence of Tensor
+        Tensors; they define the precedence edges.
+    link_latency_ms, link_ms_per_byte : float or array-like (n_targets, n_targets)
+        Link model (diagonal ignored). Default 0.
+    link_charge : str or (n_targets, n_targets) nested sequence of str
+        ``"sender"``, ``"receiver"`` or ``"both"`` per (src, dst) pair. Default ``"both"``.
+    memory_cap_bytes : float or array-like (n_targets,)
+        Memory cap per target; ``np.inf`` = none (default).
+    weight_bytes : float or array-like (n_ops,)
+        Weight bytes per op (default 0).
+    pinned : mapping op -> target
+        Forced placements.
+    colocate : sequence of sequences of op
+        Groups of ops that must share one target.
+    partition_overhead_ms : float or array-like (n_targets,)
+        Entry cost charged once per tensor received on a target (default 0).
+    provenance : mapping
+        Free metadata (model hash, cost-model id, ...), copied into every Plan.
+
+    Raises
+    ------
+    ProblemError
+        On any malformed or provably infeasible input; the message names the op/tensor/target.
+    """
+
+    ops: tuple[str, ...]
+    targets: tuple[str, ...]
+    cost_ms: np.ndarray
+    tensors: tuple[Tensor, ...] = ()
+    link_latency_ms: Any = None
+    link_ms_per_byte: Any = None
+    link_charge: Any = "both"
+    memory_cap_bytes: Any = None
+    weight_bytes: Any = None
+    pinned: Mapping[str, str] = field(default_factory=dict)
+    colocate: tuple[tuple[str, ...], ...] = ()
+    partition_overhead_ms: Any = None
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ construction / validation
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        ops = tuple(str(o) for o in self.ops)
+        targets = tuple(str(t) for t in self.targets)
+        if not ops:
+            raise ProblemError("problem has no ops")
+        if not targets:
+            raise ProblemError("problem has no targets")
+        for what, names in (("op", ops), ("target", targets)):
+            seen: set[str] = set()
+            for name in names:
+                if name in seen:
+                    raise ProblemError(f"duplicate {what} name {name!r}")
+                seen.add(name)
+        n, t = len(ops), len(targets)
+        op_index = {o: i for i, o in enumerate(ops)}
+        tgt_index = {d: j for j, d in enumerate(targets)}
+
+        # costs
+        try:
+            cost = np.array(self.cost_ms, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise ProblemError(f"cost_ms: not numeric ({exc})") from None
+        if cost.shape != (n, t):
+            raise ProblemError(f"cost_ms: shape {cost.shape}, expected (n_ops={n}, n_targets={t})")
+        bad = np.argwhere(np.isnan(cost) | (cost < 0))
+        if len(bad):
+            i, j = bad[0]
+            raise ProblemError(f"cost of op {ops[i]!r} on target {targets[j]!r} is {cost[i, j]}: "
+                               "costs must be >= 0 (inf = unsupported), not NaN")
+        for i in range(n):
+            if not np.isfinite(cost[i]).any():
+                raise ProblemError(f"op {ops[i]!r} is supported on no target (all costs inf)")
+
+        # tensors
+        tensors: list[Tensor] = []
+        seen_t: set[str] = set()
+        for tensor in self.tensors:
+            if isinstance(tensor, Mapping):
+                tensor = Tensor(**tensor)
+            if not isinstance(tensor, Tensor):
+                raise ProblemError(f"tensors: expected Tensor, got {type(tensor).__name__}")
+            if tensor.name in seen_t:
+                raise ProblemError(f"duplicate tensor name {tensor.name!r}")
+            seen_t.add(tensor.name)
+            if tensor.producer is not None and tensor.producer not in op_index:
+                raise ProblemError(f"tensor {tensor.name!r}: unknown producer op {tensor.producer!r}")
+            for c in tensor.consumers:
+                if c not in op_index:
+                    raise ProblemError(f"tensor {tensor.name!r}: unknown consumer op {c!r}")
+                if c == tensor.producer:
+                    raise ProblemError(f"cycle: op {c!r} consumes its own tensor {tensor.name!r}")
+            nbytes = tensor.nbytes
+            try:
+                ok = not isinstance(nbytes, bool) and float(nbytes).is_integer()
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ProblemError(f"tensor {tensor.name!r}: nbytes {nbytes!r} is not an integer")
+            if int(nbytes) < 0:
+                raise ProblemError(f"tensor {tensor.name!r}: negative nbytes {nbytes}")
+            tensors.append(Tensor(tensor.name, tensor.producer, tuple(tensor.consumers), int(nbytes)))
+
+        # topological order (stable Kahn); name a cycle if there is one
+        succ: list[set[int]] = [set() for _ in range(n)]
+        for tensor in tensors:
+            if tensor.producer is not None:
+                u = op_index[tensor.producer]
+                for c in tensor.consumers:
+                    succ[u].add(op_index[c])
+        indeg = [0] * n
+        for u in range(n):
+            for v in succ[u]:
+                indeg[v] += 1
+        heap = [i for i in range(n) if indeg[i] == 0]
+        heapq.heapify(heap)
+        order: list[int] = []
+        while heap:
+            u = heapq.heappop(heap)
+            order.append(u)
+            for v in succ[u]:
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    heapq.heappush(heap, v)
+        if len(order) < n:
+            raise ProblemError(f"cycle among ops: {_find_cycle(ops, succ, indeg)}")
+        if order != list(range(n)):
+            ops = tuple(ops[i] for i in order)
+            cost = cost[order]
+            op_index = {o: i for i, o in enumerate(ops)}
+        cost.setflags(write=False)
+
+        # links
+        lat = _float_array(self.link_latency_ms, (t, t), "link_latency_ms", 0.0)
+        per_byte = _float_array(self.link_ms_per_byte, (t, t), "link_ms_per_byte", 0.0)
+        if t:
+            lat, per_byte = np.array(lat), np.array(per_byte)
+            np.fill_diagonal(lat, 0.0)  # a target never copies to itself
+            np.fill_diagonal(per_byte, 0.0)
+            lat.setflags(write=False)
+            per_byte.setflags(write=False)
+        for what, arr in (("link_latency_ms", lat), ("link_ms_per_byte", per_byte)):
+            bad = np.argwhere(~np.isfinite(arr) | (arr < 0))
+            if len(bad):
+                a, b = bad[0]
+                raise ProblemError(f"{what}[{targets[a]!r} -> {targets[b]!r}] = {arr[a, b]}: "
+                                   "must be finite and >= 0")
+        charge = self.link_charge
+        if isinstance(charge, str):
+            charge = [[charge] * t for _ in range(t)]
+        try:
+            charge = tuple(tuple(str(x) for x in row) for row in charge)
+        except TypeError:
+            raise ProblemError("link_charge: expected a string or a n_targets x n_targets matrix") from None
+        if len(charge) != t or any(len(row) != t for row in charge):
+            raise ProblemError(f"link_charge: expected a string or a {t} x {t} matrix of strings")
+        for a in range(t):
+            for b in range(t):
+                if charge[a][b] not in LINK_CHARGES:
+                    raise ProblemError(f"link_charge[{targets[a]!r} -> {targets[b]!r}] = "
+                                       f"{charge[a][b]!r}: expected one of {LINK_CHARGES}")
+
+        # memory
+        caps = _float_array(self.memory_cap_bytes, (t,), "memory_cap_bytes", math.inf)
+        weights = _float_array(self.weight_bytes, (len(self.ops),), "weight_bytes", 0.0)
+        if order != list(range(n)):
+            weights = np.array(weights[order])
+            weights.setflags(write=False)
+        for j in range(t):
+            if np.isnan(caps[j]) or caps[j] < 0:
+                raise ProblemError(f"memory cap of target {targets[j]!r} is {caps[j]}: must be >= 0")
+        for i in range(n):
+            if not np.isfinite(weights[i]) or weights[i] < 0:
+                raise ProblemError(f"weight_bytes of op {ops[i]!r} is {weights[i]}: must be finite, >= 0")
+        overhead = _float_array(self.partition_overhead_ms, (t,), "partition_overhead_ms", 0.0)
+        for j in range(t):
+            if not np.isfinite(overhead[j]) or overhead[j] < 0:
+                raise ProblemError(f"partition_overhead_ms of target {targets[j]!r} is {overhead[j]}: "
+                                   "must be finite and >= 0")
+
+        # pins
+        pinned = dict(self.pinned or {})
+        for op, tgt in pinned.items():
+            if op not in op_index:
+                raise ProblemError(f"pinned: unknown op {op!r}")
+            if tgt not in tgt_index:
+                raise ProblemError(f"pinned: op {op!r} pinned to unknown target {tgt!r}")
+            if not np.isfinite(cost[op_index[op], tgt_index[tgt]]):
+                raise ProblemError(f"op {op!r} is pinned to target {tgt!r}, which does not support it")
+
+        # colocation groups (merge overlapping ones with a union-find)
+        parent = list(range(n))
+
+        def find(x: int) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        in_group = [False] * n
+        for group in self.colocate or ():
+            if isinstance(group, str):
+                raise ProblemError(f"colocate: expected a list of op names, got the string {group!r}")
+            members = []
+            for op in group:
+                if op not in op_index:
+                    raise ProblemError(f"colocate: unknown op {op!r}")
+                members.append(op_index[op])
+            for m in members:
+                in_group[m] = True
+            for m in members[1:]:
+                ra, rb = find(members[0]), find(m)
+                if ra != rb:
+                    parent[max(ra, rb)] = min(ra, rb)
+        groups_by_root: dict[int, list[int]] = {}
+        for i in range(n):
+            if in_group[i]:
+                groups_by_root.setdefault(find(i), []).append(i)
+        groups = tuple(tuple(g) for g in sorted(groups_by_root.values()) if len(g) > 1)
+        for g in groups:
+            names = [ops[i] for i in g]
+            common = np.isfinite(cost[list(g)]).all(axis=0)
+            if not common.any():
+                raise ProblemError(f"colocation group {names} has no target supporting all its ops")
+            pins = {pinned[o] for o in names if o in pinned}
+            if len(pins) > 1:
+                raise ProblemError(f"colocation group {names} has ops pinned to different targets {sorted(pins)}")
+            if pins and not common[tgt_index[next(iter(pins))]]:
+                raise ProblemError(f"colocation group {names} is pinned to {next(iter(pins))!r}, "
+                                   "which does not support all its ops")
+
+        # memory feasibility (necessary conditions; the solvers report the rest as infeasible)
+        total_w = float(weights.sum())
+        if total_w > float(caps.sum()):
+            raise ProblemError(f"infeasible memory: ops need {total_w:.6g} weight bytes, all targets "
+                               f"together hold {float(caps.sum()):.6g}")
+        units = [list(g) for g in groups] + [[i] for i in range(n) if not any(i in g for g in groups)]
+        pinned_load = np.zeros(t)
+        for unit in units:
+            w = float(weights[unit].sum())
+            ok = np.isfinite(cost[unit]).all(axis=0)
+            pin = next((pinned[ops[i]] for i in unit if ops[i] in pinned), None)
+            if pin is not None:
+                ok = np.zeros(t, dtype=bool)
+                ok[tgt_index[pin]] = True
+            if not (caps[ok] >= w).any():
+                what = f"op {ops[unit[0]]!r}" if len(unit) == 1 else f"colocation group {[ops[i] for i in unit]}"
+                raise ProblemError(f"infeasible memory: {what} needs {w:.6g} weight bytes, more than the "
+                                   "cap of every target it can run on")
+            if pin is not None:
+                pinned_load[tgt_index[pin]] += w
+        for j in range(t):
+            if pinned_load[j] > caps[j]:
+                raise ProblemError(f"infeasible memory: ops pinned to {targets[j]!r} need "
+                                   f"{pinned_load[j]:.6g} bytes, cap is {caps[j]:.6g}")
+
+        set_(self, "ops", ops)
+        set_(self, "targets", targets)
+        set_(self, "cost_ms", cost)
+        set_(self, "tensors", tuple(tensors))
+        set_(self, "link_latency_ms", lat)
+        set_(self, "link_ms_per_byte", per_byte)
+        set_(self, "link_charge", charge)
+        set_(self, "memory_cap_bytes", caps)
+        set_(self, "weight_bytes", weights)
+        set_(self, "pinned", {o: pinned[o] for o in ops if o in pinned})
+        set_(self, "colocate", tuple(tuple(ops[i] for i in g) for g in groups))
+        set_(self, "partition_overhead_ms", overhead)
+        set_(self, "provenance", dict(self.provenance or {}))
+
+    # ------------------------------------------------------------------ basic accessors
+    @property
+    def n_ops(self) -> int:
+        """Number of ops."""
+        return len(self.ops)
+
+    @property
+    def n_targets(self) -> int:
+        """Number of targets."""
+        return len(self.targets)
+
+    @cached_property
+    def op_index(self) -> dict[str, int]:
+        """Op name -> row index."""
+        return {o: i for i, o in enumerate(self.ops)}
+
+    @cached_property
+    def target_index(self) -> dict[str, int]:
+        """Target name -> column index."""
+        return {d: j for j, d in enumerate(self.targets)}
+
+    @cached_property
+    def tensor_index(self) -> dict[str, int]:
+        """Tensor name -> index in ``tensors``."""
+        return {tt.name: k for k, tt in enumerate(self.tensors)}
+
+    @cached_property
+    def supported(self) -> np.ndarray:
+        """Boolean (n_ops, n_targets): finite cost."""
+        s = np.isfinite(self.cost_ms)
+        s.setflags(write=False)
+        return s
+
+    @cached_property
+    def edges(self) -> tuple[tuple[int, int], ...]:
+        """Unique precedence edges ``(u, v)`` as op indices, sorted."""
+        es = {(u, v) for u, cs in zip(self.tensor_producer, self.tensor_consumers) if u >= 0 for v in cs}
+        return tuple(sorted(es))
+
+    @cached_property
+    def preds(self) -> tuple[tuple[int, ...], ...]:
+        """Predecessor op indices of each op."""
+        p: list[list[int]] = [[] for _ in self.ops]
+        for u, v in self.edges:
+            p[v].append(u)
+        return tuple(tuple(x) for x in p)
+
+    @cached_property
+    def succs(self) -> tuple[tuple[int, ...], ...]:
+        """Successor op indices of each op."""
+        s: list[list[int]] = [[] for _ in self.ops]
+        for u, v in self.edges:
+            s[u].append(v)
+        return tuple(tuple(x) for x in s)
+
+    @cached_property
+    def tensor_producer(self) -> tuple[int, ...]:
+        """Producer op index of each tensor (-1 for model inputs)."""
+        return tuple(-1 if tt.producer is None else self.op_index[tt.producer] for tt in self.tensors)
+
+    @cached_property
+    def tensor_consumers(self) -> tuple[tuple[int, ...], ...]:
+        """Consumer op indices of each tensor (sorted, unique)."""
+        return tuple(tuple(sorted(self.op_index[c] for c in tt.consumers)) for tt in self.tensors)
+
+    @cached_property
+    def tensor_bytes(self) -> np.ndarray:
+        """Bytes of each tensor."""
+        return np.array([tt.nbytes for tt in self.tensors], dtype=float)
+
+    @cached_property
+    def in_tensors(self) -> tuple[tuple[int, ...], ...]:
+        """For each op, the produced (non-input) tensors it reads."""
+        r: list[list[int]] = [[] for _ in self.ops]
+        for k, (u, cs) in enumerate(zip(self.tensor_producer, self.tensor_consumers)):
+            if u >= 0:
+                for v in cs:
+                    r[v].append(k)
+        return tuple(tuple(x) for x in r)
+
+    @cached_property
+    def out_tensors(self) -> tuple[tuple[int, ...], ...]:
+        """For each op, the tensors it produces that some op reads."""
+        r: list[list[int]] = [[] for _ in self.ops]
+        for k, (u, cs) in enumerate(zip(self.tensor_producer, self.tensor_consumers)):
+            if u >= 0 and cs:
+                r[u].append(k)
+        return tuple(tuple(x) for x in r)
+
+    @cached_property
+    def group_of(self) -> np.ndarray:
+        """Colocation group index of each op, -1 if none."""
+        g = np.full(self.n_ops, -1, dtype=int)
+        for gi, members in enumerate(self.colocate):
+            for o in members:
+                g[self.op_index[o]] = gi
+        return g
+
+    @cached_property
+    def pin_of(self) -> np.ndarray:
+        """Pinned target index of each op, -1 if free (a group inherits its members' pin)."""
+        p = np.full(self.n_ops, -1, dtype=int)
+        for o, d in self.pinned.items():
+            p[self.op_index[o]] = self.target_index[d]
+        for members in self.colocate:
+            idx = [self.op_index[o] for o in members]
+            pins = [p[i] for i in idx if p[i] >= 0]
+            if pins:
+                p[idx] = pins[0]
+        p.setflags(write=False)
+        return p
+
+    @cached_property
+    def allowed(self) -> np.ndarray:
+        """Boolean (n_ops, n_targets): targets an op may use (support, pins, colocation, memory)."""
+        a = np.isfinite(self.cost_ms).copy()
+        for members in self.colocate:
+            idx = [self.op_index[o] for o in members]
+            a[idx] = a[idx].all(axis=0)
+        for i in range(self.n_ops):
+            if self.pin_of[i] >= 0:
+                keep = a[i, self.pin_of[i]]
+                a[i] = False
+                a[i, self.pin_of[i]] = keep
+        # a unit heavier than a target's cap cannot go there
+        for unit in self.units:
+            w = float(self.weight_bytes[list(unit)].sum())
+            a[list(unit)] &= self.memory_cap_bytes >= w
+        a.setflags(write=False)
+        return a
+
+    @cached_property
+    def units(self) -> tuple[tuple[int, ...], ...]:
+        """Placement units in topological order of their first op: colocation groups and single ops."""
+        seen: set[int] = set()
+        out = []
+        for i in range(self.n_ops):
+            if i in seen:
+                continue
+            g = self.group_of[i]
+            unit = (i,) if g < 0 else tuple(sorted(self.op_index[o] for o in self.colocate[g]))
+            seen.update(unit)
+            out.append(unit)
+        return tuple(out)
+
+    @cached_property
+    def charge_code(self) -> np.ndarray:
+        """Int (T, T): 1 = sender pays, 2 = receiver pays, 3 = both."""
+        c = np.array([[_CHARGE_CODE[x] for x in row] for row in self.link_charge], dtype=int)
+        c.setflags(write=False)
+        return c
+
+    @cached_property
+    def link_ms(self) -> np.ndarray:
+        """Float (n_tensors, T, T): link time of each tensor between each target pair (0 on the diagonal)."""
+        lm = (self.link_latency_ms[None, :, :]
+              + self.tensor_bytes[:, None, None] * self.link_ms_per_byte[None, :, :])
+        if len(self.tensors):
+            idx = np.arange(self.n_targets)
+            lm[:, idx, idx] = 0.0
+        lm = lm.reshape(len(self.tensors), self.n_targets, self.n_targets)
+        lm.setflags(write=False)
+        return lm
+
+    def transfer_ms(self, tensor: str, src: str, dst: str) -> float:
+        """Link time of ``tensor`` from target ``src`` to ``dst`` (entry overhead excluded)."""
+        k = self.tensor_index[tensor]
+        return float(self.link_ms[k, self.target_index[src], self.target_index[dst]])
+
+    # ------------------------------------------------------------------ equality / repr
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PlacementProblem):
+            return NotImplemented
+        return self.to_json() == other.to_json()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"PlacementProblem(n_ops={self.n_ops}, targets={list(self.targets)}, "
+                f"n_tensors={len(self.tensors)}, pinned={len(self.pinned)}, colocate={len(self.colocate)})")
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self) -> dict[str, Any]:
+        """The canonical JSON form (a dict; see ``docs/problem_json.md``)."""
+
+        def mat(a: np.ndarray) -> list[list[float]]:
+            return [[float(x) for x in row] for row in a]
+
+        out: dict[str, Any] = {
+            "version": 1,
+            "ops": list(self.ops),
+            "targets": list(self.targets),
+            "cost_ms": {o: {d: float(self.cost_ms[i, j]) for j, d in enumerate(self.targets)
+                            if np.isfinite(self.cost_ms[i, j])} for i, o in enumerate(self.ops)},
+            "tensors": [{"name": tt.name, "producer": tt.producer, "consumers": list(tt.consumers),
+                         "nbytes": tt.nbytes} for tt in self.tensors],
+            "links": {"latency_ms": mat(self.link_latency_ms), "ms_per_byte": mat(self.link_ms_per_byte),
+                      "charge": [list(r) for r in self.link_charge]},
+            "memory_cap_bytes": {d: float(c) for d, c in zip(self.targets, self.memory_cap_bytes)
+                                 if np.isfinite(c)},
+            "weight_bytes": {o: float(w) for o, w in zip(self.ops, self.weight_bytes) if w},
+            "pinned": dict(self.pinned),
+            "colocate": [list(g) for g in self.colocate],
+            "partition_overhead_ms": {d: float(x) for d, x in zip(self.targets, self.partition_overhead_ms)
+                                      if x},
+            "provenance": _jsonable(self.provenance),
+        }
+        return out
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write :meth:`to_json` to ``path`` (sorted keys, indented)."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_json(), f, indent=1, sort_keys=True)
+            f.write("\n")
+
+    @classmethod
+    def from_json(cls, source: str | os.PathLike | Mapping[str, Any]) -> PlacementProblem:
+        """Build a problem from a JSON file path or an already-parsed dict.
+
+        The format is documented in ``docs/problem_json.md``. ``cost_ms`` is either
+        ``{op: {target: ms}}`` (a missing target = unsupported) or a list of rows with ``null`` for
+        unsupported. Matrices of ``links`` may be a single number for every pair.
+
+        Raises
+        ------
+        ProblemError
+            If the file cannot be read or the content is malformed (message names the field).
+        """
+        if isinstance(source, Mapping):
+            data = dict(source)
+            where = "problem JSON"
+        else:
+            where = str(source)
+            try:
+                with open(source, encoding="utf-8") as f:
+                    data = json.load(f)
+            except OSError as exc:
+                raise ProblemError(f"{where}: cannot read ({exc.strerror})") from None
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise ProblemError(f"{where}: invalid JSON ({exc})") from None
+        if not isinstance(data, Mapping):
+            raise ProblemError(f"{where}: expected a JSON object")
+        unknown = sorted(set(data) - _JSON_KEYS)
+        if unknown:
+            raise ProblemError(f"{where}: unknown keys {unknown}; valid keys are {sorted(_JSON_KEYS)}")
+        if data.get("version", 1) != 1:
+            raise ProblemError(f"{where}: unsupported version {data.get('version')!r} (expected 1)")
+        for key in ("ops", "targets", "cost_ms"):
+            if key not in data:
+                raise ProblemError(f"{where}: missing required key {key!r}")
+        ops, targets = data["ops"], data["targets"]
+        if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
+            raise ProblemError(f"{where}: 'ops' must be a list of strings")
+        if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+            raise ProblemError(f"{where}: 'targets' must be a list of strings")
+        op_set, tgt_set = set(ops), set(targets)
+        n, t = len(ops), len(targets)
+        raw = data["cost_ms"]
+        cost = np.full((n, t), np.inf)
+        if isinstance(raw, Mapping):
+            for o, row in raw.items():
+                if o not in op_set:
+                    raise ProblemError(f"{where}: cost_ms names unknown op {o!r}")
+                if not isinstance(row, Mapping):
+                    raise ProblemError(f"{where}: cost_ms[{o!r}] must map target -> ms")
+                for d, v in row.items():
+                    if d not in tgt_set:
+                        raise ProblemError(f"{where}: cost_ms[{o!r}] names unknown target {d!r}")
+                    cost[ops.index(o), targets.index(d)] = _num(v, f"cost_ms[{o!r}][{d!r}]", where)
+        elif isinstance(raw, list):
+            if len(raw) != n or any(not isinstance(r, list) or len(r) != t for r in raw):
+                raise ProblemError(f"{where}: cost_ms must be {n} rows of {t} numbers (null = unsupported)")
+            for i, row in enumerate(raw):
+                for j, v in enumerate(row):
+                    cost[i, j] = _num(v, f"cost_ms[{ops[i]!r}][{targets[j]!r}]", where)
+        else:
+            raise ProblemError(f"{where}: cost_ms must be an object or a list of rows")
+
+        tensors = []
+        for x in data.get("tensors", []):
+            if not isinstance(x, Mapping) or "name" not in x:
+                raise ProblemError(f"{where}: each tensor needs at least a 'name'")
+            extra = set(x) - {"name", "producer", "consumers", "nbytes"}
+            if extra:
+                raise ProblemError(f"{where}: tensor {x['name']!r} has unknown keys {sorted(extra)}")
+            consumers = x.get("consumers", [])
+            if not isinstance(consumers, list):
+                raise ProblemError(f"{where}: tensor {x['name']!r}: consumers must be a list")
+            tensors.append(Tensor(str(x["name"]), x.get("producer"), tuple(consumers), x.get("nbytes", 0)))
+
+        links = data.get("links", {}) or {}
+        extra = set(links) - {"latency_ms", "ms_per_byte", "charge"}
+        if extra:
+            raise ProblemError(f"{where}: links has unknown keys {sorted(extra)}")
+
+        def per_target(key: str, default: float) -> np.ndarray | None:
+            raw_map = data.get(key)
+            if raw_map is None:
+                return None
+            if not isinstance(raw_map, Mapping):
+                raise ProblemError(f"{where}: {key} must map target -> number")
+            arr = np.full(t, default)
+            for d, v in raw_map.items():
+                if d not in tgt_set:
+                    raise ProblemError(f"{where}: {key} names unknown target {d!r}")
+                arr[targets.index(d)] = default if v is None else _num(v, f"{key}[{d!r}]", where)
+            return arr
+
+        weights = None
+        if data.get("weight_bytes") is not None:
+            if not isinstance(data["weight_bytes"], Mapping):
+                raise ProblemError(f"{where}: weight_bytes must map op -> bytes")
+            weights = np.zeros(n)
+            for o, v in data["weight_bytes"].items():
+                if o not in op_set:
+                    raise ProblemError(f"{where}: weight_bytes names unknown op {o!r}")
+                weights[ops.index(o)] = _num(v, f"weight_bytes[{o!r}]", where)
+        pinned = data.get("pinned") or {}
+        if not isinstance(pinned, Mapping):
+            raise ProblemError(f"{where}: pinned must map op -> target")
+        colocate = data.get("colocate") or []
+        if not isinstance(colocate, list) or not all(isinstance(g, list) for g in colocate):
+            raise ProblemError(f"{where}: colocate must be a list of lists of op names")
+        provenance = data.get("provenance") or {}
+        if not isinstance(provenance, Mapping):
+            raise ProblemError(f"{where}: provenance must be an object")
+        return cls(
+            ops=ops, targets=targets, cost_ms=cost, tensors=tensors,
+            link_latency_ms=_num_matrix(links.get("latency_ms"), "links.latency_ms", where),
+            link_ms_per_byte=_num_matrix(links.get("ms_per_byte"), "links.ms_per_byte", where),
+            link_charge=links.get("charge", "both"),
+            memory_cap_bytes=per_target("memory_cap_bytes", math.inf),
+            weight_bytes=weights, pinned=pinned, colocate=[tuple(g) for g in colocate],
+            partition_overhead_ms=per_target("partition_overhead_ms", 0.0),
+            provenance=provenance,
+        )
+
+
+def _num(v: Any, what: str, where: str) -> float:
+    """A JSON number; ``null`` / ``"inf"`` mean infinity (unsupported / no cap)."""
+    if v is None or v == "inf":
+        return math.inf
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ProblemError(f"{where}: {what} = {v!r} is not a number")
+    return float(v)
+
+
+def _num_matrix(v: Any, what: str, where: str) -> Any:
+    if v is None or isinstance(v, (int, float)) and not isinstance(v, bool):
+        return v
+    if not isinstance(v, list) or not all(isinstance(r, list) for r in v):
+        raise ProblemError(f"{where}: {what} must be a number or a matrix (list of rows)")
+    return [[_num(x, what, where) for x in r] for r in v]
+
+
+def _jsonable(x: Any) -> Any:
+    """A JSON-safe deep copy (numpy scalars -> Python, tuples -> lists)."""
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return x
+
+
+def _find_cycle(ops: Sequence[str], succ: list[set[int]], indeg: list[int]) -> str:
+    """Name the ops of one cycle among the nodes Kahn's algorithm could not remove.
+
+    Every such node keeps a predecessor among them, so walking predecessors must close a cycle.
+    """
+    left = {i for i, d in enumerate(indeg) if d > 0}
+    pred: dict[int, list[int]] = {i: [] for i in left}
+    for u in left:
+        for v in succ[u]:
+            if v in left:
+                pred[v].append(u)
+    path: list[int] = []
+    pos: dict[int, int] = {}
+    u = min(left)
+    while u not in pos:
+        pos[u] = len(path)
+        path.append(u)
+        u = min(pred[u])
+    cyc = path[pos[u]:] + [u]
+    return " -> ".join(repr(ops[i]) for i in reversed(cyc))

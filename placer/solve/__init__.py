@@ -1,0 +1,219 @@
+"""Placement solvers behind one interface: ``solve(problem, mode, solver, ...) -> Plan``.
+
+Registered solvers (``available_solvers()``):
+
+=================== ============================================================================
+``cpsat``           exact CP-SAT models, both modes (hinted by the best heuristic, never worse)
+``heft``            HEFT with insertion (latency heuristic; repaired into a pipeline if asked)
+``greedy``          offload everything the preferred target supports (BYOC / EP partitioning)
+``single:<target>`` everything on one target, unsupported ops on the next target in order
+``dp``              exact DP over contiguous pipeline splits (pipeline mode)
+``bruteforce``      exact enumeration for tiny problems (test reference)
+=================== ============================================================================
+
+New solvers subclass :class:`Solver` and register with :func:`register_solver`.
+
+Examples
+--------
+>>> import numpy as np
+>>> from placer.problem import PlacementProblem, Tensor
+>>> from placer.solve import solve
+>>> p = PlacementProblem(ops=["a", "b", "c"], targets=["cpu", "gpu"],
+...                      cost_ms=np.array([[1.0, 2.0], [4.0, 1.0], [1.0, 3.0]]),
+...                      tensors=[Tensor("t0", "a", ("b", "c")), Tensor("t1", "b", ("c",))],
+...                      link_latency_ms=0.5)
+>>> plan = solve(p, "latency", "cpsat", time_limit=5)
+>>> plan.makespan_ms, plan.stats.status
+(4.0, 'OPTIMAL')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+from placer.errors import ProblemError
+from placer.plan import Plan, SolverStats
+from placer.problem import PlacementProblem
+from placer.solve import baselines as _baselines  # noqa: F401  (registers single, greedy, heft)
+from placer.solve import bruteforce as _bruteforce  # noqa: F401
+from placer.solve import cpsat as _cpsat  # noqa: F401
+from placer.solve import dp as _dp  # noqa: F401
+from placer.solve.base import MODES, SolveContext, Solver, available_solvers, get_solver, register_solver
+from placer.solve.coarsen import coarsen_problem, expand_assignment, expand_order
+from placer.solve.evaluate import better, make_latency_plan, make_pipeline_plan
+
+__all__ = [
+    "AUTO_COARSEN_OPS",
+    "COARSE_OPS",
+    "SolveContext",
+    "Solver",
+    "available_solvers",
+    "register_solver",
+    "solve",
+]
+
+#: ``coarsen="auto"`` coarsens problems with more ops than this (for solvers that allow it).
+AUTO_COARSEN_OPS = 1000
+#: Target number of super-ops when coarsening without an explicit size.
+COARSE_OPS = 400
+
+
+def solve(problem: PlacementProblem, mode: str = "latency", solver: str = "cpsat", *,
+          time_limit: float = 10.0, seed: int = 0, num_stages: int | None = None, contiguous: bool = False,
+          coarsen: bool | str | int = "auto", **options: Any) -> Plan:
+    """Place ``problem`` with the named solver.
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+    mode : {"latency", "pipeline"}
+        Minimize the makespan of one inference, or the pipeline bottleneck then latency.
+    solver : str
+        A name from :func:`available_solvers` (``"cpsat"``, ``"heft"``, ``"single:<target>"``...).
+    time_limit : float
+        Seconds for the whole call (model building included).
+    seed : int
+        Random seed (CP-SAT); heuristics are deterministic.
+    num_stages : int, optional
+        Pipeline mode: at most this many non-empty stages (<= number of targets); ``None`` lets the
+        solver choose up to the number of targets.
+    contiguous : bool
+        Pipeline mode: every stage is a contiguous run of the problem's (topological) op order.
+    coarsen : bool, "auto" or int
+        Merge chains / single-successor groups before solving (an int sets the target number of
+        super-ops). ``"auto"``: only for solvers that allow it, above ``AUTO_COARSEN_OPS`` ops.
+    **options
+        Solver-specific options (see each solver's ``options``); unknown ones raise ProblemError.
+
+    Returns
+    -------
+    Plan
+        Validated against ``problem`` is up to the caller (``plan.validate(problem)``); every
+        registered solver returns plans that pass.
+
+    Raises
+    ------
+    ProblemError
+        Unknown solver / mode / option, a mode the solver does not handle, or an infeasible problem.
+    """
+    t0 = time.monotonic()
+    if not isinstance(problem, PlacementProblem):
+        raise ProblemError(f"solve() needs a PlacementProblem, got {type(problem).__name__}")
+    if mode not in MODES:
+        raise ProblemError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
+    impl = get_solver(solver)
+    if mode not in impl.modes:
+        raise ProblemError(f"solver {solver!r} does not handle mode {mode!r} (only {', '.join(impl.modes)})")
+    unknown = sorted(set(options) - set(impl.options))
+    if unknown:
+        valid = ", ".join(sorted(impl.options)) or "none"
+        raise ProblemError(f"solver {solver!r}: unknown options {unknown}; valid options: {valid}")
+    if not (isinstance(time_limit, (int, float)) and time_limit > 0 and math.isfinite(time_limit)):
+        raise ProblemError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    if num_stages is not None:
+        if mode != "pipeline":
+            raise ProblemError("num_stages is a pipeline-mode option")
+        if not isinstance(num_stages, int) or not 1 <= num_stages <= problem.n_targets:
+            raise ProblemError(f"num_stages must be an int in [1, {problem.n_targets}] (the number of "
+                               f"targets), got {num_stages!r}")
+    if contiguous and mode != "pipeline":
+        raise ProblemError("contiguous is a pipeline-mode option")
+    if impl.contiguous_only:
+        contiguous = True
+    ctx = SolveContext(mode=mode, name=solver, time_limit=float(time_limit), seed=int(seed),
+                       num_stages=num_stages, contiguous=bool(contiguous), options=dict(options),
+                       deadline=t0 + float(time_limit))
+
+    target = _coarse_size(coarsen, impl, problem)
+    if target is None:
+        plan = impl.solve(problem, ctx)
+    else:
+        plan = _solve_coarsened(problem, impl, ctx, target)
+    return dataclasses.replace(plan, solver=solver,
+                               stats=dataclasses.replace(plan.stats, wall_s=time.monotonic() - t0))
+
+
+def _coarse_size(coarsen: bool | str | int, impl: Solver, problem: PlacementProblem) -> int | None:
+    if coarsen is False or coarsen is None:
+        return None
+    if coarsen == "auto":
+        return COARSE_OPS if impl.auto_coarsen and problem.n_ops > AUTO_COARSEN_OPS else None
+    if coarsen is True:
+        return COARSE_OPS
+    if isinstance(coarsen, int) and coarsen >= 1:
+        return coarsen if coarsen < problem.n_ops else None
+    raise ProblemError(f"coarsen must be True, False, 'auto' or a positive int, got {coarsen!r}")
+
+
+def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext, target: int) -> Plan:
+    """Coarsen, solve, expand, re-evaluate on the fine problem; keep the best fine heuristic if better.
+
+    For exact solvers the fine heuristics (HEFT, LP + list scheduling, ...) run first, within 30 %
+    of the time limit; the coarse problem gets the rest (minus a reserve for the expansion).
+    """
+    from placer.solve.bounds import latency_bound, pipeline_bound
+    from placer.solve.cpsat_latency import latency_candidates
+    from placer.solve.cpsat_pipeline import pipeline_candidates
+    from placer.solve.evaluate import latency_schedule, pipeline_eval
+
+    t0 = time.monotonic()
+    p = problem
+    pipeline = ctx.mode == "pipeline"
+    opts = ctx.plan_options()
+    k = ctx.max_stages(p)
+    # fine heuristics first (they are the fallback and the yardstick)
+    fine_best = None
+    lb_info: dict[str, float] = {}
+    if impl.exact:
+        heuristic_deadline = t0 + 0.3 * ctx.time_limit
+        if pipeline:
+            best_key = None
+            for name, a, o in pipeline_candidates(p, k, ctx.contiguous, heuristic_deadline):
+                ev = pipeline_eval(p, a, o)
+                if best_key is None or (ev.bottleneck, ev.latency) < best_key:
+                    best_key, fine_best = (ev.bottleneck, ev.latency), (name, a, o)
+        else:
+            best_val = math.inf
+            for name, a, o in latency_candidates(p, heuristic_deadline, lb_info):
+                val = float(latency_schedule(p, a, o)[1].max())
+                if val < best_val:
+                    best_val, fine_best = val, (name, a, o)
+    coarse, members = coarsen_problem(p, target, contiguous=pipeline and ctx.contiguous)
+    info = {"n_ops": p.n_ops, "n_coarse_ops": coarse.n_ops,
+            "groups": {p.ops[m[0]]: [p.ops[i] for i in m] for m in members if len(m) > 1}}
+    # keep time for expansion and bounds (linear-ish in the number of ops)
+    reserve = min(0.25 * ctx.time_limit, 0.1 + 3e-4 * p.n_ops * max(1, p.n_targets // 2))
+    sub = dataclasses.replace(ctx, deadline=ctx.deadline - reserve)
+    try:
+        cplan = impl.solve(coarse, sub)
+    except ProblemError:
+        # merging can make a feasible problem infeasible (e.g. a pipeline with pins): solve it whole
+        return impl.solve(p, ctx)
+    assign = expand_assignment(p, coarse, members, cplan.assignment)
+    if pipeline:
+        order = [p.target_index[d] for d in cplan.stage_targets]
+        plan = make_pipeline_plan(p, assign, ctx.name, order=order, options=opts, coarsening=info)
+        bound = pipeline_bound(p, num_stages=k)
+    else:
+        order = expand_order(p, coarse, members, cplan.start_ms)
+        plan = make_latency_plan(p, assign, ctx.name, order=order, options=opts, coarsening=info)
+        bound = latency_bound(p, load=lb_info.get("load_bound"))
+    source = "coarse " + str(cplan.stats.extra.get("source", impl.name))
+    if fine_best is not None:
+        name, a, o = fine_best
+        fb = (make_pipeline_plan(p, a, ctx.name, order=o, options=opts) if pipeline
+              else make_latency_plan(p, a, ctx.name, order=o, options=opts))
+        if better(plan, fb) is fb:
+            plan, source = fb, f"fine heuristic {name}"
+    objective = plan.bottleneck_ms if pipeline else plan.makespan_ms
+    gap = 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
+    status = "HEURISTIC" if cplan.stats.status == "HEURISTIC" else ("OPTIMAL" if gap <= 1e-9 else "FEASIBLE")
+    stats = SolverStats(status=status, objective=objective, best_bound=bound, gap=gap,
+                        wall_s=time.monotonic() - t0,
+                        extra={"source": source, "coarse_status": cplan.stats.status,
+                               "coarse_objective": cplan.stats.objective,
+                               "coarse_best_bound": cplan.stats.best_bound, "coarse_gap": cplan.stats.gap})
+    return dataclasses.replace(plan, stats=stats)

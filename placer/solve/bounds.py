@@ -1,0 +1,255 @@
+"""Lower bounds on the optimum, used to tighten CP-SAT models and to report gaps.
+
+Latency mode
+    * ``head[v]``: earliest start of ``v`` = longest path from the sources with each op at its
+      cheapest allowed cost and each edge at its cheapest possible delay
+      (``min_{a in A(u), b in A(v)} delay(a, b)``, 0 if ``u`` and ``v`` can share a target).
+    * ``tail[v]``: cheapest cost of ``v`` plus the longest such path after it, so any schedule has
+      ``start[v] + tail[v] <= makespan``.
+    * critical path ``max_v head[v] + tail[v]``.
+    * load: the LP relaxation of the assignment, ``min M  s.t.  sum_d x[v,d] = 1,
+      sum_v c[v,d] x[v,d] <= M,  x >= 0`` over allowed pairs (colocation groups as one unit):
+      every target runs one op at a time so its busy time is a lower bound on the makespan.
+Pipeline mode
+    * the same LP with ``sum_d sum_v c[v,d] x[v,d] <= K * B`` added (at most K stages), and
+      ``B >= min_d c[unit, d]`` for every unit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from placer.problem import PlacementProblem
+from placer.solve.evaluate import Costs
+
+__all__ = [
+    "MinMaxLoadLP",
+    "critical_path_bound",
+    "dual_load",
+    "dual_load_bound",
+    "edge_min_delay",
+    "heads_tails",
+    "latency_bound",
+    "load_bound",
+    "minmax_load_lp",
+    "pipeline_bound",
+    "shave",
+]
+
+
+def edge_min_delay(problem: PlacementProblem, costs: Costs) -> dict[tuple[int, int], float]:
+    """Cheapest delay of each precedence edge ``(u, v)`` over allowed target pairs."""
+    p = problem
+    allowed = p.allowed
+    out: dict[tuple[int, int], float] = {}
+    for k, (u, cs) in enumerate(zip(p.tensor_producer, p.tensor_consumers)):
+        if u < 0:
+            continue
+        au = np.flatnonzero(allowed[u])
+        for v in cs:
+            av = np.flatnonzero(allowed[v])
+            if np.intersect1d(au, av).size:
+                m = 0.0
+            else:
+                m = float(min(costs.link[k, a, b] + costs.entry[b] for a in au for b in av))
+            out[(u, v)] = max(out.get((u, v), 0.0), m)
+    return out
+
+
+def heads_tails(problem: PlacementProblem, costs: Costs) -> tuple[np.ndarray, np.ndarray]:
+    """``head[v]`` (earliest start) and ``tail[v]`` (own min cost + longest path after it)."""
+    p = problem
+    n = p.n_ops
+    minc = np.where(p.allowed, costs.cost, np.inf).min(axis=1)
+    delay = edge_min_delay(p, costs)
+    head = np.zeros(n)
+    for v in range(n):  # ops are in topological order
+        for u in p.preds[v]:
+            head[v] = max(head[v], head[u] + minc[u] + delay[(u, v)])
+    tail = minc.copy()
+    for u in range(n - 1, -1, -1):
+        for v in p.succs[u]:
+            tail[u] = max(tail[u], minc[u] + delay[(u, v)] + tail[v])
+    return head, tail
+
+
+def critical_path_bound(problem: PlacementProblem, costs: Costs) -> float:
+    """``max_v head[v] + tail[v]``."""
+    head, tail = heads_tails(problem, costs)
+    return float((head + tail).max())
+
+
+def _unit_costs(problem: PlacementProblem, costs: Costs) -> np.ndarray:
+    """Cost of each placement unit on each target (inf where not allowed)."""
+    p = problem
+    out = np.empty((len(p.units), p.n_targets))
+    for i, unit in enumerate(p.units):
+        c = costs.cost[list(unit)].sum(axis=0)
+        out[i] = np.where(p.allowed[unit[0]], c, np.inf)
+    return out
+
+
+class MinMaxLoadLP:
+    """``min M s.t. sum_d x[u,d] = 1, sum_u c[u,d] x[u,d] + offset[d] <= M, 0 <= x <= 1`` over units.
+
+    With ``num_stages`` < T also ``sum_{u,d} c[u,d] x[u,d] <= K M``; with ``memory`` the weight
+    caps. Built once; :meth:`solve` changes only the offsets, so GLOP re-solves warm.
+    """
+
+    def __init__(self, problem: PlacementProblem, costs: Costs, num_stages: int | None = None,
+                 memory: bool = False) -> None:
+        from ortools.linear_solver import pywraplp
+
+        p = problem
+        uc = _unit_costs(p, costs)
+        n_u, t = uc.shape
+        self._ok = pywraplp.Solver.OPTIMAL
+        solver = pywraplp.Solver.CreateSolver("GLOP")
+        inf = solver.infinity()
+        self.m = m = solver.NumVar(0, inf, "M")
+        self.load = []
+        for _ in range(t):
+            ct = solver.Constraint(-inf, 0.0)
+            ct.SetCoefficient(m, -1.0)
+            self.load.append(ct)
+        total = None
+        if num_stages is not None and num_stages < t:
+            total = solver.Constraint(-inf, 0.0)
+            total.SetCoefficient(m, -float(num_stages))
+        uw = np.array([float(p.weight_bytes[list(u)].sum()) for u in p.units])
+        mem = [solver.Constraint(-inf, float(p.memory_cap_bytes[d]))
+               if memory and np.isfinite(p.memory_cap_bytes[d]) else None for d in range(t)]
+        self.xs = np.empty((n_u, t), dtype=object)
+        for i in range(n_u):
+            one = solver.Constraint(1.0, 1.0)
+            for d in range(t):
+                if not np.isfinite(uc[i, d]):
+                    continue
+                x = solver.NumVar(0.0, 1.0, "")
+                self.xs[i, d] = x
+                one.SetCoefficient(x, 1.0)
+                if uc[i, d] > 0:
+                    self.load[d].SetCoefficient(x, float(uc[i, d]))
+                    if total is not None:
+                        total.SetCoefficient(x, float(uc[i, d]))
+                if mem[d] is not None and uw[i] > 0:
+                    mem[d].SetCoefficient(x, float(uw[i]))
+        objective = solver.Objective()
+        objective.SetCoefficient(m, 1.0)
+        objective.SetMinimization()
+        self.solver = solver
+
+    def solve(self, offset: np.ndarray | None = None) -> tuple[float, np.ndarray] | None:
+        """Return ``(M, x)`` (x of shape (units, targets)), or None if GLOP fails."""
+        inf = self.solver.infinity()
+        for d, ct in enumerate(self.load):
+            ct.SetBounds(-inf, -(0.0 if offset is None else float(offset[d])))
+        if self.solver.Solve() != self._ok:
+            return None
+        frac = np.zeros(self.xs.shape)
+        for (i, d), x in np.ndenumerate(self.xs):
+            if x is not None:
+                frac[i, d] = x.solution_value()
+        return float(self.m.solution_value()), frac
+
+
+def minmax_load_lp(problem: PlacementProblem, costs: Costs, num_stages: int | None = None,
+                   offset: np.ndarray | None = None, memory: bool = False) -> tuple[float, np.ndarray] | None:
+    """One-shot :class:`MinMaxLoadLP`."""
+    return MinMaxLoadLP(problem, costs, num_stages, memory).solve(offset)
+
+
+def dual_load_bound(unit_costs: np.ndarray, num_stages: int | None = None, iterations: int = 80,
+                    tol: float = 1e-7) -> float:
+    """Lagrangian lower bound of the min-max-load LP (see :func:`dual_load`)."""
+    return dual_load(unit_costs, num_stages, None, iterations, tol)[0]
+
+
+def dual_load(unit_costs: np.ndarray, num_stages: int | None = None, offset: np.ndarray | None = None,
+              iterations: int = 80, tol: float = 1e-7) -> tuple[float, np.ndarray]:
+    """Lagrangian (dual) lower bound of the min-max-load LP, maximized by Kelley's cutting planes.
+
+    For ``lam >= 0`` on the targets (and ``mu >= 0`` when ``K < T``) with
+    ``sum(lam) + K mu = 1``, weak duality gives ``B >= g(lam, mu) = sum_u min_d (lam_d + mu) c[u,d]``,
+    so every iterate is a valid bound and the best is returned. ``g`` is concave and its
+    supergradient is the load vector of the minimizing assignment, so a master LP over at most
+    ``T + 1`` variables finds the next point. Each step is one vectorized pass over the costs:
+    far cheaper than the full LP on big graphs, and within ``tol`` (relative) of it on convergence.
+    ``offset[d]`` is a constant added to target ``d``'s load (term ``lam_d offset_d``). Returns the
+    best bound and the multipliers ``lam (+ mu)`` per target that achieve it.
+    """
+    from ortools.linear_solver import pywraplp
+
+    uc = np.asarray(unit_costs, dtype=float)
+    n_u, t = uc.shape
+    use_mu = num_stages is not None and num_stages < t
+    dim = t + 1 if use_mu else t
+    big = np.where(np.isfinite(uc), uc, 0.0)
+    finite = np.isfinite(uc)
+    rows = np.arange(n_u)
+    point = np.full(dim, 1.0 / (t + (num_stages if use_mu else 0)))
+    if not use_mu:
+        point = np.full(t, 1.0 / t)
+    off = np.zeros(t) if offset is None else np.asarray(offset, dtype=float)
+    cuts: list[tuple[float, np.ndarray, np.ndarray]] = []
+    best = 0.0
+    best_lam = point[:t] + (point[t] if use_mu else 0.0)
+    for _ in range(iterations):
+        lam = point[:t] + (point[t] if use_mu else 0.0)
+        scaled = np.where(finite, big * lam[None, :], np.inf)
+        choice = np.argmin(scaled, axis=1)
+        g = float(scaled[rows, choice].sum() + (point[:t] * off).sum())
+        if g > best:
+            best, best_lam = g, lam
+        load = np.bincount(choice, weights=big[rows, choice], minlength=t) + off
+        grad = np.append(load, load.sum()) if use_mu else load
+        cuts.append((g, point.copy(), grad))
+        # master: max theta s.t. theta <= g_k + grad_k . (x - x_k), x in the (weighted) simplex
+        solver = pywraplp.Solver.CreateSolver("GLOP")
+        xs = [solver.NumVar(0.0, 1.0, "") for _ in range(dim)]
+        theta = solver.NumVar(0.0, solver.infinity(), "")
+        weights = [1.0] * t + ([float(num_stages)] if use_mu else [])
+        solver.Add(solver.Sum([wgt * x for wgt, x in zip(weights, xs)]) == 1.0)
+        for gk, xk, sk in cuts:
+            solver.Add(theta <= gk + solver.Sum([float(sk[j]) * (xs[j] - float(xk[j])) for j in range(dim)]))
+        solver.Maximize(theta)
+        if solver.Solve() != pywraplp.Solver.OPTIMAL:
+            break
+        upper = theta.solution_value()
+        point = np.array([x.solution_value() for x in xs])
+        if upper - best <= tol * max(1.0, abs(upper)):
+            break
+    return best, best_lam
+
+
+def load_bound(problem: PlacementProblem, costs: Costs, num_stages: int | None = None,
+               lp_max_size: int = 12000) -> float:
+    """Bound on the largest per-target load (see the module docstring): the LP optimum (GLOP) for
+    problems with at most ``lp_max_size`` (unit, target) pairs, else its Lagrangian dual bound."""
+    uc = _unit_costs(problem, costs)
+    if np.isfinite(uc).sum() > lp_max_size:
+        return shave(dual_load_bound(uc, num_stages))
+    res = minmax_load_lp(problem, costs, num_stages)
+    if res is None:  # pragma: no cover
+        uc = _unit_costs(problem, costs)
+        return float(uc.min(axis=1).sum() / problem.n_targets)
+    return shave(res[0])
+
+
+def shave(lp_value: float) -> float:
+    """An LP optimum is exact only to the solver's tolerances: shave a hair so the bound stays valid."""
+    return max(0.0, lp_value * (1 - 1e-9) - 1e-9)
+
+
+def latency_bound(problem: PlacementProblem, costs: Costs | None = None, load: float | None = None) -> float:
+    """Best of the critical-path and load bounds on the makespan (``load``: an already computed
+    load bound)."""
+    c = costs or Costs.of(problem)
+    return max(critical_path_bound(problem, c), load_bound(problem, c) if load is None else load)
+
+
+def pipeline_bound(problem: PlacementProblem, costs: Costs | None = None, num_stages: int | None = None) -> float:
+    """Lower bound on the bottleneck with at most ``num_stages`` stages."""
+    c = costs or Costs.of(problem)
+    uc = _unit_costs(problem, c)
+    return max(float(uc.min(axis=1).max()), load_bound(problem, c, num_stages))

@@ -1,0 +1,76 @@
+"""``cpsat``: the exact solver (OR-Tools CP-SAT), both modes.
+
+The models are documented in :mod:`placer.solve.cpsat_latency` and
+:mod:`placer.solve.cpsat_pipeline`; time units and symmetry breaking in
+:mod:`placer.solve.cpsat_util`.
+
+Options
+-------
+num_workers : int, default 2
+    CP-SAT search workers.
+deterministic : bool, default True
+    Interleaved (deterministic) search stopped on *deterministic* time: ``dtime_per_s`` (0.3)
+    deterministic units per second of ``time_limit``, about one wall second per second on a
+    2-core x86 machine. The same problem and seed then give the same plan on any machine. The
+    wall-clock limit stays a hard backstop: if it is what stops the search (a much slower or
+    loaded machine) the run is not reproducible. ``False``: the regular parallel portfolio on wall
+    time (ties between optimal plans may then be broken differently run to run).
+transfer_weight : float, default 0
+    Latency mode: minimize ``makespan + transfer_weight * total transfer ms``.
+time_resolution_ms : float or "auto"
+    ms per integer time unit (see :mod:`placer.solve.cpsat_util`).
+hint : bool, default True
+    Hint with (and fall back to) the best heuristic.
+heuristic_fraction : float, default 0.3
+    Share of the remaining time after which no further heuristic candidate is started (HEFT
+    always runs).
+symmetry_breaking, redundant, pool_identical : bool, default True
+    Model strengthening (interchangeable targets; load and cumulative constraints; one
+    cumulative resource for a pool of identical targets, latency mode).
+edge_finding : bool, default True
+    Timetable edge finding and overload checking in cumulative constraints.
+probing_max_size : int, default 1000
+    Above this many (op, target) pairs, presolve probing is off (it costs seconds of wall time).
+gap_limit : float, default 0
+    Stop at this relative gap.
+phase1_fraction : float, default 0.7
+    Pipeline mode: share of the time for the bottleneck phase.
+contiguous_warm_start : bool, default True; warm_start_fraction : float, default 0.25
+    Pipeline mode without ``contiguous``: first solve the contiguous variant for that share of
+    the time and hint with its best split.
+log : bool
+    CP-SAT search log on stdout.
+cpsat_params : dict, optional
+    Extra ``SatParameters`` fields set last (e.g. ``{"cp_model_probing_level": 0}``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from placer.plan import Plan
+from placer.problem import PlacementProblem
+from placer.solve.base import SolveContext, Solver, register_solver
+from placer.solve.cpsat_latency import solve_latency
+from placer.solve.cpsat_pipeline import solve_pipeline
+
+__all__ = ["CpSat"]
+
+
+@register_solver("cpsat")
+class CpSat(Solver):
+    """OR-Tools CP-SAT, latency and pipeline modes (see module docstring for options)."""
+
+    exact = True
+    auto_coarsen = True
+    options: ClassVar[dict[str, Any]] = {
+        "num_workers": 2, "deterministic": True, "dtime_per_s": 0.3, "transfer_weight": 0.0, "time_resolution_ms": "auto",
+        "hint": True, "heuristic_fraction": 0.3, "symmetry_breaking": True, "redundant": True, "gap_limit": 0.0,
+        "phase1_fraction": 0.7, "contiguous_warm_start": True, "warm_start_fraction": 0.25, "log": False, "cumulative_max_ops": 3000, "pool_identical": True, "edge_finding": True, "probing_max_size": 1000, "cpsat_params": None,
+    }
+
+    def solve(self, problem: PlacementProblem, ctx: SolveContext) -> Plan:
+        opts = {**self.options, **ctx.options}
+        if ctx.mode == "latency":
+            return solve_latency(problem, ctx, opts)
+        return solve_pipeline(problem, ctx, opts)

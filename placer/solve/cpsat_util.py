@@ -1,0 +1,243 @@
+"""Helpers shared by the CP-SAT latency and pipeline models.
+
+Time units
+    CP-SAT needs integers. Every time (op cost, link time, partition overhead) is divided by a
+    resolution ``r`` (ms per unit) and rounded to the nearest integer. ``time_resolution_ms="auto"``
+    picks ``r`` = the greatest common divisor of all times when they are all whole multiples of
+    1 us (exact: e.g. integer costs give r = 1 ms or more), else 1 us; ``r`` grows if the schedule
+    horizon would exceed 1e9 units. The model is solved with the rounded numbers; the Plan is then
+    re-timed with the problem's float numbers (same assignment and per-target op order), so the
+    predicted costs it reports are exact. Proofs (``OPTIMAL``, ``best_bound``) hold for the rounded
+    numbers; with a non-exact ``r`` the float optimum can differ by at most half a unit per rounded
+    number on the critical path (or per op of the bottleneck stage).
+
+Symmetry
+    Targets that are interchangeable (same costs, memory cap, partition overhead, links to and
+    from every other target, link charges, and no pins) form classes; within a class, target
+    ``d_{j+1}`` may only be used by a placement unit if ``d_j`` is used by an earlier unit
+    (units in topological order). Hints are relabelled to satisfy this.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from placer.plan import Plan, SolverStats
+from placer.problem import PlacementProblem
+
+__all__ = [
+    "add_first_use_order",
+    "canonical_assign",
+    "choose_resolution",
+    "first_use_values",
+    "interchangeable_classes",
+    "make_solver",
+    "status_name",
+    "to_int",
+]
+
+
+def choose_resolution(problem: PlacementProblem, option: Any = "auto") -> float:
+    """ms per CP-SAT time unit (see module docstring)."""
+    if option not in (None, "auto"):
+        r = float(option)
+        if not r > 0:
+            raise ValueError(f"time_resolution_ms must be > 0, got {option!r}")
+        return r
+    p = problem
+    cost = p.cost_ms[np.isfinite(p.cost_ms)]
+    link = p.link_ms.ravel() if p.link_ms.size else np.zeros(0)
+    vals = np.concatenate([cost, link, p.partition_overhead_ms])
+    vals = vals[vals > 0]
+    horizon = float(np.where(p.allowed, p.cost_ms, 0).max(axis=1).sum())
+    if p.link_ms.size:
+        horizon += float(p.link_ms.max(axis=(1, 2)).sum() + len(p.tensors) * p.partition_overhead_ms.max())
+    r = 1e-3
+    if vals.size:
+        us = vals * 1e3
+        ints = np.rint(us)
+        if np.all(np.abs(us - ints) <= 1e-6 * np.maximum(1.0, us)) and ints.max() < 2**62:
+            g = int(np.gcd.reduce(ints.astype(np.int64)))
+            r = max(g, 1) * 1e-3
+    if horizon / r > 1e9:
+        r = horizon / 1e9
+    return r
+
+
+def interchangeable_classes(problem: PlacementProblem) -> list[list[int]]:
+    """Classes (size >= 2) of interchangeable, unpinned targets, each sorted by index."""
+    p = problem
+    t = p.n_targets
+    pinned = {int(x) for x in p.pin_of if x >= 0}
+    lat, pb, code = p.link_latency_ms, p.link_ms_per_byte, p.charge_code
+
+    def same(a: int, b: int) -> bool:
+        if a in pinned or b in pinned:
+            return False
+        if not np.array_equal(p.cost_ms[:, a], p.cost_ms[:, b]):
+            return False
+        if p.memory_cap_bytes[a] != p.memory_cap_bytes[b]:
+            return False
+        if p.partition_overhead_ms[a] != p.partition_overhead_ms[b]:
+            return False
+        perm = list(range(t))
+        perm[a], perm[b] = b, a
+        for m in (lat, pb, code):
+            if not np.array_equal(m, m[np.ix_(perm, perm)]):
+                return False
+        return True
+
+    classes: list[list[int]] = []
+    for d in range(t):
+        for cl in classes:
+            if same(cl[0], d):
+                cl.append(d)
+                break
+        else:
+            classes.append([d])
+    return [cl for cl in classes if len(cl) > 1]
+
+
+def canonical_assign(problem: PlacementProblem, assign: np.ndarray, classes: list[list[int]]) -> np.ndarray:
+    """Relabel targets inside each class in order of first use by units (topological order)."""
+    out = np.array(assign, dtype=int)
+    firsts = [u[0] for u in problem.units]
+    for cl in classes:
+        members = set(cl)
+        seen: list[int] = []
+        for i in firsts:
+            d = int(assign[i])
+            if d in members and d not in seen:
+                seen.append(d)
+        mapping = {old: cl[j] for j, old in enumerate(seen)}
+        for i in range(len(out)):
+            d = int(assign[i])
+            if d in mapping:
+                out[i] = mapping[d]
+    return out
+
+
+def add_first_use_order(model: cp_model.CpModel, problem: PlacementProblem,
+                        unit_lits: list[dict[int, Any]], classes: list[list[int]]) -> dict[tuple[int, int], Any]:
+    """Symmetry breaking: within a class, unit i may use d_{j+1} only if some earlier unit uses d_j.
+
+    ``unit_lits[i][d]`` is the literal "unit i on target d". Returns the auxiliary literals
+    ``y[(i, d)]`` = "some unit <= i uses d" (for hinting).
+    """
+    y: dict[tuple[int, int], Any] = {}
+    n_units = len(unit_lits)
+    for cl in classes:
+        for d in cl[:-1]:
+            prev = None
+            for i in range(n_units):
+                x = unit_lits[i].get(d)
+                if prev is None and x is None:
+                    continue
+                lit = model.new_bool_var(f"y{i}_{d}")
+                terms = [v for v in (prev, x) if v is not None]
+                # lit == OR(terms)
+                for v in terms:
+                    model.add_implication(v, lit)
+                model.add_bool_or([lit.Not()] + terms)
+                y[(i, d)] = lit
+                prev = lit
+        for j in range(1, len(cl)):
+            d_prev, d = cl[j - 1], cl[j]
+            for i in range(n_units):
+                x = unit_lits[i].get(d)
+                if x is None:
+                    continue
+                before = y.get((i - 1, d_prev)) if i > 0 else None
+                if before is None:
+                    model.add(x == 0)
+                else:
+                    model.add_implication(x, before)
+    return y
+
+
+def first_use_values(problem: PlacementProblem, assign: np.ndarray, classes: list[list[int]]
+                     ) -> dict[tuple[int, int], int]:
+    """Values of the ``y`` literals of :func:`add_first_use_order` for an assignment."""
+    out: dict[tuple[int, int], int] = {}
+    for cl in classes:
+        for d in cl[:-1]:
+            seen = 0
+            for i, unit in enumerate(problem.units):
+                seen = seen or int(assign[unit[0]] == d)
+                out[(i, d)] = seen
+    return out
+
+
+def make_solver(options: dict[str, Any], time_s: float, seed: int, size: int = 0) -> cp_model.CpSolver:
+    """A CpSolver with placer's defaults (``num_workers``, ``deterministic``, ``dtime_per_s``,
+    ``gap_limit``, ``edge_finding``, ``probing_max_size``, ``log``, ``cpsat_params``). ``size`` is the
+    number of (op, target) pairs of the model."""
+    s = cp_model.CpSolver()
+    prm = s.parameters
+    prm.num_workers = int(options.get("num_workers", 2))
+    prm.random_seed = int(seed) % (2**31)
+    t = max(0.01, float(time_s))
+    prm.max_time_in_seconds = t
+    if options.get("deterministic", True):
+        # interleaved search is deterministic and stops on deterministic time; the wall-clock limit
+        # stays as a hard backstop (if it is what stops the search, the run is not reproducible)
+        prm.interleave_search = True
+        prm.max_deterministic_time = t * float(options.get("dtime_per_s", 0.3))
+    gap = float(options.get("gap_limit", 0.0) or 0.0)
+    if gap > 0:
+        prm.relative_gap_limit = gap
+    if size > int(options.get("probing_max_size", 1000)):
+        # presolve probing costs seconds of wall time on big scheduling models for little gain
+        prm.cp_model_probing_level = 0
+    if options.get("edge_finding", True):
+        # timetable edge finding closes P|prec|Cmax proofs (STG) that default propagation cannot
+        prm.use_timetable_edge_finding_in_cumulative = True
+        prm.use_overload_checker_in_cumulative = True
+    prm.log_search_progress = bool(options.get("log", False))
+    for key, value in dict(options.get("cpsat_params") or {}).items():
+        setattr(prm, key, value)
+    return s
+
+
+def build_seconds(problem: PlacementProblem, mode: str, per_item_s: float = 1.5e-5) -> float:
+    """Rough wall time to build the CP-SAT model in Python (items = literals + edge / copy terms)."""
+    p = problem
+    pairs = int(p.allowed.sum())
+    per_op = p.allowed.sum(axis=1)
+    if mode == "latency":
+        items = pairs + int(sum(per_op[v] for _, v in p.edges))
+    else:
+        items = pairs + int(sum(per_op[u] * p.n_targets for u, cs in zip(p.tensor_producer, p.tensor_consumers)
+                                if u >= 0 and cs))
+    return per_item_s * items
+
+
+def skipped_stats_plan(plan: Plan, ctx: Any, t0: float, lower_bound_ms: float, resolution_ms: float,
+                       source: str, reason: str) -> Plan:
+    """The best heuristic plan with solver stats, when the CP-SAT model is not worth building."""
+    import dataclasses
+    import time
+
+    objective = plan.makespan_ms if plan.mode == "latency" else plan.bottleneck_ms
+    gap = 0.0 if objective <= 0 else max(0.0, (objective - lower_bound_ms) / objective)
+    stats = SolverStats(status="OPTIMAL" if gap <= 1e-9 else "FEASIBLE", objective=objective,
+                        best_bound=lower_bound_ms, gap=gap, wall_s=time.monotonic() - t0,
+                        extra={"resolution_ms": resolution_ms, "source": source, "hint": source,
+                               "cpsat_skipped": reason, "lower_bound_ms": lower_bound_ms})
+    return dataclasses.replace(plan, stats=stats, solver=ctx.name)
+
+
+def status_name(status: int) -> str:
+    """CP-SAT status as a string."""
+    names = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
+             cp_model.MODEL_INVALID: "MODEL_INVALID", cp_model.UNKNOWN: "UNKNOWN"}
+    return names.get(status, str(status))
+
+
+def to_int(x: float) -> int:
+    """Round a rounded-units float (finite) to int."""
+    return round(float(x))
+

@@ -1,0 +1,197 @@
+"""``dp``: exact dynamic program over contiguous pipeline splits (pipeline mode only).
+
+Search space (identical to ``cpsat`` with ``contiguous=True``)
+    The problem's op order (a topological order) is cut into ``m <= num_stages`` non-empty runs
+    ``ops[c_0:c_1], ops[c_1:c_2], ...`` (``0 = c_0 < ... < c_m = n``); run ``s`` is stage ``s``
+    on target ``d_s``, the ``d_s`` pairwise distinct; every op allowed on its stage's target,
+    colocation groups inside one run, memory caps per stage. Objective: lexicographic (bottleneck,
+    latency) with the exact stage costs of :mod:`placer.plan` (per (tensor, destination) copies,
+    ``link_charge``, partition overhead).
+
+Why a label-setting DP
+    A stage's time is not a function of its run alone: it pays receives that depend on where
+    earlier producers sit, and sends that are known only when later consumers are placed. So the
+    state after the first ``s`` stages, ending at cut ``i``, is
+    ``(i, set of used targets, target of the producer of every tensor open at i)`` (a tensor is
+    open at ``i`` if it is produced before ``i`` and read at or after ``i``; the set of open
+    tensors depends on ``i`` only). Its labels are Pareto-minimal vectors
+    ``(max closed stage time, sum of closed stage times, time so far of each stage that still
+    has open tensors)``: the future adds the same amounts to the same components for every label
+    of a state, so a dominated label can never end better in (bottleneck, latency), and keeping
+    the Pareto set is exact. Extending a state tries every unused target ``e`` and every end
+    ``j > i``, incrementally (stops at the first op ``e`` cannot run, a memory overflow, or a
+    colocation group cut at ``i``).
+
+Cost: states grow with the number of ways open tensors' producers can be placed; fine for a few
+targets and graphs of a few hundred ops, exponential in the worst case. It honours ``time_limit``
+(raises ProblemError when exceeded).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from placer.errors import ProblemError
+from placer.plan import Plan
+from placer.problem import PlacementProblem
+from placer.solve.base import SolveContext, Solver, register_solver
+from placer.solve.evaluate import Costs, make_pipeline_plan
+
+__all__ = ["ContiguousDP", "dp_contiguous"]
+
+
+@dataclass
+class _Label:
+    cmax: float
+    csum: float
+    open_cost: tuple[float, ...]  # aligned with the state's sorted open targets
+    parent: _Label | None
+    target: int
+    start: int
+    end: int
+
+    def vec(self) -> tuple[float, ...]:
+        return (self.cmax, self.csum) + self.open_cost
+
+
+def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return all(x <= y + 1e-12 * max(1.0, abs(y)) for x, y in zip(a, b))
+
+
+def dp_contiguous(problem: PlacementProblem, num_stages: int, costs: Costs | None = None,
+                  deadline: float | None = None) -> tuple[float, float, np.ndarray, list[int], int]:
+    """Run the DP. Returns ``(bottleneck, latency, assign, stage_targets, n_labels)``."""
+    p = problem
+    c = costs or Costs.of(p)
+    n, t = p.n_ops, p.n_targets
+    allowed = p.allowed
+    cost = c.cost
+    w = p.weight_bytes
+    cap = p.memory_cap_bytes
+    code = p.charge_code
+    prod = p.tensor_producer
+    cons = p.tensor_consumers
+    last_use = [max(cs) if cs and u >= 0 else -1 for u, cs in zip(prod, cons)]
+    # open tensors at each cut i: produced before i, read at or after i
+    open_at: list[tuple[int, ...]] = []
+    for i in range(n + 1):
+        open_at.append(tuple(k for k in range(len(prod)) if 0 <= prod[k] < i <= last_use[k]))
+    g_min = {}
+    g_max = {}
+    for v in range(n):
+        g = int(p.group_of[v])
+        if g >= 0:
+            g_min[g] = min(g_min.get(g, v), v)
+            g_max[g] = max(g_max.get(g, v), v)
+
+    # states[i]: dict key -> list of labels; key = (used_mask, producer targets of open_at[i])
+    states: list[dict[tuple, list[_Label]]] = [{} for _ in range(n + 1)]
+    states[0][(0, ())] = [_Label(0.0, 0.0, (), None, -1, 0, 0)]
+    n_labels = 1
+
+    def add(i: int, key: tuple, lab: _Label) -> None:
+        nonlocal n_labels
+        bucket = states[i].setdefault(key, [])
+        v = lab.vec()
+        for other in bucket:
+            if _dominates(other.vec(), v):
+                return
+        bucket[:] = [o for o in bucket if not _dominates(v, o.vec())]
+        bucket.append(lab)
+        n_labels += 1
+
+    for i in range(n):
+        if deadline is not None and time.monotonic() > deadline:
+            raise ProblemError(f"dp: time limit reached at op {i} of {n} ({n_labels} labels); "
+                               "use solver='cpsat'")
+        opened = open_at[i]
+        for (used, ptgt), labels in states[i].items():
+            if used.bit_count() >= num_stages:
+                continue
+            open_targets = sorted(set(ptgt))
+            slot = {d: s for s, d in enumerate(open_targets)}
+            prod_tgt = dict(zip(opened, ptgt))
+            for e in range(t):
+                if used >> e & 1:
+                    continue
+                compute = 0.0
+                mem = 0.0
+                recv = 0.0
+                sender_add = [0.0] * len(open_targets)
+                received: set[int] = set()
+                need_end = i + 1
+                for j in range(i + 1, n + 1):
+                    v = j - 1
+                    if not allowed[v, e]:
+                        break
+                    compute += cost[v, e]
+                    mem += w[v]
+                    if mem > cap[e]:
+                        break
+                    g = int(p.group_of[v])
+                    if g >= 0:
+                        if g_min[g] < i:  # the group started in an earlier stage
+                            break
+                        need_end = max(need_end, g_max[g] + 1)
+                    for k in p.in_tensors[v]:
+                        if prod[k] < i and k not in received:
+                            received.add(k)
+                            a = prod_tgt[k]
+                            ms = c.link[k, a, e]
+                            if code[a, e] & 2:
+                                recv += ms
+                            recv += c.entry[e]
+                            if code[a, e] & 1:
+                                sender_add[slot[a]] += ms
+                    if j < need_end:
+                        continue
+                    # close the stage [i, j) on e
+                    new_open = open_at[j]
+                    new_ptgt = tuple(prod_tgt[k] if prod[k] < i else e for k in new_open)
+                    new_targets = sorted(set(new_ptgt))
+                    stage_cost = compute + recv
+                    for lab in labels:
+                        cur = {d: lab.open_cost[slot[d]] + sender_add[slot[d]] for d in open_targets}
+                        cur[e] = stage_cost
+                        cmax, csum = lab.cmax, lab.csum
+                        for d, val in cur.items():
+                            if d not in new_targets:
+                                cmax = max(cmax, val)
+                                csum += val
+                        oc = tuple(cur[d] for d in new_targets)
+                        add(j, (used | 1 << e, new_ptgt), _Label(cmax, csum, oc, lab, e, i, j))
+        states[i].clear()  # free memory: every label at i has been extended
+
+    finals = [lab for labels in states[n].values() for lab in labels]
+    if not finals:
+        raise ProblemError("dp: no feasible contiguous pipeline (stage limit, memory caps, colocation)")
+    bmin = min(lab.cmax for lab in finals)
+    best = min((lab for lab in finals if lab.cmax <= bmin + 1e-9 * max(1.0, bmin)), key=lambda lab: lab.csum)
+    assign = np.full(n, -1, dtype=int)
+    order: list[int] = []
+    lab: _Label | None = best
+    while lab is not None and lab.parent is not None:
+        assign[lab.start:lab.end] = lab.target
+        order.append(lab.target)
+        lab = lab.parent
+    return best.cmax, best.csum, assign, order[::-1], n_labels
+
+
+@register_solver("dp")
+class ContiguousDP(Solver):
+    """Exact DP over contiguous pipeline splits of the op order (see module docstring)."""
+
+    modes = ("pipeline",)
+    exact = True
+    contiguous_only = True
+
+    def solve(self, problem: PlacementProblem, ctx: SolveContext) -> Plan:
+        t0 = time.monotonic()
+        bott, _, assign, order, n_labels = dp_contiguous(problem, ctx.max_stages(problem),
+                                                           deadline=ctx.deadline)
+        return make_pipeline_plan(problem, assign, ctx.name, order=order, options=ctx.plan_options(),
+                                  stats={"status": "EXACT", "objective": bott, "best_bound": bott, "gap": 0.0,
+                                         "wall_s": time.monotonic() - t0, "extra": {"labels": n_labels}})

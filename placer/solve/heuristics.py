@@ -1,0 +1,512 @@
+"""Heuristic building blocks shared by the baselines and by CP-SAT's hints.
+
+* :func:`priority_assign`: each placement unit (op or colocation group) goes to the first target
+  of a preference list that supports its first op and has memory room; a group goes where its
+  first op goes if every member is supported there, else to the first target (problem order)
+  supporting all members.
+* :func:`heft`: HEFT (Topcuoglu et al., 2002): upward rank with average costs over the allowed
+  targets and average transfer delay over the allowed distinct target pairs; ops in decreasing
+  rank; each on the target giving the earliest finish time, inserting into idle gaps; transfers
+  are one copy per (tensor, destination target) that delays consumers by link + entry time.
+* :func:`lp_assign`: round the LP relaxation of "minimize the largest per-target load" (all but
+  a handful of ops are integral in a basic solution; the rest go to their largest fraction, or
+  the cheapest target with room); pins, colocation and memory respected.
+* :func:`lp_list`: :func:`lp_assign` + :func:`schedule_fixed`, re-solving the LP with each
+  target's observed idle time added to its load until the makespan stops improving.
+* :func:`schedule_fixed`: for a fixed assignment, insertion list scheduling in decreasing
+  upward rank computed with the assigned costs and the actual transfer delays.
+* :func:`repair_pipeline`: turn any assignment into a monotone pipeline with at most K stages
+  (optionally contiguous in op order), greedily, keeping each op on its target when it can.
+* :func:`split_pipeline`: a fast pipeline heuristic: for each candidate stage order, cut the op
+  order into contiguous stages balancing per-stage compute, then evaluate exactly.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from placer.errors import ProblemError
+from placer.problem import PlacementProblem
+from placer.solve.evaluate import Costs, pipeline_eval, stage_order
+
+__all__ = [
+    "HeuristicError",
+    "best_pipeline",
+    "fixed_rank",
+    "heft",
+    "lp_assign",
+    "lp_list",
+    "priority_assign",
+    "repair_pipeline",
+    "schedule_fixed",
+    "split_pipeline",
+]
+
+
+class HeuristicError(ProblemError):
+    """A heuristic found no feasible answer (memory caps, pipeline shape); exact solvers may still."""
+
+
+def _unit_weight(problem: PlacementProblem, unit: Sequence[int]) -> float:
+    return float(problem.weight_bytes[list(unit)].sum())
+
+
+def _group_target(problem: PlacementProblem, unit: Sequence[int], first_choice: int,
+                  mem_free: np.ndarray, who: str) -> int:
+    """Where a unit goes given where its first op would go (the baselines' colocation rule)."""
+    p = problem
+    w = _unit_weight(p, unit)
+    if p.allowed[unit[0], first_choice] and mem_free[first_choice] >= w:
+        return first_choice
+    for d in range(p.n_targets):
+        if p.allowed[unit[0], d] and mem_free[d] >= w:
+            return d
+    names = [p.ops[i] for i in unit]
+    raise HeuristicError(f"{who}: no target has memory room for {names if len(unit) > 1 else names[0]!r}")
+
+
+def priority_assign(problem: PlacementProblem, preference: Sequence[int] | None = None, *,
+                    fastest_fallback: bool = False, who: str = "heuristic") -> np.ndarray:
+    """Assign units in topological order to the first preferred target with support and memory room.
+
+    Parameters
+    ----------
+    preference : sequence of target indices
+        Preference list (default: problem target order). Targets not listed follow in problem order.
+    fastest_fallback : bool
+        If True, only ``preference[0]`` is preferred and other ops go to their fastest target.
+    """
+    p = problem
+    pref = list(preference or [])
+    pref += [d for d in range(p.n_targets) if d not in pref]
+    assign = np.full(p.n_ops, -1, dtype=int)
+    mem_free = np.array(p.memory_cap_bytes, dtype=float)
+    for unit in p.units:
+        first = unit[0]
+        w = _unit_weight(p, unit)
+        cands = pref
+        if fastest_fallback:
+            rest = sorted(pref[1:], key=lambda d: (p.cost_ms[first, d], d))
+            cands = [pref[0]] + rest
+        ok = [d for d in cands if np.isfinite(p.cost_ms[first, d]) and mem_free[d] >= w
+              and (p.pin_of[first] < 0 or p.pin_of[first] == d)]
+        choice = _group_target(p, unit, ok[0] if ok else max(p.pin_of[first], 0),
+                               mem_free, who)
+        assign[list(unit)] = choice
+        mem_free[choice] -= w
+    return assign
+
+
+def upward_rank(problem: PlacementProblem, costs: Costs) -> np.ndarray:
+    """HEFT upward rank with averages over allowed targets / allowed distinct target pairs."""
+    p = problem
+    allowed = p.allowed
+    avg = np.array([costs.cost[i, allowed[i]].mean() for i in range(p.n_ops)])
+    comm: dict[tuple[int, int], float] = {}
+    for k, (u, cs) in enumerate(zip(p.tensor_producer, p.tensor_consumers)):
+        if u < 0:
+            continue
+        au = np.flatnonzero(allowed[u])
+        for v in cs:
+            av = np.flatnonzero(allowed[v])
+            pairs = [(a, b) for a in au for b in av if a != b]
+            c = float(np.mean([costs.link[k, a, b] + costs.entry[b] for a, b in pairs])) if pairs else 0.0
+            comm[(u, v)] = max(comm.get((u, v), 0.0), c)
+    rank = np.zeros(p.n_ops)
+    for u in range(p.n_ops - 1, -1, -1):
+        best = 0.0
+        for v in p.succs[u]:
+            best = max(best, comm[(u, v)] + rank[v])
+        rank[u] = avg[u] + best
+    return rank
+
+
+class _Timeline:
+    """Idle gaps of one target, for insertion-based scheduling.
+
+    The target is busy from 0 to ``tail`` except in the sorted, disjoint ``gaps`` (``gs[i]``,
+    ``ge[i]``); a search only visits the gaps, which stay few when the schedule is dense.
+    Zero-length slots never go into the timeline (instantaneous ops occupy nothing).
+    """
+
+    def __init__(self) -> None:
+        self.gs: list[float] = []
+        self.ge: list[float] = []
+        self.tail = 0.0
+
+    def earliest(self, ready: float, dur: float) -> float:
+        """Earliest start >= ready of a ``dur``-long slot."""
+        gs, ge = self.gs, self.ge
+        i = bisect.bisect_right(ge, ready)  # first gap ending after ready
+        while i < len(gs):
+            t = max(ready, gs[i])
+            if t + dur <= ge[i]:
+                return t
+            i += 1
+        return max(self.tail, ready)
+
+    def insert(self, start: float, end: float) -> None:
+        """Mark ``[start, end)`` busy (it must lie in a gap or after the tail)."""
+        if end <= start:
+            return
+        if start >= self.tail:
+            if start > self.tail:
+                self.gs.append(self.tail)
+                self.ge.append(start)
+            self.tail = end
+            return
+        i = bisect.bisect_right(self.gs, start) - 1
+        gs, ge = self.gs[i], self.ge[i]
+        new = [(a, b) for a, b in ((gs, start), (end, ge)) if b > a]
+        self.gs[i:i + 1] = [a for a, _ in new]
+        self.ge[i:i + 1] = [b for _, b in new]
+
+
+def heft(problem: PlacementProblem, costs: Costs | None = None, who: str = "heft"
+         ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """HEFT with insertion. Returns ``(assign, start, order)``; ``order`` = ops by start time."""
+    p = problem
+    c = costs or Costs.of(p)
+    rank = upward_rank(p, c)
+    order = sorted(range(p.n_ops), key=lambda i: (-rank[i], i))
+    assign = np.full(p.n_ops, -1, dtype=int)
+    start = np.zeros(p.n_ops)
+    end = np.zeros(p.n_ops)
+    lines = [_Timeline() for _ in range(p.n_targets)]
+    mem_free = np.array(p.memory_cap_bytes, dtype=float)
+    group_target: dict[int, int] = {}
+    prod, in_t = p.tensor_producer, p.in_tensors
+
+    def eft(v: int, d: int) -> tuple[float, float]:
+        ready = 0.0
+        for k in in_t[v]:
+            u = prod[k]
+            a = assign[u]
+            r = end[u] if a == d else end[u] + c.link[k, a, d] + c.entry[d]
+            ready = max(ready, r)
+        s = lines[d].earliest(ready, c.cost[v, d])
+        return s, s + c.cost[v, d]
+
+    for v in order:
+        g = p.group_of[v]
+        if g >= 0 and g in group_target:
+            d = group_target[g]
+        else:
+            unit = (v,) if g < 0 else tuple(p.op_index[o] for o in p.colocate[g])
+            w = _unit_weight(p, unit)
+            cands = [d for d in range(p.n_targets) if np.isfinite(p.cost_ms[v, d]) and mem_free[d] >= w
+                     and (p.pin_of[v] < 0 or p.pin_of[v] == d)]
+            best = min(cands, key=lambda d: (eft(v, d)[1], d)) if cands else 0
+            d = _group_target(p, unit, best, mem_free, who)
+            mem_free[d] -= w
+            if g >= 0:
+                group_target[g] = d
+        s, e = eft(v, d)
+        assign[v], start[v], end[v] = d, s, e
+        lines[d].insert(s, e)
+    order_by_start = sorted(range(p.n_ops), key=lambda i: (start[i], i))
+    return assign, start, order_by_start
+
+
+def repair_pipeline(problem: PlacementProblem, assign: np.ndarray, num_stages: int, contiguous: bool,
+                    who: str = "heuristic") -> tuple[np.ndarray, list[int]]:
+    """Make ``assign`` a monotone pipeline of at most ``num_stages`` stages on distinct targets.
+
+    Ops are visited in topological order; each keeps its target when that target's stage is not
+    before any predecessor's stage (and, if ``contiguous``, is the current last stage), else opens a
+    new stage on it if the target is unused, else moves to the cheapest allowed existing stage at or
+    after its predecessors, else opens a stage on the cheapest unused allowed target.
+
+    Returns
+    -------
+    assign, order : the repaired assignment and the stage targets in order.
+
+    Raises
+    ------
+    HeuristicError
+        If some op cannot be placed (stage limit, colocation or memory).
+    """
+    p = problem
+    n = p.n_ops
+    out = np.full(n, -1, dtype=int)
+    stage_of = np.full(n, -1, dtype=int)
+    stages: list[int] = []
+    mem_free = np.array(p.memory_cap_bytes, dtype=float)
+    group_stage: dict[int, int] = {}
+    for v in range(n):
+        lb = max((stage_of[u] for u in p.preds[v]), default=0)
+        if contiguous and v > 0:
+            lb = max(lb, stage_of[v - 1])
+        g = p.group_of[v]
+        if g >= 0 and g in group_stage:
+            s = group_stage[g]
+            if s < lb or (contiguous and s != len(stages) - 1):
+                raise HeuristicError(f"{who}: colocation group of {p.ops[v]!r} cannot fit a monotone pipeline")
+            out[v], stage_of[v] = stages[s], s
+            continue
+        unit = (v,) if g < 0 else tuple(p.op_index[o] for o in p.colocate[g])
+        w = _unit_weight(p, unit)
+
+        def fits(d: int, v: int = v, w: float = w) -> bool:
+            return bool(p.allowed[v, d]) and mem_free[d] >= w
+
+        want = int(assign[v])
+        s = None
+        lo = max(lb, len(stages) - 1) if contiguous else lb
+        if want in stages and stages.index(want) >= lo and fits(want):
+            s = stages.index(want)
+        elif want not in stages and len(stages) < num_stages and fits(want):
+            stages.append(want)
+            s = len(stages) - 1
+        else:
+            cand = [i for i in range(max(lo, 0), len(stages)) if fits(stages[i])]
+            if cand:
+                s = min(cand, key=lambda i: (p.cost_ms[v, stages[i]], i))
+            elif len(stages) < num_stages:
+                free = [d for d in range(p.n_targets) if d not in stages and fits(d)]
+                if free:
+                    stages.append(min(free, key=lambda d: (p.cost_ms[v, d], d)))
+                    s = len(stages) - 1
+        if s is None:
+            raise HeuristicError(f"{who}: op {p.ops[v]!r} fits no pipeline stage (at most {num_stages} stages)")
+        d = stages[s]
+        if out[v] < 0:
+            mem_free[d] -= w
+        out[v], stage_of[v] = d, s
+        if g >= 0:
+            group_stage[g] = s
+    return out, stages
+
+
+def _contiguous_cuts(prefix: np.ndarray, order: Sequence[int], n: int) -> list[int]:
+    """Cut positions splitting ops 0..n-1 into len(order) contiguous stages with balanced compute.
+
+    ``prefix[d]`` is the prefix sum of op costs on target d (inf where unsupported). Greedy: binary
+    search the smallest bottleneck B for which walking left to right, each stage takes as many ops
+    as fit under B; falls back to equal splits.
+    """
+    m = len(order)
+
+    def feasible(b: float) -> list[int] | None:
+        cuts = [0]
+        pos = 0
+        for si, d in enumerate(order):
+            if si == m - 1:
+                if prefix[d][n] - prefix[d][pos] <= b:
+                    cuts.append(n)
+                    return cuts
+                return None
+            # largest j with prefix[d][j] - prefix[d][pos] <= b
+            j = int(np.searchsorted(prefix[d], prefix[d][pos] + b, side="right")) - 1
+            j = max(j, pos)
+            cuts.append(j)
+            pos = j
+        return None
+
+    finite = [prefix[d][n] for d in order if np.isfinite(prefix[d][n])]
+    hi = max(finite) if finite else 1.0
+    lo = 0.0
+    best = feasible(hi)
+    if best is None:
+        return [round(i * n / m) for i in range(m + 1)]
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        cuts = feasible(mid)
+        if cuts is None:
+            lo = mid
+        else:
+            hi, best = mid, cuts
+    return best
+
+
+def split_pipeline(problem: PlacementProblem, num_stages: int, orders: Sequence[Sequence[int]] | None = None,
+                   max_orders: int = 32, deadline: float | None = None) -> list[tuple[np.ndarray, list[int]]]:
+    """Contiguous pipeline candidates: for each stage order, balanced compute cuts of the op order.
+
+    Unsupported ops inside a stage are repaired with :func:`repair_pipeline` (contiguous). Returns
+    the feasible ``(assign, order)`` candidates (not yet compared).
+    """
+    p = problem
+    n, t = p.n_ops, p.n_targets
+    cost = np.where(p.allowed, p.cost_ms, np.inf)
+    # prefix sums with unsupported ops counted at their cheapest cost (repaired afterwards)
+    minc = cost.min(axis=1)
+    prefix = {}
+    for d in range(t):
+        c = np.where(np.isfinite(cost[:, d]), cost[:, d], minc)
+        prefix[d] = np.concatenate([[0.0], np.cumsum(c)])
+    if orders is None:
+        speed = sorted(range(t), key=lambda d: prefix[d][n])
+        orders = []
+        per_m = max(1, max_orders // num_stages)
+        for m in range(1, num_stages + 1):
+            perms = itertools.permutations(speed[:min(t, m + 1)], m)
+            for perm in itertools.islice(perms, per_m):
+                orders.append(list(perm))
+    out = []
+    for order in orders:
+        if deadline is not None and out and time.monotonic() > deadline:
+            break
+        cuts = _contiguous_cuts(prefix, order, n)
+        assign = np.empty(n, dtype=int)
+        for si, d in enumerate(order):
+            assign[cuts[si]:cuts[si + 1]] = d
+        try:
+            a2, st = repair_pipeline(p, assign, num_stages, True, who="split")
+        except ProblemError:
+            continue
+        if stage_order(p, a2) is not None:
+            out.append((a2, st))
+    return out
+
+
+def best_pipeline(problem: PlacementProblem, candidates: Sequence[tuple[np.ndarray, list[int]]]
+                  ) -> tuple[np.ndarray, list[int]] | None:
+    """The candidate with the smallest (bottleneck, latency)."""
+    best, key = None, None
+    for assign, order in candidates:
+        ev = pipeline_eval(problem, assign, order)
+        k = (ev.bottleneck, ev.latency)
+        if key is None or k < key:
+            best, key = (assign, order), k
+    return best
+
+
+def lp_assign(problem: PlacementProblem, costs: Costs | None = None, num_stages: int | None = None,
+              who: str = "lp", offset: np.ndarray | None = None, lp: object | None = None,
+              info: dict | None = None) -> np.ndarray:
+    """Assignment from the rounded LP relaxation of min-max load (see module docstring).
+
+    ``offset[d]`` is added to target ``d``'s load (e.g. its expected idle time); ``lp`` is an
+    already built :class:`~placer.solve.bounds.MinMaxLoadLP` (with memory caps) to re-solve;
+    ``info["lp_value"]`` receives the LP optimum.
+    """
+    from placer.solve.bounds import MinMaxLoadLP
+
+    p = problem
+    c = costs or Costs.of(p)
+    t = p.n_targets
+    units = p.units
+    lp = lp or MinMaxLoadLP(p, c, num_stages, memory=True)
+    res = lp.solve(offset)  # type: ignore[attr-defined]
+    if res is None:
+        raise HeuristicError(f"{who}: LP relaxation not solved")
+    if info is not None:
+        info["lp_value"] = res[0]
+    frac = res[1]
+    uc = np.array([c.cost[list(u)].sum(axis=0) for u in units])
+    uw = np.array([_unit_weight(p, u) for u in units])
+    assign = np.full(p.n_ops, -1, dtype=int)
+    mem_free = np.array(p.memory_cap_bytes, dtype=float)
+    # integral units first (they are feasible together), fractional ones after
+    order = sorted(range(len(units)), key=lambda i: (bool(frac[i].max() < 1 - 1e-6), i))
+    for i in order:
+        allowed = [d for d in range(t) if p.allowed[units[i][0], d]]
+        prefs = sorted(allowed, key=lambda d: (-round(frac[i, d], 6), uc[i, d]))
+        d = next((d for d in prefs if mem_free[d] >= uw[i]), None)
+        if d is None:
+            raise HeuristicError(f"{who}: no target has memory room for {p.ops[units[i][0]]!r}")
+        assign[list(units[i])] = d
+        mem_free[d] -= uw[i]
+    return assign
+
+
+def fixed_rank(problem: PlacementProblem, assign: np.ndarray, costs: Costs | None = None) -> np.ndarray:
+    """Upward rank (longest path to a sink) with the assigned costs and actual transfer delays."""
+    p = problem
+    c = costs or Costs.of(p)
+    rank = np.zeros(p.n_ops)
+    prod = p.tensor_producer
+    delay: dict[tuple[int, int], float] = {}
+    for k, (u, cs) in enumerate(zip(prod, p.tensor_consumers)):
+        if u < 0:
+            continue
+        a = assign[u]
+        for v in cs:
+            b = assign[v]
+            dl = 0.0 if a == b else float(c.link[k, a, b] + c.entry[b])
+            if dl > delay.get((u, v), -1.0):
+                delay[(u, v)] = dl
+    for u in range(p.n_ops - 1, -1, -1):
+        best = 0.0
+        for v in p.succs[u]:
+            best = max(best, delay[(u, v)] + rank[v])
+        rank[u] = c.cost[u, assign[u]] + best
+    return rank
+
+
+def schedule_fixed(problem: PlacementProblem, assign: np.ndarray, costs: Costs | None = None,
+                   rank: np.ndarray | None = None) -> tuple[np.ndarray, list[int]]:
+    """Insertion list schedule of a fixed assignment in decreasing rank. Returns ``(start, order)``."""
+    p = problem
+    c = costs or Costs.of(p)
+    if rank is None:
+        rank = fixed_rank(p, assign, c)
+    order = sorted(range(p.n_ops), key=lambda i: (-rank[i], i))
+    lines = [_Timeline() for _ in range(p.n_targets)]
+    start = np.zeros(p.n_ops)
+    end = np.zeros(p.n_ops)
+    prod, in_t = p.tensor_producer, p.in_tensors
+    for v in order:
+        d = assign[v]
+        ready = 0.0
+        for k in in_t[v]:
+            u = prod[k]
+            a = assign[u]
+            r = end[u] if a == d else end[u] + c.link[k, a, d] + c.entry[d]
+            ready = max(ready, r)
+        dur = c.cost[v, d]
+        s0 = lines[d].earliest(ready, dur) if dur > 0 else ready
+        start[v], end[v] = s0, s0 + dur
+        if dur > 0:
+            lines[d].insert(s0, s0 + dur)
+    return start, sorted(range(p.n_ops), key=lambda i: (start[i], i))
+
+
+def lp_list(problem: PlacementProblem, costs: Costs | None = None, deadline: float | None = None,
+            max_iter: int = 8, who: str = "lp-list", info: dict | None = None) -> tuple[np.ndarray, list[int]]:
+    """LP-rounding assignment + :func:`schedule_fixed`, iterated with idle compensation.
+
+    Iteration ``i`` solves the min-max-load LP with each target's load increased by the idle time
+    its schedule showed so far (smoothed), so targets that wait a lot get less work; stops after
+    ``max_iter`` rounds, two rounds without improvement, or at ``deadline``. Returns the best
+    ``(assign, order)`` seen (by makespan); ``info["load_bound"]`` gets the first LP's optimum (a
+    lower bound on the makespan).
+    """
+
+    from placer.solve.bounds import MinMaxLoadLP, shave
+    from placer.solve.evaluate import latency_schedule, target_busy_ms
+
+    p = problem
+    c = costs or Costs.of(p)
+    t = p.n_targets
+    idle = np.zeros(t)
+    best: tuple[float, np.ndarray, list[int]] | None = None
+    stall = 0
+    lp = MinMaxLoadLP(p, c, memory=True)
+    for it in range(max_iter):
+        if it and deadline is not None and time.monotonic() > deadline:
+            break
+        lp_info: dict = {}
+        assign = lp_assign(p, c, who=who, offset=idle, lp=lp, info=lp_info)
+        if it == 0 and info is not None:
+            info["load_bound"] = shave(lp_info["lp_value"])  # with memory caps: still a relaxation
+        _, order = schedule_fixed(p, assign, c)
+        _, end = latency_schedule(p, assign, order, c)
+        makespan = float(end.max())
+        if best is None or makespan < best[0] - 1e-12:
+            best, stall = (makespan, assign, order), 0
+        else:
+            stall += 1
+            if stall >= 2:
+                break
+        finish = np.array([end[assign == d].max() if (assign == d).any() else 0.0 for d in range(t)])
+        new_idle = np.maximum(finish - target_busy_ms(p, assign, c), 0.0)
+        idle = new_idle if it == 0 else 0.5 * (idle + new_idle)
+    assert best is not None
+    return best[1], best[2]
