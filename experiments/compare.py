@@ -48,7 +48,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     from placer.solve import solve
     from placer.tune import tune
     from placer.tune.bench import PlanBench
-    from placer.tune.tuner import assignment_key
+    from placer.tune.tuner import SKIP_BASELINE_FACTOR, assignment_key
 
     t0 = time.monotonic()
     ctx = api.prepare(ref, targets=targets, db=db)
@@ -76,6 +76,12 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                 row["note"] = "falls back to another target for unsupported ops"
             key = assignment_key(plan)  # identical placements share one compiled candidate and one measurement
             row["key"] = key
+            if strat.startswith("single:"):
+                fastest = min(solve(problem, "latency", f"single:{n}").makespan_ms for n in names)
+                if plan.makespan_ms > SKIP_BASELINE_FACTOR * fastest:
+                    row["error"] = f"not measured: predicted {plan.makespan_ms / fastest:.0f}x slower"
+                    rows.append(row)
+                    continue
             try:
                 mat = materialize(graph, plan)
                 row["partitions"] = len(mat.partitions)

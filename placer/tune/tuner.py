@@ -87,6 +87,10 @@ class TuneResult:
         return (self.best_single.measured_ms or math.nan) / (self.best.measured_ms or math.nan)
 
 
+#: single-target baselines predicted this many times slower than the fastest are not measured
+SKIP_BASELINE_FACTOR = 5.0
+
+
 def assignment_key(plan) -> str:
     blob = json.dumps([sorted(plan.assignment.items()), sorted((plan.stage or {}).items())], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -242,10 +246,22 @@ def tune(
         # ---- baselines: each single target, measured ---------------------------------------
         best_single_holder: list[TrialRecord] = []
         best_single = None
+        singles = {}
         for name in names:
             plan = solve(ctx.problem, "latency", f"single:{name}", time_limit=solver_time_limit)
             if len(set(plan.assignment.values())) != 1:
                 say(f"baseline {name}: does not run every op, skipped")
+                continue
+            singles[name] = plan
+        fastest = min((p.makespan_ms for p in singles.values()), default=math.inf)
+        for name, plan in singles.items():
+            if plan.makespan_ms > SKIP_BASELINE_FACTOR * fastest:
+                # e.g. untuned TVM, 15-100x slower here: measuring it would eat the budget
+                records.append(TrialRecord(assignment_key(plan), f"single:{name}", "baseline", {}, plan,
+                                           plan.makespan_ms, n_partitions=1,
+                                           error=f"not measured: predicted {plan.makespan_ms / fastest:.0f}x "
+                                                 "slower than the fastest target"))
+                say(f"baseline {name}: predicted {plan.makespan_ms:.1f} ms, not measured")
                 continue
             rec = measure_plan(plan, f"single:{name}", "baseline", {}, ctx.problem, plan.stats.wall_s)
             if rec.measured_ms is not None:
