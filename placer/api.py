@@ -143,6 +143,42 @@ def _with_simulated(tgts, real, store, memory_cap_bytes, provenance: dict):
     return links, (caps or None)
 
 
+class PlannedModel:
+    """What ``placer.plan(...)`` returns: the solver's :class:`~placer.plan.Plan` with its model and
+    problem, so that it can be run, explained and saved. Unknown attributes read through to the
+    Plan (``pm.makespan_ms``, ``pm.assignment``, ``pm.summary()`` ...).
+    """
+
+    def __init__(self, plan, ctx: PlanningContext):
+        self.plan = plan
+        self.ctx = ctx
+
+    def __getattr__(self, name: str):
+        return getattr(self.plan, name)
+
+    def __repr__(self) -> str:
+        return f"<PlannedModel {self.ctx.graph.name}: {self.plan.summary().splitlines()[0]}>"
+
+    def materialize(self, out_dir: str | os.PathLike | None = None):
+        from placer.materialize import materialize
+
+        return materialize(self.ctx.graph, self.plan, out_dir)
+
+    def run(self, inputs="seed:0", *, check: bool = True, requests: int | None = None, pipeline: bool = False):
+        """Run the plan (hybrid executor, or the pipeline executor) and check it against ONNX Runtime."""
+        from placer.run.api import run_plan
+
+        return run_plan(self.materialize(), inputs, check=check, requests=requests,
+                        pipeline=pipeline or self.plan.mode == "pipeline")
+
+    def explain(self) -> list[dict]:
+        return explain(self.plan, self.ctx.problem)
+
+    def save(self, out_dir: str | os.PathLike):
+        """Write the PLAN_DIR (plan.json, stage_config.json, Relax module, partitions)."""
+        return self.materialize(out_dir)
+
+
 def plan(
     model,
     *,
@@ -157,11 +193,16 @@ def plan(
     cost_model=None,
     **options: Any,
 ):
-    """Plan ``model`` on ``targets``: returns the solver's :class:`placer.plan.Plan`."""
+    """Plan ``model`` on ``targets`` (profiling what is missing): a :class:`PlannedModel`.
+
+    >>> pm = placer.plan("zoo:squeezenet", targets=["onnxruntime", "openvino"])   # doctest: +SKIP
+    >>> pm.makespan_ms, pm.explain()[0], pm.run("seed:0").measurement.latency_p50_ms  # doctest: +SKIP
+    """
     from placer.solve import solve
 
     ctx = prepare(model, targets=targets, db=db, shapes=shapes, cost_model=cost_model)
-    return solve(ctx.problem, mode, solver, time_limit=time_limit, num_stages=num_stages, seed=seed, **options)
+    solved = solve(ctx.problem, mode, solver, time_limit=time_limit, num_stages=num_stages, seed=seed, **options)
+    return PlannedModel(solved, ctx)
 
 
 def explain(plan, problem) -> list[dict]:

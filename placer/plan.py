@@ -435,3 +435,9 @@ def _json_default(x: Any) -> Any:
     if isinstance(x, (set, frozenset, tuple)):
         return list(x)
     raise TypeError(f"not JSON serializable: {type(x).__name__}")
+
+
+# ``placer.plan(model, ...)`` plans a model (placer.api.plan); the module stays importable as usual.
+from placer._callable_module import make_callable as _make_callable  # noqa: E402
+
+_make_callable(__name__, "placer.api:plan")

@@ -346,4 +346,39 @@ def _write_outputs(result: TuneResult, ctx, mat) -> None:
 
     out = result.out_dir
     (out / "trials.json").write_text(json.dumps([r.to_dict() for r in result.records], indent=1, default=str))
+    summary = {"format": "placer.tune", "version": 1, "objective": result.objective, "best": result.best.key,
+               "best_label": result.best.label, "best_single": result.best_single.key, "fell_back": result.fell_back,
+               "wall_s": result.wall_s, "study_storage": result.study_storage, "extra": result.extra,
+               "targets": [t.name for t in ctx.targets], "model": ctx.graph.source}
+    (out / "tune.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str))
     result.report_path = write_tune_report(result, ctx)
+
+
+def load_tune_result(out_dir: str | os.PathLike):
+    """A finished tune directory back as ``(TuneResult, context)`` for re-rendering its report."""
+    from types import SimpleNamespace
+
+    from placer.graph import load_graph
+    from placer.plan import Plan
+
+    out = Path(out_dir)
+    try:
+        summary = json.loads((out / "tune.json").read_text())
+        rows = json.loads((out / "trials.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise PlacerError(f"{out}: not a placer tune output directory (tune.json / trials.json: {exc})") from None
+    records = []
+    for r in rows:
+        r = dict(r)
+        r["plan"] = Plan.from_json(r["plan"]) if r.get("plan") else None
+        records.append(TrialRecord(**r))
+    by_key = {r.key: r for r in records}
+    if summary.get("best") not in by_key or summary.get("best_single") not in by_key:
+        raise PlacerError(f"{out}/tune.json names a candidate that trials.json does not hold")
+    graph = load_graph(out / "model.onnx")
+    graph.source = summary.get("model") or graph.source
+    result = TuneResult(best=by_key[summary["best"]], best_single=by_key[summary["best_single"]], records=records,
+                        objective=summary["objective"], out_dir=out, fell_back=summary["fell_back"],
+                        wall_s=summary["wall_s"], study_storage=summary.get("study_storage"),
+                        extra=summary.get("extra", {}))
+    return result, SimpleNamespace(graph=graph, targets=summary.get("targets", []))

@@ -44,6 +44,27 @@ def test_cli_tune_latency_end_to_end(tmp_path, db, capsys):
     assert "Candidates" in report and "single:onnxruntime@cpu:t1" in report and "gantt.png" in report
     # placer run on the tuned plan dir, checked against the reference
     assert main(["run", str(out), "--inputs", "seed:1", "--check"]) == 0
+    # placer report re-renders the report from the saved records
+    (out / "report.md").unlink()
+    assert main(["report", str(out)]) == 0
+    assert "Candidates" in (out / "report.md").read_text()
+    assert main(["report", str(tmp_path)]) == 2  # not a tune directory: one clear line
+
+
+def test_python_api_plan_run_explain(tmp_path, db):
+    import placer
+
+    pm = placer.plan("zoo:tiny", targets=TARGETS.split(","), db=db, time_limit=3)
+    assert isinstance(pm.plan, placer.Plan) and pm.makespan_ms > 0
+    rows = pm.explain()
+    assert {r["op"] for r in rows} == set(pm.assignment)
+    assert all(r["reason"] in {"pinned", "only supported target", "cheapest", "memory", "transfers"} for r in rows)
+    result = pm.run("seed:0")
+    assert result.numerics.passed and result.measurement.latency_p50_ms > 0
+    pm.save(tmp_path / "plan_dir")
+    assert placer.Plan.load(tmp_path / "plan_dir" / "plan.json").assignment == {
+        op: t for op, t in pm.assignment.items()}
+    assert callable(placer.tune)
 
 
 def test_api_tune_latency_and_rerun_reuses_study(tmp_path, db):
