@@ -1,8 +1,9 @@
 """The ``placer`` command: a table of thin commands over the public API.
 
-User errors (:class:`placer.errors.PlacerError`) print one line and exit 2; anything else is a bug
-and keeps its traceback. Each command is a function ``cmd_NAME(args) -> int`` plus a parser
-builder ``add_NAME(subparsers)``; ``COMMANDS`` lists them.
+User errors (:class:`placer.errors.PlacerError`, and an ``OSError`` on a path given on the command
+line) print one line and exit 2; anything else is a bug and keeps its traceback. Each command is a
+function ``cmd_NAME(args) -> int`` plus a parser builder ``add_NAME(subparsers)``; ``COMMANDS``
+lists them.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def cmd_plan(args) -> int:
 
         plan = api.plan(args.model, targets=parse_targets(args.targets), mode=args.mode, solver=args.solver,
                         db=args.db, shapes=parse_shapes(args.shape), time_limit=args.time_limit,
-                        num_stages=args.stages, seed=args.seed)
+                        num_stages=args.stages, seed=args.seed).plan
     print(plan.summary())
     if args.out:
         plan.save(args.out)
@@ -157,8 +158,25 @@ def cmd_tune(args) -> int:
     return 0
 
 
+# ---- report ----------------------------------------------------------------------------------
+def add_report(sub) -> None:
+    p = sub.add_parser("report", help="re-render the report of a placer tune output directory")
+    p.add_argument("out_dir", help="a directory written by placer tune")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args) -> int:
+    from placer.report import write_tune_report
+    from placer.tune.tuner import load_tune_result
+
+    result, ctx = load_tune_result(args.out_dir)
+    path = write_tune_report(result, ctx)
+    print(f"report: {path}  (and {path.with_suffix('.html')})")
+    return 0
+
+
 # ---- command table (helpers add their add_/cmd_ pairs above and list them here) ----------------
-COMMANDS: list[Callable] = [add_devices, add_plan, add_tune]
+COMMANDS: list[Callable] = [add_devices, add_plan, add_tune, add_report]
 
 
 # ---- fit (costmodels) ---------------------------------------------------------------------------
