@@ -36,6 +36,7 @@ it twice.
 from __future__ import annotations
 
 import heapq
+import math
 import os
 from collections import Counter
 from collections.abc import Mapping
@@ -65,6 +66,8 @@ _NONDETERMINISTIC = frozenset(
 # (data propagation needs the values of shape tensors); bigger ones become typed inputs there.
 _SKELETON_KEEP_NUMEL = 1024
 _MAX_FOLD_ROUNDS = 8
+# A tensor with more elements than this is refused (no target here holds 2^36 floats = 256 GiB).
+MAX_TENSOR_ELEMENTS = 2**36
 
 
 def is_folded(model: onnx.ModelProto) -> bool:
@@ -154,6 +157,7 @@ def _prepare(model: onnx.ModelProto, where: str, shapes: Mapping[str, tuple[int,
     if len(g.output) == 0:
         raise GraphError(f"{where}: the graph has no outputs (truncated or not an ONNX model?)")
     _normalize_domains(model)
+    _check_opsets(model, where)
     _name_nodes(g)
     _check_structure_and_sort(g, where)
     _strip_initializer_inputs(g)
@@ -163,8 +167,19 @@ def _prepare(model: onnx.ModelProto, where: str, shapes: Mapping[str, tuple[int,
     _fold(model, where)
     _prune(model)
     _final_inference(model, where)
+    if len(g.node) == 0:
+        raise GraphError(f"{where}: the model has no ops to place (its outputs are inputs or constants)")
     _mark(model)
     return model
+
+
+def _check_opsets(model: onnx.ModelProto, where: str) -> None:
+    newest = onnx.defs.onnx_opset_version()
+    for o in model.opset_import:
+        if o.domain == "" and o.version > newest:
+            raise GraphError(
+                f"{where}: the model imports ONNX opset {o.version}; the newest this placer knows is {newest}"
+            )
 
 
 def _normalize_domains(model: onnx.ModelProto) -> None:
@@ -355,6 +370,7 @@ def _bind_shapes(g: onnx.GraphProto, shapes: Mapping[str, tuple[int, ...]], wher
                 raise GraphError(f"{where}: shape for input '{vi.name}' must be a tuple of ints, got {want!r}") from None
             if any(d < 0 for d in want):
                 raise GraphError(f"{where}: shape for input '{vi.name}' has a negative dim: {want}")
+            _check_input_size(vi.name, want, where)
             if dims is not None:
                 if len(dims) != len(want):
                     raise GraphError(
@@ -371,12 +387,26 @@ def _bind_shapes(g: onnx.GraphProto, shapes: Mapping[str, tuple[int, ...]], wher
             shape.Clear()
             for d in want:
                 shape.dim.add().dim_value = d
-        elif not P.is_static(dims):
+        elif P.is_static(dims):
+            _check_input_size(vi.name, dims, where)
+        else:
             hint = ", ".join("?" if not isinstance(d, int) else str(d) for d in dims) if dims else "..."
             raise GraphError(
                 f"{where}: graph input '{vi.name}' has a non-static shape {_fmt_dims(dims)}; bind it with "
                 f"shapes={{'{vi.name}': ({hint})}} (CLI: --shape {vi.name}=...)"
             )
+
+
+def _check_input_size(name: str, dims: tuple[int, ...], where: str) -> None:
+    """A graph input must have at least one element and at most MAX_TENSOR_ELEMENTS."""
+    if any(d == 0 for d in dims):
+        raise GraphError(f"{where}: graph input '{name}' has a zero dim {_fmt_dims(tuple(dims))}: no elements")
+    numel = math.prod(int(d) for d in dims)
+    if numel > MAX_TENSOR_ELEMENTS:
+        raise GraphError(
+            f"{where}: graph input '{name}' of shape {_fmt_dims(tuple(dims))} has {numel:.3g} elements, "
+            f"more than placer accepts ({MAX_TENSOR_ELEMENTS:.3g})"
+        )
 
 
 # --------------------------------------------------------------------------------------------- infer
@@ -386,14 +416,45 @@ def _infer(model: onnx.ModelProto, strict: bool, where: str) -> dict[str, onnx.V
     """Shape inference on the skeleton; name -> ValueInfoProto for every typed tensor."""
     sk = _skeleton(model)
     try:
-        out = onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=strict, data_prop=True)
+        out = onnx.shape_inference.infer_shapes(sk, check_type=strict, strict_mode=strict, data_prop=True)
     except Exception as e:
         msg = str(e).strip().replace("\n", " ")
+        if "node name" not in msg:
+            msg += _blame(model)
         raise GraphError(f"{where}: shape inference failed: {msg}") from e
     types: dict[str, onnx.ValueInfoProto] = {}
     for vi in list(out.graph.input) + list(out.graph.value_info) + list(out.graph.output):
         types[vi.name] = vi
     return types
+
+
+def _blame(model: onnx.ModelProto) -> str:
+    """`` (node 'n' (Op))``: the first node that fails strict inference alone, given its inputs'
+    types from a lenient pass; for inference errors that do not name their node. Empty if none."""
+    try:
+        types = _infer(model, strict=False, where="")
+    except GraphError:
+        return ""
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    for n in g.node:
+        one = onnx.ModelProto()
+        one.ir_version = model.ir_version
+        one.opset_import.extend(model.opset_import)
+        one.graph.node.append(n)
+        for t in dict.fromkeys(x for x in n.input if x):
+            if t in inits and P.init_numel(inits[t]) <= _SKELETON_KEEP_NUMEL:
+                one.graph.initializer.append(inits[t])
+            elif t in types:
+                one.graph.input.append(types[t])
+        for t in n.output:
+            if t:
+                one.graph.output.append(onnx.helper.make_empty_tensor_value_info(t))
+        try:
+            onnx.shape_inference.infer_shapes(one, check_type=True, strict_mode=True, data_prop=True)
+        except Exception:  # noqa: BLE001 - this node is the one
+            return f" (at {_node_desc(n)})"
+    return ""
 
 
 # ---------------------------------------------------------------------------------------------- fold
@@ -667,6 +728,13 @@ def _final_inference(model: onnx.ModelProto, where: str) -> None:
                     f"{where}: tensor '{t}' produced by {_node_desc(n)} has no static shape "
                     f"(inferred {P.dtype_name(elem_type) if elem_type else '?'} {_fmt_dims(dims)}); "
                     "bind the graph inputs' shapes (shapes=... / --shape) or simplify the model"
+                )
+            numel = math.prod(dims)
+            if numel == 0 or numel > MAX_TENSOR_ELEMENTS:
+                what = ("no elements" if numel == 0
+                        else f"{numel:.3g} elements (placer accepts {MAX_TENSOR_ELEMENTS:.3g})")
+                raise GraphError(
+                    f"{where}: tensor '{t}' produced by {_node_desc(n)} has shape {_fmt_dims(dims)}: {what}"
                 )
             if t not in outputs:
                 infos.append(vi)

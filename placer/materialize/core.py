@@ -224,7 +224,10 @@ def materialize(
     for t in sorted(set(spec.assignment.values())):
         canon[t] = TargetSpec.parse(t).name
     assignment = {o: canon[t] for o, t in spec.assignment.items()}
-    spec = PlanSpec(assignment, spec.stage_of, spec.plan_json)
+    pj = spec.plan_json
+    if isinstance(pj, dict) and pj.get("format") == ASSIGNMENT_FORMAT:  # a plain assignment: record its model
+        pj = {**pj, "model_hash": graph.model_hash}
+    spec = PlanSpec(assignment, spec.stage_of, pj)
     groups = group_ops(graph, spec.assignment, spec.stage_of)
     ahash = assignment_hash(spec.assignment, spec.stage_of)
     prefix = symbol_prefix(graph.model_hash, ahash)
@@ -265,22 +268,71 @@ def _with_vdevice(cfg: StageConfig, vdevice: str) -> StageConfig:
     return replace(cfg, relax_vdevice=vdevice)
 
 
-def _load_graph(model_path: Path):
+def _read_onnx(path: Path, what: str):
+    """An ONNX file of a plan directory, read without following external-data references."""
     import onnx
 
+    if not path.exists():
+        raise PlanError(f"{path}: {what} is missing")
+    if not path.is_file():
+        raise PlanError(f"{path}: {what} is not a regular file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - truncated, random bytes, not a protobuf ...
+        raise PlanError(f"{path}: {what} is not a valid ONNX model ({type(exc).__name__})") from None
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        raise PlanError(f"{path}: {what} refers to external data; plan directories hold their weights inline")
+    return model
+
+
+def _load_graph(model_path: Path):
     from placer.graph import build_graph
 
-    try:
-        model = onnx.load(str(model_path))
-    except FileNotFoundError:
-        raise PlanError(f"{model_path}: no model in the plan directory") from None
-    return build_graph(model)
+    model = _read_onnx(model_path, "the plan directory's model (model.onnx)")
+    return build_graph(model, source=str(model_path))
+
+
+def _check_plan_identity(root: Path, plan_json: Any, spec: PlanSpec, graph) -> None:
+    """The plan must be the one made for this model: its recorded model hash (solver plans:
+    ``provenance.model_hash``; plain assignments: ``model_hash``) equals the model's, and every
+    target it assigns is one of its own ``targets``."""
+    from placer.devices.base import TargetSpec
+    from placer.errors import TargetError
+
+    where = root / PLAN_FILE
+    prov = plan_json.get("provenance") if isinstance(plan_json, Mapping) else None
+    recorded = prov.get("model_hash") if isinstance(prov, Mapping) else None
+    if recorded is None and isinstance(plan_json, Mapping):
+        recorded = plan_json.get("model_hash")
+    if recorded is not None and recorded != graph.model_hash:
+        raise PlanError(
+            f"{where}: the plan was made for model hash {str(recorded)[:16]}, but the plan directory's model "
+            f"{graph.name!r} has {graph.model_hash[:16]} (a plan for another model?)"
+        )
+    targets = plan_json.get("targets") if _is_solver_plan_json(plan_json) else None
+    if targets is not None:
+        try:
+            own = {TargetSpec.parse(str(t)).name for t in targets}
+        except TargetError as exc:
+            raise PlanError(f"{where}: plan targets: {exc}") from None
+        for o, t in sorted(spec.assignment.items()):
+            if t not in own:
+                raise PlanError(f"{where}: op {o!r} is placed on {t}, which is not one of the plan's targets "
+                                f"{sorted(own)}")
+
+
+def _partition_file(root: Path, p) -> Path:
+    """The partition's sub-model path, which must lie inside ``root/partitions``."""
+    base = (root / PARTITIONS_DIR).resolve()
+    rel = Path(p.file) if p.file else None
+    f = (root / rel).resolve() if rel is not None and not rel.is_absolute() else None
+    if f is None or not f.is_relative_to(base):
+        raise PlanError(f"stage config: partition {p.id}'s file {p.file!r} is not inside {root / PARTITIONS_DIR}")
+    return root / rel
 
 
 def load_plan_dir(path: str | Path, graph=None) -> Materialized:
     """Load a PLAN_DIR, checking the stage config against the model and the plan (PlanError)."""
-    import onnx
-
     root = Path(path)
     if not root.is_dir():
         raise PlanError(f"{root}: not a plan directory")
@@ -290,23 +342,42 @@ def load_plan_dir(path: str | Path, graph=None) -> Materialized:
         plan_json = json.loads((root / PLAN_FILE).read_text())
     except FileNotFoundError:
         raise PlanError(f"{root / PLAN_FILE}: no plan in the plan directory") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanError(f"{root / PLAN_FILE}: cannot read the plan ({type(exc).__name__})") from None
     except json.JSONDecodeError as exc:
         raise PlanError(f"{root / PLAN_FILE}: not valid JSON ({exc})") from None
-    spec = _plan_spec_from_json(plan_json)
+    try:
+        spec = _plan_spec_from_json(plan_json)
+    except PlanError as exc:
+        raise PlanError(f"{root / PLAN_FILE}: {exc}") from None
     from placer.devices.base import TargetSpec
+    from placer.errors import TargetError
 
-    canon = {o: TargetSpec.parse(t).name for o, t in spec.assignment.items()}
+    canon = {}
+    for o, t in spec.assignment.items():
+        try:
+            canon[o] = TargetSpec.parse(t).name
+        except TargetError as exc:
+            raise PlanError(f"{root / PLAN_FILE}: op {o!r}: {exc}") from None
     spec = PlanSpec(canon, spec.stage_of, spec.plan_json)
+    _check_plan_identity(root, plan_json, spec, graph)
     cfg = load_stage_config(root / STAGE_CONFIG_FILE)
     check_stage_config(cfg, graph, spec.assignment, spec.stage_of)
     submodels: dict[str, Any] = {}
     for p in cfg.partitions:
-        f = root / p.file
+        f = _partition_file(root, p)
         if not f.is_file():
             raise PlanError(f"{f}: partition {p.id}'s sub-model is missing")
-        sub = onnx.load(str(f))
-        _ordered_io(sub, p.inputs, p.outputs, p.id)
-        submodels[p.id] = sub
+        # A sub-model is a function of model.onnx and the partition's ops: it must be exactly what
+        # materialize() writes (an edited or swapped file would run other weights or ops).
+        want = graph.subgraph_model(p.ops, name=f"{graph.name}_{p.id}")
+        if f.read_bytes() != want.SerializeToString():
+            sub = _read_onnx(f, f"partition {p.id}'s sub-model")
+            _ordered_io(sub, p.inputs, p.outputs, p.id)
+            raise PlanError(f"{f}: partition {p.id}'s sub-model is not ops {list(p.ops)[:4]} of model.onnx "
+                            "(edited or swapped?); materialize the plan again")
+        _ordered_io(want, p.inputs, p.outputs, p.id)
+        submodels[p.id] = want
     return Materialized(graph=graph, plan=spec, partitions=cfg.partitions, stage_config=cfg,
                         submodels=submodels, out_dir=root)
 

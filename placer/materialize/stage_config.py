@@ -300,9 +300,38 @@ def load_stage_config(path: str | Path) -> StageConfig:
         d = json.loads(path.read_text())
     except FileNotFoundError:
         raise PlanError(f"{path}: no stage config") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanError(f"{path}: cannot read the stage config ({type(exc).__name__})") from None
     except json.JSONDecodeError as exc:
         raise PlanError(f"{path}: not valid JSON ({exc})") from None
     return StageConfig.from_dict(d)
+
+
+def _check_stage_resources(cfg: StageConfig) -> None:
+    """Each stage's targets, cores and threads, and each partition's runtime, are what its partitions'
+    targets imply (``build_stage_config``): an edited value would pin, size or dispatch wrongly."""
+    from placer.devices.base import TargetSpec
+    from placer.devices.registry import target_class
+    from placer.errors import TargetError
+
+    for s in cfg.stages:
+        targets = tuple(dict.fromkeys(p.target for p in s.partitions))
+        try:
+            cores, threads = _stage_resources(targets)
+            runtimes = {t: getattr(target_class(TargetSpec.parse(t).kind), "runtime", None) for t in targets}
+        except TargetError as exc:
+            raise PlanError(f"stage config, stage {s.index}: {exc}") from None
+        if tuple(s.targets) != targets or s.target != (targets[0] if len(targets) == 1 else None):
+            raise PlanError(f"stage config, stage {s.index}: targets {list(s.targets)} (target {s.target!r}) "
+                            f"do not match its partitions' {list(targets)}")
+        if (tuple(s.cores) if s.cores is not None else None) != cores or s.threads != threads:
+            raise PlanError(f"stage config, stage {s.index}: cores {s.cores} / threads {s.threads} do not match "
+                            f"its targets {list(targets)} (cores {list(cores) if cores else None}, threads {threads})")
+        for p in s.partitions:
+            rt = runtimes[p.target]
+            if rt and p.runtime != rt:
+                raise PlanError(f"stage config: partition {p.id} on {p.target} says runtime {p.runtime!r}, "
+                                f"the target's runtime is {rt!r}")
 
 
 def check_stage_config(
@@ -358,9 +387,13 @@ def check_stage_config(
                 "do not match its ops "
                 f"(expected {sorted(ins)}/{sorted(outs)})"
             )
-    for t in cfg.tensors:
+    for t, entry in cfg.tensors.items():
         if t not in graph.tensors:
             raise PlanError(f"stage config names tensor {t!r}, which is not in model {graph.name!r}")
+        if dict(entry) != _tensor_entry(graph, t):
+            raise PlanError(f"stage config describes tensor {t!r} as {dict(entry)}, the model has "
+                            f"{_tensor_entry(graph, t)}")
+    _check_stage_resources(cfg)
     producer = {t: p for p in parts for t in p.outputs}
     by_id = {p.id: p for p in parts}
     model_inputs = set(cfg.model_inputs)
@@ -407,6 +440,9 @@ def check_stage_config(
         if t not in producer and t not in model_inputs:
             raise PlanError(f"model output {t!r} is produced by no partition")
     if assignment is not None:
+        unknown = sorted(o for o in assignment if o not in known_ops)
+        if unknown:
+            raise PlanError(f"the plan places op {unknown[0]!r}, which is not in model {graph.name!r}")
         for p in parts:
             for o in p.ops:
                 if o not in assignment:

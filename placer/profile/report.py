@@ -74,6 +74,8 @@ def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None
 
     if not timeout_s > 0:
         raise ProfileError(f"--timeout {timeout_s}: must be > 0")
+    if segments and segments < 2:
+        raise ProfileError(f"--segments {segments}: the longest chain segment must be >= 2 ops")
     tlist = make_targets(targets)
     with ProfileStore(db or default_store_path()) as store:
         graph, res = profile_model(model, tlist, store, shapes=shapes or None, segments=segments or False,

@@ -71,6 +71,9 @@ CREATE TABLE IF NOT EXISTS links (
 """
 
 
+_TABLES = frozenset({"schema_version", "info", "targets", "signatures", "measurements", "links"})
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One row of ``measurements`` (times in ms; None where the status is not ``ok``)."""
@@ -113,11 +116,23 @@ class Measurement:
 _M_COLS = "m.key, m.kind, m.target, t.name, m.status, m.reason, m.median_ms, m.net_ms, m.p10_ms, m.p90_ms, m.n, m.timestamp, m.meta"
 
 
+def _json_column(text, what: str):
+    """A JSON column (only JSON is ever decoded from a store); ProfileError if it is not JSON."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):  # JSONDecodeError, UnicodeDecodeError, bytes of a pickle ...
+        raise ProfileError(f"{what} is not valid JSON (a damaged or edited profile store?)") from None
+
+
 def _row_to_measurement(r) -> Measurement:
+    what = f"measurement {r[0]!r} on {r[3] or r[2]}"
+    for col, x in (("median_ms", r[6]), ("net_ms", r[7])):
+        if r[4] == "ok" and not (isinstance(x, (int, float)) and math.isfinite(x) and x >= 0):
+            raise ProfileError(f"{what}: {col} = {x!r} is not a time >= 0 (a damaged or edited profile store?)")
     return Measurement(
         key=r[0], kind=r[1], target=r[2], target_name=r[3] or r[2], status=r[4], reason=r[5] or "",
         median_ms=r[6], net_ms=r[7], p10_ms=r[8], p90_ms=r[9], n=int(r[10] or 0), timestamp=float(r[11]),
-        meta=json.loads(r[12] or "{}"),
+        meta=_json_column(r[12] or "{}", f"{what}: meta"),
     )
 
 
@@ -169,6 +184,9 @@ class ProfileStore:
             )
         if "schema_version" in tables:
             self._check_version()
+            missing = sorted(_TABLES - tables)
+            if missing:
+                raise ProfileError(f"profile store {self.path!r} is damaged: table(s) {', '.join(missing)} missing")
             if readonly:
                 return
         elif readonly:
@@ -188,7 +206,10 @@ class ProfileStore:
     def _check_version(self) -> None:
         rows = self._conn.execute("SELECT version FROM schema_version").fetchall()
         if rows:
-            v = max(int(r[0]) for r in rows)
+            try:
+                v = max(int(r[0]) for r in rows)
+            except (TypeError, ValueError):
+                raise ProfileError(f"profile store {self.path!r} is damaged: its schema_version is {rows[0][0]!r}") from None
             if v > SCHEMA_VERSION:
                 raise ProfileError(
                     f"profile store {self.path!r} has schema version {v}; this placer reads versions <= "
@@ -264,7 +285,8 @@ class ProfileStore:
     def targets(self) -> list[dict]:
         rows = self._conn.execute("SELECT hash, name, kind, runtime, fingerprint, created FROM targets ORDER BY created")
         return [
-            {"hash": r[0], "name": r[1], "kind": r[2], "runtime": r[3], "fingerprint": json.loads(r[4]), "created": r[5]}
+            {"hash": r[0], "name": r[1], "kind": r[2], "runtime": r[3],
+             "fingerprint": _json_column(r[4], f"target {r[1]!r} fingerprint"), "created": r[5]}
             for r in rows
         ]
 
@@ -306,7 +328,7 @@ class ProfileStore:
         ).fetchone()
         if not r:
             return None
-        return {"key": r[0], "kind": r[1], "op_type": r[2], "signature": json.loads(r[3]), "flops": r[4],
+        return {"key": r[0], "kind": r[1], "op_type": r[2], "signature": _json_column(r[3], f"signature {r[0]!r}"), "flops": r[4],
                 "bytes": r[5], "weight_bytes": r[6]}
 
     # ---- measurements -------------------------------------------------------------------------
@@ -436,8 +458,9 @@ class ProfileStore:
         out = []
         for r in self._conn.execute(q, args):
             d = _row_to_measurement(r[:13]).to_dict()
-            d.update(op_type=r[13], signature=json.loads(r[14]) if r[14] else None, flops=r[15], bytes=r[16],
-                     weight_bytes=r[17], fingerprint=json.loads(r[18]) if r[18] else None)
+            d.update(op_type=r[13], signature=_json_column(r[14], f"signature {r[0]!r}") if r[14] else None,
+                     flops=r[15], bytes=r[16], weight_bytes=r[17],
+                     fingerprint=_json_column(r[18], f"target {r[3]!r} fingerprint") if r[18] else None)
             out.append(d)
         return out
 
@@ -462,8 +485,8 @@ class ProfileStore:
         rows = self._conn.execute("SELECT src, dst, latency_ms, ms_per_byte, points, timestamp, meta FROM links")
         return [
             {"src": r[0], "dst": r[1], "src_name": self.target_name(r[0]), "dst_name": self.target_name(r[1]),
-             "latency_ms": r[2], "ms_per_byte": r[3], "points": json.loads(r[4]), "timestamp": r[5],
-             "meta": json.loads(r[6])}
+             "latency_ms": r[2], "ms_per_byte": r[3], "points": _json_column(r[4], "link points"), "timestamp": r[5],
+             "meta": _json_column(r[6], "link meta")}
             for r in rows
         ]
 
@@ -501,7 +524,7 @@ class ProfileStore:
                     continue
                 fits[(sname, dname)] = LinkFit(
                     src=sname, dst=dname, latency_ms=float(r[0]), ms_per_byte=float(r[1]),
-                    points=tuple(json.loads(r[2])), meta=json.loads(r[3]),
+                    points=tuple(_json_column(r[2], "link points")), meta=_json_column(r[3], "link meta"),
                 )
         return LinkModel(fits, overheads)
 

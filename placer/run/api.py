@@ -39,8 +39,17 @@ def run_plan(
     :class:`NumericsMismatch` naming the first output outside tolerance, and re-raises the first
     failed request's error.
     """
+    import math
+
     from placer.materialize import Materialized, load_plan_dir
 
+    if requests is not None and requests < 1:
+        raise PlacerError(f"requests must be >= 1, got {requests}")
+    if warmup < 0:
+        raise PlacerError(f"warmup must be >= 0, got {warmup}")
+    for what, tol in (("rtol", rtol), ("atol", atol)):
+        if not (math.isfinite(tol) and tol >= 0):
+            raise PlacerError(f"{what} must be finite and >= 0, got {tol}")
     mat = plan if isinstance(plan, Materialized) else load_plan_dir(Path(plan))
     n = requests if requests is not None else (100 if pipeline else 1)
     if isinstance(inputs, str):

@@ -218,16 +218,34 @@ def load_inputs(spec: str, graph, n: int = 1) -> list[dict[str, np.ndarray]]:
     path = Path(spec)
     if not path.is_file():
         raise PlacerError(f"--inputs {spec!r}: no such file (expected FILE.npz or seed:N)")
-    with np.load(path) as z:
-        arrays = {k: z[k] for k in z.files}
+    try:  # allow_pickle stays False: an object array is refused, never unpickled
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise PlacerError(f"--inputs {spec}: a single .npy array; expected an .npz with one array per input")
+        with z:
+            arrays = {k: z[k] for k in z.files}
+    except PlacerError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - not a zip, truncated, pickled object arrays, ...
+        raise PlacerError(f"--inputs {spec}: not a readable .npz of plain arrays ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
     names = [x if isinstance(x, str) else x.name for x in graph.inputs]
     missing = [k for k in names if k not in arrays]
     if missing:
         raise PlacerError(f"--inputs {spec}: no array for model input(s) {missing} (has {sorted(arrays)})")
+    for k in names:
+        try:
+            want_dt = np.dtype(graph.tensors[k].dtype)
+        except TypeError:  # a dtype numpy does not name (bfloat16 ...): the runtime checks it
+            continue
+        if arrays[k].dtype != want_dt:
+            raise PlacerError(f"--inputs {spec}: {k!r} has dtype {arrays[k].dtype}, the model wants {want_dt}")
     reqs: list[dict[str, np.ndarray]] = []
     batched = all(arrays[k].ndim == len(graph.tensors[k].shape) + 1 for k in names) and names
     if batched:
         rows = min(arrays[k].shape[0] for k in names)
+        if rows == 0:
+            raise PlacerError(f"--inputs {spec}: the arrays hold 0 requests (leading dim 0)")
         reqs = [{k: np.ascontiguousarray(arrays[k][i]) for k in names} for i in range(rows)]
     else:
         for k in names:

@@ -1,0 +1,125 @@
+"""``placer tune`` killed with SIGKILL at random points, then resumed with the same --out.
+
+Run 1 is killed while it profiles (after a random number of measurements), run 2 after its study
+finished at least one trial (plus a random delay), run 3 completes. After every kill both SQLite
+files pass ``PRAGMA integrity_check``, every measurement row and every finished trial written
+before the kill is still there unchanged, and the final plan runs with ``placer run --check``.
+(A profiling campaign killed mid-way and two campaigns sharing one store are
+tests/profile/test_prof_resume.py.)
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, python, subprocess_env
+from corpus import SEED
+
+pytestmark = pytest.mark.slow
+
+
+def _query(db: Path, sql: str) -> list[tuple]:
+    if not db.exists():
+        return []
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute(sql).fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error:  # not created yet / schema not there yet
+        return []
+
+
+def _integrity(db: Path) -> str:
+    con = sqlite3.connect(db)
+    try:
+        return con.execute("PRAGMA integrity_check").fetchone()[0]
+    finally:
+        con.close()
+
+
+def _measurements(db: Path) -> dict:
+    return {(k, t): (i, ts, st) for k, t, i, ts, st in
+            _query(db, "SELECT key, target, id, timestamp, status FROM measurements")}
+
+
+def _finished_trials(study: Path) -> dict:
+    return {n: v for n, v in _query(study, "SELECT t.number, v.value FROM trials t JOIN trial_values v "
+                                            "ON v.trial_id = t.trial_id WHERE t.state = 'COMPLETE'")}
+
+
+def _start(argv: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "ab") as f:
+        return subprocess.Popen([python(), "-m", "placer.cli", *argv], cwd=ROOT, env=subprocess_env(), stdout=f,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def _kill_when(p: subprocess.Popen, ready, log: Path, timeout_s: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not ready():
+            assert p.poll() is None, f"run ended (rc {p.returncode}) before the kill point:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no progress:\n{log.read_text()[-3000:]}"
+            time.sleep(0.05)
+        os.kill(p.pid, signal.SIGKILL)
+        assert p.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+
+
+def test_tune_killed_twice_then_resumed(tmp_path):
+    rng = random.Random(SEED)
+    out = tmp_path / "out"
+    db, study, log = out / "profiles.db", out / "study.db", tmp_path / "tune.log"
+    out.mkdir()
+    argv = ["tune", "zoo:tiny", "--targets", "onnxruntime,openvino", "--out", str(out), "--db", str(db),
+            "--budget", "10m"]
+
+    # 1) killed while profiling, after a random number of measurements
+    k = rng.randint(3, 10)
+    _kill_when(_start(argv + ["--trials", "200"], log), lambda: len(_measurements(db)) >= k, log)
+    assert _integrity(db) == "ok"
+    rows1 = _measurements(db)
+    assert len(rows1) >= k
+
+    # 2) resumed, killed after >= 1 finished trial (and a random delay: maybe mid-trial)
+    delay = rng.uniform(0.0, 0.5)
+    first = {}
+
+    def one_trial_done() -> bool:
+        if not first and _finished_trials(study):
+            first["t"] = time.monotonic()
+        return bool(first) and time.monotonic() - first["t"] >= delay
+
+    _kill_when(_start(argv + ["--trials", "200"], log), one_trial_done, log)
+    assert _integrity(db) == "ok" and _integrity(study) == "ok"
+    rows2 = _measurements(db)
+    assert all(rows2[key] == v for key, v in rows1.items()), "a measurement of run 1 changed or vanished"
+    trials2 = _finished_trials(study)
+    assert trials2
+
+    # 3) resumed again: completes, nothing lost
+    p = _start(argv + ["--trials", "3"], log)
+    assert p.wait(timeout=300) == 0, log.read_text()[-4000:]
+    assert _integrity(db) == "ok" and _integrity(study) == "ok"
+    rows3 = _measurements(db)
+    assert all(rows3[key] == v for key, v in rows2.items()), "a measurement of run 2 changed or vanished"
+    trials3 = _finished_trials(study)
+    assert all(trials3.get(n) == v for n, v in trials2.items()), "a finished trial of run 2 was lost"
+    assert len(trials3) >= len(trials2) + 1
+    assert (out / "plan.json").is_file() and (out / "report.md").is_file()
+
+    # the tuned plan directory loads and passes the numerics check
+    r = subprocess.run([python(), "-m", "placer.cli", "run", str(out), "--check"], cwd=ROOT, env=subprocess_env(),
+                       capture_output=True, check=False, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
