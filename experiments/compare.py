@@ -19,6 +19,7 @@ import json
 import math
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def geomean(xs):
 
 
 def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, solver_time_limit: float,
-                  pipeline: bool, say) -> dict:
+                  pipeline: bool, say, work: Path) -> dict:
     from placer import api
     from placer.materialize import materialize
     from placer.report import gantt
@@ -95,7 +96,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
             if strat == "cpsat":
                 gantt(plan, out / f"gantt_{graph.name}.png", f"{graph.name}: CP-SAT plan (predicted)")
         # the tuned plan (own session), re-measured here with the others
-        tuned = tune(graph, targets=targets, db=db, budget_s=tune_budget_s, out_dir=out / f"tune_{graph.name}",
+        tuned = tune(graph, targets=targets, db=db, budget_s=tune_budget_s, out_dir=work / f"tune_{graph.name}",
                      solver_time_limit=solver_time_limit)
         trow = {"model": graph.name, "placement": "tuned", "predicted_ms": tuned.best.predicted_ms,
                 "solve_s": sum(r.solve_s for r in tuned.records), "status": "measured guard" if tuned.fell_back else "",
@@ -123,7 +124,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
               "whole_model_ms": problem.provenance.get("whole_model_ms")}
     if pipeline:
         tp = tune(graph, targets=targets, db=db, budget_s=tune_budget_s, objective="throughput",
-                  out_dir=out / f"tune_tp_{graph.name}", solver_time_limit=solver_time_limit)
+                  out_dir=work / f"tune_tp_{graph.name}", solver_time_limit=solver_time_limit)
         result["pipeline"] = {
             "best": tp.best.label, "throughput_rps": tp.best.throughput_rps,
             "best_single": tp.best_single.label, "best_single_rps": tp.best_single.throughput_rps,
@@ -157,6 +158,18 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
     gm_ort = geomean([s[5] for s in summary])
     doc.p(f"Geomean speedup of the tuned plan: {gm_single:.3f}x over the best single target, "
           f"{gm_ort:.3f}x over ONNX Runtime alone.")
+    pipe = [r for r in results if r.get("pipeline")]
+    if pipe:
+        doc.h2("Summary (pipeline mode, throughput)")
+        doc.p("One stage per core (1-thread runtimes pinned), measured on the pipeline executor, against every "
+              "runtime alone at 1 thread and with all cores as intra-op threads. Core limit = cores x the best "
+              "1-thread throughput.")
+        doc.table(["model", "chosen", "stages", "req/s", "best single runtime", "its req/s", "x best single",
+                   "core limit req/s", "% of limit"],
+                  [[r["model"], r["pipeline"]["best"], " | ".join(r["pipeline"]["stages"] or ["-"]),
+                    r["pipeline"]["throughput_rps"], r["pipeline"]["best_single"], r["pipeline"]["best_single_rps"],
+                    (r["pipeline"]["throughput_rps"] or 0) / (r["pipeline"]["best_single_rps"] or float("nan")),
+                    r["pipeline"]["core_limit_rps"], 100 * r["pipeline"]["fraction_of_limit"]] for r in pipe])
     pts = []
     for res in results:
         doc.h2(f"{res['model']} ({res['n_ops']} ops)")
@@ -197,6 +210,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tune-budget", type=float, default=60.0)
     ap.add_argument("--solver-time-limit", type=float, default=10.0)
     ap.add_argument("--pipeline", action="store_true", help="also tune the throughput objective")
+    ap.add_argument("--work", default="runs/compare", help="tune output directories (models, partitions, studies)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -206,10 +220,10 @@ def main(argv=None) -> int:
         ref = MODELS.get(name, name)
         results.append(compare_model(ref, targets, args.db, out, tune_budget_s=args.tune_budget,
                                      solver_time_limit=args.solver_time_limit, pipeline=args.pipeline,
-                                     say=lambda m: print(m, flush=True)))
+                                     say=lambda m: print(m, flush=True), work=Path(args.work)))
         (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     meta = {"cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)), "targets": targets,
-            "date": time.strftime("%Y-%m-%d"), "command": "python -m experiments.compare " + " ".join(argv or [])}
+            "date": time.strftime("%Y-%m-%d"), "command": "python -m experiments.compare " + " ".join(argv if argv is not None else sys.argv[1:])}
     path = write_report(results, out, meta)
     print(f"report: {path}")
     return 0
