@@ -236,7 +236,7 @@ def tune(
                 rec.partitions = _partition_feedback(problem, plan, mat, bench.partition_medians(key))
                 feedback_rows.extend(rec.partitions)
                 if cost_model is not None and hasattr(cost_model, "add_partition_measurements"):
-                    cost_model.add_partition_measurements(rec.partitions)
+                    cost_model.add_partition_measurements(rec.partitions, graph=graph)
             except PlacerError as exc:
                 rec.error = str(exc).splitlines()[0]
             records.append(rec)

@@ -1,0 +1,275 @@
+"""Leave-one-model-out evaluation of the cost model.
+
+For each model ``m`` of the training data, a cost model is fitted on everything except ``m``
+(:meth:`TrainingData.without_model`: signatures only ``m`` has and ``m``'s partitions are dropped;
+signatures ``m`` shares with other models stay, as they were measured for those) and asked about
+``m``; variant banks sampled around ``m``'s signatures (named ``variants-<m>-<i>``, see
+:func:`costmodels.sampler.profile_variants`) are dropped with it. Two scenarios:
+
+``unseen``
+    ``m`` was never profiled: op latencies of ``m``'s own signatures are predicted by the
+    regressors, its partitions by the predicted ops + partition correction.
+``ops-profiled``
+    ``m``'s single ops were profiled (the usual case before solving) but none of its partitions:
+    op costs are exact, partitions (segments, the whole model) are predicted by the correction
+    learned on the other models. This isolates the "partition is not the sum of its ops" error.
+
+Op metrics are on the *isolated* latency (what the profiler measured: the median of a single-op
+run, the call overhead included) over the held-out model's own signatures (one row per signature
+x target: each distinct signature is one prediction). Partition metrics compare the predicted and
+measured latency of each measured segment / whole model of ``m``, next to the naive
+``overhead + sum of net op costs``.
+
+:func:`write_report` writes ``report.md`` (tables), ``rows.json`` and ``scatter.png``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from costmodels.data import TrainingData
+from costmodels.partition import net_isolated_ms
+
+
+def ape(pred: float, meas: float) -> float:
+    """Absolute percentage error |pred - meas| / meas (inf where unsupported disagrees)."""
+    if not math.isfinite(meas) or not math.isfinite(pred):
+        return 0.0 if math.isfinite(meas) == math.isfinite(pred) else math.inf
+    return abs(pred - meas) / max(meas, 1e-12)
+
+
+def summarize(errors: Sequence[float]) -> dict:
+    """MAPE (%), share within +-10% and +-25%, median APE (%), n."""
+    e = np.asarray([x for x in errors if math.isfinite(x)] + [1e9 for x in errors if not math.isfinite(x)], dtype=float)
+    if e.size == 0:
+        return {"n": 0, "mape_pct": float("nan"), "within10": float("nan"), "within25": float("nan"),
+                "median_ape_pct": float("nan")}
+    return {"n": int(e.size), "mape_pct": float(np.mean(np.minimum(e, 10.0)) * 100),
+            "within10": float(np.mean(e <= 0.10)), "within25": float(np.mean(e <= 0.25)),
+            "median_ape_pct": float(np.median(e) * 100)}
+
+
+@dataclass
+class EvalResult:
+    """Rows of a leave-one-model-out run: ``op_rows`` (one per held-out signature x target) and
+    ``partition_rows`` (one per measured segment/model partition x target x scenario)."""
+
+    op_rows: list[dict] = field(default_factory=list)
+    partition_rows: list[dict] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+
+    def op_summary(self, by: Sequence[str] = ("target",)) -> dict[tuple, dict]:
+        groups: dict[tuple, list[float]] = defaultdict(list)
+        for r in self.op_rows:
+            groups[tuple(r[k] for k in by)].append(r["ape"])
+        return {k: summarize(v) for k, v in sorted(groups.items())}
+
+    def partition_summary(self, by: Sequence[str] = ("scenario", "kind", "target")) -> dict[tuple, dict]:
+        groups: dict[tuple, list[dict]] = defaultdict(list)
+        for r in self.partition_rows:
+            groups[tuple(r[k] for k in by)].append(r)
+        out = {}
+        for k, rows in sorted(groups.items()):
+            s = summarize([r["ape"] for r in rows])
+            s["naive_mape_pct"] = summarize([r["naive_ape"] for r in rows])["mape_pct"]
+            s["naive_within10"] = summarize([r["naive_ape"] for r in rows])["within10"]
+            out[k] = s
+        return out
+
+
+def _held_out_models(data: TrainingData, models: Iterable[str] | None, skip_prefix: Sequence[str]) -> list[str]:
+    names = list(models) if models is not None else data.model_names()
+    return [m for m in names if not any(m.startswith(p) for p in skip_prefix)]
+
+
+def leave_one_model_out(data: TrainingData, models: Iterable[str] | None = None, targets: Sequence[str] | None = None,
+                        *, skip_prefix: Sequence[str] = ("variants",), fit_kw: Mapping[str, Any] | None = None,
+                        progress: bool = False) -> EvalResult:
+    """Fit without each model in turn and score the predictions for it (see the module doc).
+
+    ``models``: the models to hold out (default: every model in ``data`` except names starting
+    with ``skip_prefix``, the sampler's variant banks, which always stay in training).
+    """
+    from costmodels.train import fit_cost_model
+
+    fit_kw = dict(fit_kw or {})
+    fit_kw.setdefault("cv_metrics", False)
+    targets = list(targets) if targets is not None else data.target_names()
+    res = EvalResult(settings={"targets": targets, "fit_kw": {k: v for k, v in fit_kw.items()}})
+    held = _held_out_models(data, models, skip_prefix)
+    res.settings["models"] = held
+    for m in held:
+        # variant banks derived from m's signatures (sampler naming "variants-<model>-<i>") go with it
+        derived = [x for x in data.model_names() if x.startswith(f"variants-{m}-")]
+        train = data.without_model(m, *derived)
+        if not train.ops:
+            continue
+        cm = fit_cost_model(train, targets, **fit_kw)
+        trained_keys = {(r.target, r.key) for r in train.ops}
+        test = data.restricted_to(m)
+        # ---- ops: the held-out model's own signatures ---------------------------------------
+        for r in test.ops:
+            if r.target not in targets or (r.target, r.key) in trained_keys:
+                continue
+            sig = data.signatures[r.key]
+            pred = cm.predict_op_ms(sig, r.target, include_overhead=True)
+            res.op_rows.append({"model": m, "target": r.target, "key": r.key, "op_type": sig["op_type"],
+                                "measured_ms": r.latency_ms, "predicted_ms": pred, "ape": ape(pred, r.latency_ms),
+                                "flops": sig.get("flops", 0.0)})
+        # ---- partitions, in both scenarios -----------------------------------------------------
+        profiled = copy.copy(cm)  # the same fitted model, knowing m's single-op measurements
+        profiled.measured_ms = {t: {**cm.measured_ms.get(t, {}),
+                                    **{r.key: r.latency_ms for r in test.ops if r.target == t}} for t in targets}
+        for scenario, model in (("unseen", cm), ("ops-profiled", profiled)):
+            for p in test.partitions:
+                if p.target not in targets:
+                    continue
+                sigs = [data.signatures[k] for k in p.op_keys]
+                iso = model.predict_ops(sigs, [p.target], include_overhead=True)[:, 0]
+                if not np.all(np.isfinite(iso)):
+                    continue
+                pred = model.predict_partition_ms(sigs, p.target, boundary_bytes=p.boundary_bytes)
+                ov = model.overhead_ms(p.target)
+                naive = float(ov + net_isolated_ms(iso, ov).sum())
+                res.partition_rows.append({
+                    "model": m, "target": p.target, "kind": p.kind, "scenario": scenario, "n_ops": len(p.op_keys),
+                    "measured_ms": p.measured_ms, "predicted_ms": pred, "naive_ms": naive,
+                    "ape": ape(pred, p.measured_ms), "naive_ape": ape(naive, p.measured_ms)})
+        if progress:
+            n_ops = sum(1 for r in res.op_rows if r["model"] == m)
+            print(f"  held out {m}: {n_ops} op predictions, "
+                  f"{sum(1 for r in res.partition_rows if r['model'] == m)} partition predictions", flush=True)
+    return res
+
+
+def repeatability(first: TrainingData, second: TrainingData) -> dict[str, dict]:
+    """How well two measurements of the same op signatures agree, per target (the noise floor).
+
+    ``first`` and ``second`` are two profiles of the same models taken at different times; the
+    error of ``second`` against ``first`` is summarized like a prediction's (:func:`summarize`).
+    A predictor cannot be expected to beat it on data measured this way.
+    """
+    a = {(r.target, r.key): r.latency_ms for r in first.ops}
+    errs: dict[str, list[float]] = defaultdict(list)
+    for r in second.ops:
+        if (r.target, r.key) in a and math.isfinite(a[(r.target, r.key)]) and math.isfinite(r.latency_ms):
+            errs[r.target].append(ape(r.latency_ms, a[(r.target, r.key)]))
+    return {t: summarize(v) for t, v in sorted(errs.items())}
+
+
+# ---- report ------------------------------------------------------------------------------------------
+def _fmt(s: Mapping) -> str:
+    return f"{s['n']} | {s['mape_pct']:.1f} | {100 * s['within10']:.1f} | {100 * s['within25']:.1f} | {s['median_ape_pct']:.1f}"
+
+
+def report_markdown(res: EvalResult, title: str = "Cost model: leave-one-model-out") -> str:
+    lines = [f"# {title}", "", f"Targets: {', '.join(res.settings.get('targets', []))}. "
+             f"Held-out models: {', '.join(res.settings.get('models', []))}.", ""]
+    lines += ["## Ops of the held-out model (its own signatures, isolated latency)", "",
+              "| target | n | MAPE % | within 10 % | within 25 % | median APE % |", "|---|---|---|---|---|---|"]
+    for (t,), s in res.op_summary(("target",)).items():
+        lines.append(f"| {t} | {_fmt(s)} |")
+    rep = res.settings.get("repeatability")
+    if rep:
+        lines += ["", "### Noise floor: the same ops measured twice (second profile vs first)", "",
+                  "| target | n | MAPE % | within 10 % | within 25 % | median APE % |", "|---|---|---|---|---|---|"]
+        for t, s in rep.items():
+            lines.append(f"| {t} | {_fmt(s)} |")
+    lines += ["", "### Per held-out model and target", "",
+              "| model | target | n | MAPE % | within 10 % | within 25 % | median APE % |", "|---|---|---|---|---|---|---|"]
+    for (m, t), s in res.op_summary(("model", "target")).items():
+        lines.append(f"| {m} | {t} | {_fmt(s)} |")
+    lines += ["", "### Per op type (all targets)", "",
+              "| op type | n | MAPE % | within 10 % | within 25 % | median APE % |", "|---|---|---|---|---|---|"]
+    for (o,), s in sorted(res.op_summary(("op_type",)).items(), key=lambda kv: -kv[1]["n"]):
+        lines.append(f"| {o} | {_fmt(s)} |")
+    lines += ["", "## Partitions (segments and whole models) of the held-out model", "",
+              "Predicted = overhead + partition-corrected sum of net op costs; naive = overhead + plain sum.", "",
+              "| scenario | kind | target | n | MAPE % | within 10 % | within 25 % | median APE % | naive MAPE % | naive within 10 % |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for (sc, k, t), s in res.partition_summary().items():
+        lines.append(f"| {sc} | {k} | {t} | {_fmt(s)} | {s['naive_mape_pct']:.1f} | {100 * s['naive_within10']:.1f} |")
+    models = [r for r in res.partition_rows if r["kind"] == "model"]
+    sums = op_sum_errors(res)
+    if sums:
+        lines += ["", "### Whole-model sum of op costs: predicted (unseen) vs measured ops", "",
+                  "Sum over every op of the model (with repeats) of the isolated net costs: the part of a plan's "
+                  "latency the op regressors are responsible for (no fusion, no transfers).", "",
+                  "| target | models | mean abs error % | max abs error % |", "|---|---|---|---|"]
+        for t, errs in sorted(sums.items()):
+            lines.append(f"| {t} | {len(errs)} | {100 * np.mean(np.abs(errs)):.1f} | {100 * np.max(np.abs(errs)):.1f} |")
+    if models:
+        lines += ["", "### Whole models", "", "| model | target | scenario | measured ms | predicted ms | error % | naive ms |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in sorted(models, key=lambda r: (r["model"], r["target"], r["scenario"])):
+            err = 100 * (r["predicted_ms"] - r["measured_ms"]) / r["measured_ms"]
+            lines.append(f"| {r['model']} | {r['target']} | {r['scenario']} | {r['measured_ms']:.3f} | "
+                         f"{r['predicted_ms']:.3f} | {err:+.1f} | {r['naive_ms']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def op_sum_errors(res: EvalResult) -> dict[str, list[float]]:
+    """Per target: relative error of a held-out model's summed predicted op costs against its
+    summed measured ones (the "naive" sums of its whole-model partition in both scenarios)."""
+    naive = {(r["model"], r["target"], r["scenario"]): r["naive_ms"] for r in res.partition_rows if r["kind"] == "model"}
+    out: dict[str, list[float]] = defaultdict(list)
+    for (m, t, sc), v in sorted(naive.items()):
+        if sc == "unseen" and (m, t, "ops-profiled") in naive:
+            out[t].append(v / naive[(m, t, "ops-profiled")] - 1.0)
+    return dict(out)
+
+
+def scatter_png(res: EvalResult, path: str | Path) -> None:
+    """Predicted vs measured (log-log): ops per target, and partitions."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5))
+    for ax, rows, title in ((axes[0], res.op_rows, "ops of held-out models"),
+                            (axes[1], [r for r in res.partition_rows if r["scenario"] == "ops-profiled"],
+                             "partitions (ops profiled)")):
+        targets = sorted({r["target"] for r in rows})
+        lo, hi = math.inf, 0.0
+        for t in targets:
+            pts = [(r["measured_ms"], r["predicted_ms"]) for r in rows if r["target"] == t
+                   and math.isfinite(r["predicted_ms"]) and math.isfinite(r["measured_ms"])]
+            if not pts:
+                continue
+            x, y = np.array(pts).T
+            lo, hi = min(lo, x.min(), y.min()), max(hi, x.max(), y.max())
+            ax.scatter(x, y, s=8, alpha=0.6, label=t)
+        if hi > 0:
+            line = np.array([lo, hi])
+            ax.plot(line, line, "k-", lw=0.8)
+            ax.plot(line, line * 1.1, "k:", lw=0.6)
+            ax.plot(line, line / 1.1, "k:", lw=0.6)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("measured ms")
+        ax.set_ylabel("predicted ms")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(res: EvalResult, out_dir: str | Path, title: str = "Cost model: leave-one-model-out") -> Path:
+    """Write ``report.md``, ``rows.json`` and ``scatter.png`` under ``out_dir``; returns the report path."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "report.md").write_text(report_markdown(res, title))
+    (d / "rows.json").write_text(json.dumps({"settings": res.settings, "ops": res.op_rows,
+                                             "partitions": res.partition_rows}, indent=1, default=str))
+    scatter_png(res, d / "scatter.png")
+    return d / "report.md"

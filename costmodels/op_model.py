@@ -1,0 +1,136 @@
+"""Per-target op latency regressor: signature features -> latency (ms).
+
+One :class:`OpLatencyModel` per target. A :class:`~costmodels.roofline.RooflineModel` fitted on
+the same rows (or given as a spec prior) is the baseline; gradient boosting (or a random forest)
+on :mod:`costmodels.features` plus the log roofline estimate learns the residual
+``log(latency_ms) - log(roofline_ms)``. Trees cannot extrapolate: learning the residual keeps
+ops larger or smaller than any training op on the roofline's scaling instead of clamping them to
+the nearest leaf. With ``use_prior=False`` the trees learn ``log(latency_ms)`` directly.
+
+Rows whose latency is not finite are the target's "unsupported" measurements. An op type with
+unsupported rows and no supported one is remembered in ``unsupported_op_types_`` and predicted as
+``inf``; exact unsupported signatures are remembered by :class:`costmodels.cost_model.CostModel`.
+
+Examples
+--------
+>>> import numpy as np
+>>> sigs = [{"op_type": "Relu", "inputs": [[(1, c, 28, 28), "float32"]], "outputs": [[(1, c, 28, 28), "float32"]]}
+...         for c in (8, 16, 32, 64, 128, 256)]
+>>> y = [0.003 + 1e-5 * c for c in (8, 16, 32, 64, 128, 256)]
+>>> m = OpLatencyModel(target="onnxruntime@cpu:t1", n_estimators=20).fit(sigs, y)
+>>> m.predict(sigs[:1]).shape
+(1,)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted
+
+from costmodels._common import as_features, check_xy, make_regressor
+from costmodels.features import FEATURE_NAMES, OP_VOCAB
+from costmodels.roofline import RooflineModel
+
+_OP_COLS = [FEATURE_NAMES.index(f"op={t}") for t in OP_VOCAB] + [FEATURE_NAMES.index("op=other")]
+_OP_NAMES = list(OP_VOCAB) + ["other"]
+
+
+def op_type_of_rows(F: np.ndarray) -> np.ndarray:
+    """The one-hot op type column name (vocabulary entry or "other") of each feature row."""
+    return np.array([_OP_NAMES[i] for i in np.argmax(F[:, _OP_COLS], axis=1)], dtype=object) \
+        if len(F) else np.zeros(0, dtype=object)
+
+
+class OpLatencyModel(RegressorMixin, BaseEstimator):
+    """Latency (ms) of one op on one target, from its signature.
+
+    Parameters
+    ----------
+    target : str or None
+        Target name the model is for (informational; data must be that target's).
+    regressor : {"gbr", "rf"}
+        Gradient boosting (squared error) or random forest on ``log(latency_ms)``.
+    n_estimators, max_depth, learning_rate, min_samples_leaf, subsample :
+        Passed to the regressor (``learning_rate``/``subsample`` only to "gbr"). The defaults did
+        best of the few settings compared leave-one-model-out on real profiles
+        (``experiments/eval_costmodel.py``); :mod:`costmodels.tuning` searches them per target.
+    use_prior : bool
+        Add the log roofline estimate as a feature.
+    prior : mapping or None
+        Roofline spec (see :meth:`RooflineModel.from_spec`); ``None`` = fit it on the data.
+    random_state : int or None
+        Seed of the regressor.
+    """
+
+    def __init__(self, target: str | None = None, regressor: str = "gbr", n_estimators: int = 400,
+                 max_depth: int | None = 6, learning_rate: float = 0.05, min_samples_leaf: int = 2,
+                 subsample: float = 0.8, use_prior: bool = True, prior: Mapping[str, Any] | None = None,
+                 random_state: int | None = 0):
+        self.target = target
+        self.regressor = regressor
+        self.n_estimators = n_estimators
+        self.max_depth = max_depth
+        self.learning_rate = learning_rate
+        self.min_samples_leaf = min_samples_leaf
+        self.subsample = subsample
+        self.use_prior = use_prior
+        self.prior = prior
+        self.random_state = random_state
+
+    def _design(self, F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(regressor input, log prior): the regressor learns ``log(latency) - log prior``."""
+        if not self.use_prior:
+            return F, np.zeros(len(F))
+        log_prior = np.log(np.maximum(self.prior_.predict(F), 1e-6))
+        return np.hstack([F, log_prior[:, None]]), log_prior
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OpLatencyModel":
+        """Fit on signatures (or a feature matrix) ``X`` and latencies ``y`` in ms (inf = unsupported)."""
+        F = as_features(X)
+        y = check_xy(F, y)
+        ok = np.isfinite(y) & (y > 0)
+        if not ok.any():
+            raise ValueError(f"OpLatencyModel({self.target}): no finite latency to fit")
+        types = op_type_of_rows(F)
+        supported = set(types[ok])
+        # "other" pools many op types: never mark it unsupported as a whole
+        self.unsupported_op_types_ = sorted(set(types[~ok]) - supported - {"other"})
+        self.op_types_ = sorted(supported)
+        F, y = F[ok], y[ok]
+        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)[ok]
+        self.prior_ = (RooflineModel.from_spec(self.prior) if self.prior is not None
+                       else RooflineModel().fit(F, y))
+        D, base = self._design(F)
+        reg = make_regressor(self.regressor, n_estimators=self.n_estimators, max_depth=self.max_depth,
+                             learning_rate=self.learning_rate, min_samples_leaf=self.min_samples_leaf,
+                             subsample=self.subsample, random_state=self.random_state)
+        reg.fit(D, np.log(y) - base, sample_weight=w)
+        self.regressor_ = reg
+        self.n_features_in_ = F.shape[1]
+        self.n_train_ = int(len(y))
+        self.train_log_mae_ = float(np.mean(np.abs(reg.predict(D) + base - np.log(y))))
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predicted latency in ms per op; ``inf`` for op types known unsupported on the target."""
+        check_is_fitted(self, "regressor_")
+        F = as_features(X)
+        if len(F) == 0:
+            return np.zeros(0)
+        D, base = self._design(F)
+        out = np.exp(self.regressor_.predict(D) + base)
+        if self.unsupported_op_types_:
+            out[np.isin(op_type_of_rows(F), self.unsupported_op_types_)] = np.inf
+        return out
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """R^2 of log latency over the finite rows (higher is better)."""
+        from sklearn.metrics import r2_score
+
+        y = np.asarray(y, dtype=np.float64)
+        ok = np.isfinite(y) & (y > 0)
+        F = as_features(X)[ok]
+        return float(r2_score(np.log(y[ok]), np.log(self.predict(F)), sample_weight=sample_weight))

@@ -1,0 +1,186 @@
+"""Saving and loading a :class:`~costmodels.cost_model.CostModel` without pickle.
+
+A saved model is a directory::
+
+    card.json          model card: id, training-data fingerprint, targets (+ fingerprints), metrics,
+                       feature list, hyperparameters, versions, and the SHA-256 of every file below
+    op_models/N.skops  one OpLatencyModel per target (skops format; N indexes card["targets"])
+    transfer.skops     the TransferModel
+    partition.skops    the PartitionCorrection (absent when there was no partition data)
+    tables.json        exact measurements, call overheads, partition records, roofline specs
+
+Loading re-hashes every file named in the card and refuses (:class:`ArtifactIntegrityError`
+naming the file) one whose SHA-256 differs, one that is missing, and a skops file whose types
+(``skops.io.get_untrusted_types``) are not all in :data:`TRUSTED_TYPES`; only then is it loaded,
+with exactly that allowlist. JSON files are only ever parsed as JSON. The card cannot hash
+itself: someone who rewrites the card and a file together defeats the hash check, not the type
+allowlist, so a tampered file can still never run code on load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodels.errors import ArtifactIntegrityError, CostModelError
+
+FORMAT = "placer-costmodel"
+VERSION = 1
+CARD = "card.json"
+
+#: The only non-default types a saved model may contain (skops trusts plain sklearn/numpy types).
+TRUSTED_TYPES: tuple[str, ...] = (
+    "costmodels.op_model.OpLatencyModel",
+    "costmodels.roofline.RooflineModel",
+    "costmodels.transfer.TransferModel",
+    "costmodels.partition.PartitionCorrection",
+    "sklearn.tree._tree.Tree",
+)
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def versions() -> dict[str, str]:
+    """Library versions a saved model depends on."""
+    import optuna
+    import sklearn
+    import skops
+
+    return {"python": platform.python_version(), "numpy": np.__version__, "scikit-learn": sklearn.__version__,
+            "skops": skops.__version__, "optuna": optuna.__version__}
+
+
+def _num(x: float) -> Any:
+    return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+
+def _unnum(x: Any) -> float:
+    return float(x)  # float("inf") parses "inf"
+
+
+def _dump_skops(obj: Any, path: Path) -> None:
+    import skops.io as sio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sio.dump(obj, path)
+    untrusted = set(sio.get_untrusted_types(file=path)) - set(TRUSTED_TYPES)
+    if untrusted:  # would not load back: fail now, at save time
+        raise CostModelError(f"{path}: types outside the allowlist {sorted(untrusted)}; extend TRUSTED_TYPES")
+
+
+def save_cost_model(cm: Any, directory: str | Path) -> Path:
+    """Write ``cm`` to ``directory`` (created; existing files of a previous save are replaced)."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    artifacts: dict[str, str] = {}
+    targets = sorted(cm.op_models)
+    for i, target in enumerate(targets):
+        rel = f"op_models/{i}.skops"
+        _dump_skops(cm.op_models[target], d / rel)
+        artifacts[rel] = target
+    _dump_skops(cm.transfer, d / "transfer.skops")
+    artifacts["transfer.skops"] = "transfer"
+    if cm.partition is not None:
+        _dump_skops(cm.partition, d / "partition.skops")
+        artifacts["partition.skops"] = "partition"
+    tables = {
+        "overheads_ms": dict(sorted(cm.overheads_ms.items())),
+        "measured_ms": {t: {k: _num(v) for k, v in sorted(m.items())} for t, m in sorted(cm.measured_ms.items())},
+        "partition_records": [[r, m] for r, m in cm.partition_records],
+        "roofline": {t: rm.to_dict() for t, rm in sorted(cm.roofline.items())},
+    }
+    (d / "tables.json").write_text(json.dumps(tables, sort_keys=True, indent=1))
+    artifacts["tables.json"] = "tables"
+    card = dict(cm.card)
+    card.update(
+        format=FORMAT, version=VERSION, saved=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        op_model_files={rel: t for rel, t in artifacts.items() if rel.startswith("op_models/")},
+        artifacts={rel: sha256_file(d / rel) for rel in artifacts},
+        versions=card.get("versions") or versions(),
+    )
+    card.setdefault("id", f"costmodel-{card['artifacts']['tables.json'][:12]}")
+    (d / CARD).write_text(json.dumps(card, sort_keys=True, indent=1, default=str))
+    cm.card = card
+    return d
+
+
+def _verified(d: Path, rel: str, expected: str) -> Path:
+    path = d / rel
+    if not path.is_file():
+        raise ArtifactIntegrityError(path, "the file is missing")
+    got = sha256_file(path)
+    if got != expected:
+        raise ArtifactIntegrityError(path, f"SHA-256 {got[:16]}... does not match the card's {expected[:16]}...")
+    return path
+
+
+def _load_skops(path: Path) -> Any:
+    import skops.io as sio
+
+    try:
+        untrusted = sio.get_untrusted_types(file=path)
+    except Exception as exc:  # not a skops archive at all (e.g. a pickle swapped in)
+        raise ArtifactIntegrityError(path, f"not a readable skops file ({type(exc).__name__}: {exc})") from None
+    bad = sorted(set(untrusted) - set(TRUSTED_TYPES))
+    if bad:
+        raise ArtifactIntegrityError(path, f"it contains types outside the allowlist: {', '.join(bad)}")
+    try:
+        return sio.load(path, trusted=list(untrusted))
+    except Exception as exc:
+        raise ArtifactIntegrityError(path, f"skops could not load it ({type(exc).__name__}: {exc})") from None
+
+
+def load_cost_model(directory: str | Path):
+    """Load and verify a model saved by :func:`save_cost_model`."""
+    from costmodels.cost_model import CostModel
+    from costmodels.roofline import RooflineModel
+
+    d = Path(directory)
+    card_path = d / CARD
+    if not card_path.is_file():
+        raise CostModelError(f"{d} is not a saved cost model: {CARD} is missing")
+    try:
+        card = json.loads(card_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArtifactIntegrityError(card_path, f"not valid JSON ({exc})") from None
+    if not isinstance(card, dict) or card.get("format") != FORMAT:
+        raise ArtifactIntegrityError(card_path, f"not a {FORMAT} card")
+    if card.get("version") != VERSION:
+        raise CostModelError(f"{card_path}: format version {card.get('version')} (this code reads {VERSION})")
+    artifacts = card.get("artifacts") or {}
+    for rel in artifacts:
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise ArtifactIntegrityError(card_path, f"artifact path {rel!r} leaves the model directory")
+    for required in ("tables.json", "transfer.skops"):
+        if required not in artifacts:
+            raise ArtifactIntegrityError(card_path, f"the card lists no {required}")
+    paths = {rel: _verified(d, rel, sha) for rel, sha in artifacts.items()}
+    try:
+        tables = json.loads(paths["tables.json"].read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArtifactIntegrityError(paths["tables.json"], f"not valid JSON ({exc})") from None
+    op_models = {t: _load_skops(paths[rel]) for rel, t in card.get("op_model_files", {}).items()}
+    transfer = _load_skops(paths["transfer.skops"])
+    partition = _load_skops(paths["partition.skops"]) if "partition.skops" in paths else None
+    return CostModel(
+        op_models=op_models,
+        roofline={t: RooflineModel.from_spec(spec) for t, spec in tables.get("roofline", {}).items()},
+        transfer=transfer, partition=partition,
+        overheads_ms={t: float(v) for t, v in tables.get("overheads_ms", {}).items()},
+        measured_ms={t: {k: _unnum(v) for k, v in m.items()} for t, m in tables.get("measured_ms", {}).items()},
+        partition_records=[(r, float(m)) for r, m in tables.get("partition_records", [])],
+        card=card,
+    )

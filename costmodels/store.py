@@ -1,0 +1,129 @@
+"""Reading a :class:`placer.profile.store.ProfileStore` into :class:`~costmodels.data.TrainingData`.
+
+What is read, per target *name*. A name measured under several fingerprints (a new runtime or
+adapter version changes the fingerprint) uses the rows of its newest fingerprint only: rows of an
+older one measured a different target (``all_fingerprints=True`` mixes them, newest row per key).
+
+- ``op`` rows: the median latency (with the call overhead in it), ``inf`` for any failed status
+  (unsupported, error, timeout, crash: the store prices those ``inf`` too), and the signature
+  dict with the store's ``flops``/``bytes``/``weight_bytes``;
+- ``segment`` rows (op sets profiled as one unit): member signature keys, measured median,
+  boundary bytes and the model the example came from;
+- ``model`` rows (a whole model as one partition): only for the ``graphs`` given, since the row
+  does not list the model's ops;
+- ``overhead`` rows -> ``overheads_ms``; links -> points and fits of the *hand-off alone*: the
+  store's link points include the destination's call overhead (``dst_overhead_ms``), which this
+  cost model charges per partition (:meth:`CostModel.overhead_ms`), so it is taken out here.
+
+Which model each op signature belongs to (for leave-one-model-out evaluation) comes from the
+``graphs`` passed in; without them op rows carry no model.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Iterable, Sequence
+
+from costmodels.data import LinkRow, OpRow, PartitionRow, TrainingData
+from costmodels.transfer import link_key
+
+
+def _latest(rows: Iterable[dict], use: dict[str, str] | None) -> dict[tuple[str, str], dict]:
+    """Newest row per (key, target name); only rows of fingerprint ``use[name]`` when given."""
+    out: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        if use is not None and use.get(r["target_name"]) != r["target"]:
+            continue
+        k = (r["key"], r["target_name"])
+        if k not in out or r["timestamp"] >= out[k]["timestamp"]:
+            out[k] = r
+    return out
+
+
+def _signature_row(row: dict) -> dict:
+    return {"signature": row["signature"], "flops": row.get("flops"), "bytes": row.get("bytes"),
+            "weight_bytes": row.get("weight_bytes")}
+
+
+def training_data_from_store(store: Any, graphs: Sequence[Any] = (), targets: Iterable[str] | None = None,
+                             all_fingerprints: bool = False) -> TrainingData:
+    """Training rows of ``store`` (a ProfileStore or a path) for ``targets`` (names; default all).
+
+    ``graphs`` (OpGraphs) name the models the op signatures occur in and make their whole-model
+    measurements usable as partitions.
+    """
+    from placer.profile.store import ProfileStore, open_store
+
+    if isinstance(store, (str, os.PathLike)):
+        st, owned = ProfileStore(store, readonly=True), True
+    else:
+        st, owned = open_store(store)
+    try:
+        return _read(st, list(graphs), None if targets is None else set(targets), all_fingerprints)
+    finally:
+        if owned:
+            st.close()
+
+
+def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool) -> TrainingData:
+    data = TrainingData()
+    ok = lambda name: keep is None or name in keep  # noqa: E731
+    newest: dict[str, str] = {}
+    for t in st.targets():  # ordered by creation: the last one of a name is its newest fingerprint
+        if ok(t["name"]):
+            data.targets[t["name"]] = {**t["fingerprint"], "hash": t["hash"]}
+            newest[t["name"]] = t["hash"]
+    use = None if all_fingerprints else newest
+
+    def latest(kind: str, status: str | None = None) -> list[tuple[tuple[str, str], dict]]:
+        return sorted(_latest(st.measurements(kind=kind, status=status), use).items())
+
+    sig_models: dict[str, set[str]] = {}
+    for g in graphs:
+        for op in g.ops:
+            sig_models.setdefault(op.signature.hash, set()).add(g.name)
+    for (key, name), r in latest("op"):
+        if not ok(name) or r["signature"] is None:
+            continue
+        data.add_signature(key, _signature_row(r))
+        lat = float(r["median_ms"]) if r["status"] == "ok" and r["median_ms"] is not None else math.inf
+        data.ops.append(OpRow(name, key, lat, tuple(sorted(sig_models.get(key, ()))), r.get("p10_ms"), r.get("p90_ms")))
+    for (key, name), r in latest("overhead", "ok"):
+        if ok(name):
+            data.overheads_ms[name] = float(r["median_ms"])
+    for (key, name), r in latest("segment", "ok"):
+        sig = r["signature"] or {}
+        members = sig.get("sigs") or []
+        if not ok(name) or not members:
+            continue
+        for k, s in zip(members, sig.get("signatures") or []):
+            data.add_signature(k, s)
+        if not all(k in data.signatures for k in members):
+            continue
+        example = sig.get("example") or {}
+        data.partitions.append(PartitionRow(name, tuple(members), float(r["median_ms"]),
+                                            float(sig.get("io_bytes", r.get("bytes") or 0.0)), "segment",
+                                            example.get("model")))
+    by_hash = {g.model_hash: g for g in graphs}
+    for (key, name), r in latest("model", "ok"):
+        g = by_hash.get(key.split(":", 1)[1])
+        if g is None or not ok(name):
+            continue
+        members = tuple(op.signature.hash for op in g.ops)
+        if not all(k in data.signatures for k in members):
+            continue
+        data.partitions.append(PartitionRow(name, members, float(r["median_ms"]), float(r.get("bytes") or 0.0),
+                                            "model", g.name))
+    for link in st.link_rows():
+        src, dst = link["src_name"], link["dst_name"]
+        if not (ok(src) and ok(dst)) or (use is not None and (use[src], use[dst]) != (link["src"], link["dst"])):
+            continue
+        for p in link["points"]:
+            ms = float(p["handoff_ms"]) - float(p.get("dst_overhead_ms", 0.0))
+            data.links.append(LinkRow(src, dst, float(p["nbytes"]), ms))
+        meta = link.get("meta") or {}
+        lat = meta.get("handoff_only_latency_ms",
+                       max(float(link["latency_ms"]) - float(meta.get("dst_overhead_ms", 0.0)), 0.0))
+        data.link_fits[link_key(src, dst)] = {"latency_ms": float(lat), "ms_per_byte": float(link["ms_per_byte"])}
+    return data

@@ -1,0 +1,175 @@
+"""Fitting a :class:`~costmodels.cost_model.CostModel` from :class:`~costmodels.data.TrainingData`.
+
+Per target: an :class:`~costmodels.op_model.OpLatencyModel` on the target's op rows
+(hyperparameters searched with Optuna when ``tune_trials > 0``), the exact measurements, and the
+call overhead. Across targets: a :class:`~costmodels.transfer.TransferModel` from the link
+points (the store's fits as prior) and a :class:`~costmodels.partition.PartitionCorrection` from
+the measured segments/models, whose isolated op costs are the exact measurements where present.
+
+Examples
+--------
+>>> from costmodels.data import TrainingData, OpRow
+>>> data = TrainingData()
+>>> for c in (8, 16, 32, 64, 128):
+...     key = f"relu{c}"
+...     data.add_signature(key, {"op_type": "Relu", "inputs": [[(1, c, 28, 28), "float32"]],
+...                              "outputs": [[(1, c, 28, 28), "float32"]]})
+...     data.ops.append(OpRow("onnxruntime@cpu:t1", key, 0.003 + 1e-4 * c, ("m",)))
+>>> cm = fit_cost_model(data, op_params={"n_estimators": 20}, cv_metrics=False)
+>>> cm.targets
+['onnxruntime@cpu:t1']
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from costmodels.cost_model import CostModel
+from costmodels.data import TrainingData
+from costmodels.errors import CostModelError
+from costmodels.features import FEATURE_NAMES, feature_matrix
+from costmodels.op_model import OpLatencyModel
+from costmodels.partition import FUSION_FEATURES, PartitionCorrection
+from costmodels.persistence import versions
+from costmodels.roofline import RooflineModel
+from costmodels.transfer import TransferModel
+from costmodels.tuning import cv_log_mae, tune_op_model
+
+
+def _groups(data: TrainingData, rows) -> np.ndarray:
+    return np.array([r.models[0] if r.models else r.key for r in rows], dtype=object)
+
+
+def partition_training_records(data: TrainingData, measured: Mapping[str, Mapping[str, float]],
+                               op_models: Mapping[str, OpLatencyModel],
+                               overheads_ms: Mapping[str, float]) -> tuple[list[dict], list[float]]:
+    """Partition records of ``data`` (isolated costs: measured, else predicted); unsupported ones skipped."""
+    X, y = [], []
+    for p in data.partitions:
+        t = p.target
+        if t not in op_models and t not in measured:
+            continue
+        iso = []
+        for k in p.op_keys:
+            v = measured.get(t, {}).get(k)
+            if v is None:
+                v = float(op_models[t].predict([data.signatures[k]])[0]) if t in op_models else math.inf
+            iso.append(v)
+        if not all(math.isfinite(v) for v in iso) or not math.isfinite(p.measured_ms):
+            continue
+        X.append({"target": t, "op_types": [data.signatures[k]["op_type"] for k in p.op_keys],
+                  "isolated_ms": iso, "overhead_ms": float(overheads_ms.get(t, 0.0)),
+                  "boundary_bytes": p.boundary_bytes, "kind": p.kind, "model": p.model})
+        y.append(p.measured_ms)
+    return X, y
+
+
+def fit_cost_model(data: TrainingData, targets: Sequence[str] | None = None, *, tune_trials: int = 0,
+                   seed: int = 0, cv: int = 4, cv_metrics: bool = True, op_params: Mapping[str, Any] | None = None,
+                   partition_params: Mapping[str, Any] | None = None,
+                   specs: Mapping[str, Mapping[str, Any]] | None = None) -> CostModel:
+    """Fit every piece of a CostModel on ``data``.
+
+    Parameters
+    ----------
+    targets : target names to fit (default: every target with op rows).
+    tune_trials : Optuna trials per target (0 = ``op_params`` / defaults).
+    seed : seed of the regressors, the CV folds and the Optuna sampler.
+    cv, cv_metrics : folds of the cross-validated metrics recorded in the card (grouped by model).
+    op_params, partition_params : fixed hyperparameters of the estimators.
+    specs : ``sim:`` targets known only by a roofline spec (:meth:`RooflineModel.from_spec`).
+    """
+    t0 = time.perf_counter()
+    targets = list(targets) if targets is not None else data.target_names()
+    if not targets and not specs:
+        raise CostModelError("no training data: the profile store has no op measurements (run `placer profile`)")
+    op_models: dict[str, OpLatencyModel] = {}
+    measured: dict[str, dict[str, float]] = {}
+    target_cards: dict[str, dict] = {}
+    for t in targets:
+        rows = data.op_rows(t)
+        if not rows:
+            raise CostModelError(f"no op measurements for target {t!r}; targets with data: {', '.join(data.target_names())}")
+        F = feature_matrix([data.signatures[r.key] for r in rows])
+        y = np.array([r.latency_ms for r in rows])
+        groups = _groups(data, rows)
+        params = dict(op_params or {})
+        tuned_score = None
+        if tune_trials > 0 and np.isfinite(y).sum() >= 8:
+            params, tuned_score = tune_op_model(F, y, groups, n_trials=tune_trials, seed=seed, cv=cv,
+                                                base=OpLatencyModel(random_state=seed, **(op_params or {})))
+        est = OpLatencyModel(target=t, random_state=seed, **params)
+        if not np.isfinite(y).any():
+            measured[t] = {r.key: r.latency_ms for r in rows}
+            target_cards[t] = {"n_rows": len(rows), "n_unsupported": len(rows), "note": "nothing ran"}
+            continue
+        est.fit(F, y)
+        op_models[t] = est
+        measured[t] = {r.key: r.latency_ms for r in rows}
+        metrics = {"train_log_mae": est.train_log_mae_}
+        if tuned_score is not None:
+            metrics["tuned_cv_log_mae"] = tuned_score
+        if cv_metrics and np.isfinite(y).sum() >= 2 * cv:
+            metrics["cv_log_mae"] = cv_log_mae(est, F, y, groups, cv=cv, seed=seed)
+        target_cards[t] = {
+            "fingerprint": data.targets.get(t), "data_fingerprint": data.fingerprint([t]),
+            "n_rows": len(rows), "n_unsupported": int((~np.isfinite(y)).sum()),
+            "unsupported_op_types": est.unsupported_op_types_,
+            "params": {k: v for k, v in est.get_params().items() if k not in ("prior", "target")},
+            "metrics": metrics, "overhead_ms": data.overheads_ms.get(t),
+        }
+    overheads = {t: float(v) for t, v in data.overheads_ms.items() if t in targets}
+    links = [r for r in data.links if r.src in targets and r.dst in targets] if targets else list(data.links)
+    transfer = TransferModel(links={k: v for k, v in data.link_fits.items()} or None).fit(
+        [(r.src, r.dst, r.nbytes) for r in links], [r.ms for r in links])
+    X, y = partition_training_records(data, measured, op_models, overheads)
+    partition = PartitionCorrection(random_state=seed, **(partition_params or {})).fit(X, y) if X else None
+    roofline = {t: RooflineModel.from_spec(s) for t, s in (specs or {}).items()}
+    fp = data.fingerprint(targets)
+    card = {
+        "id": f"costmodel-{fp}-s{seed}-t{tune_trials}",
+        "training_fingerprint": fp,
+        "targets": target_cards,
+        "spec_targets": {t: dict(s) for t, s in (specs or {}).items()},
+        "feature_names": list(FEATURE_NAMES),
+        "fusion_features": list(FUSION_FEATURES),
+        "partition": None if partition is None else {
+            "n_records": partition.n_records_, "median_ratio": {t: math.exp(v) for t, v in
+                                                                partition.median_log_ratio_.items()},
+            "strategy": dict(partition.strategy_), "cv_log_mae": partition.cv_log_mae_,
+        },
+        "links": {k: {kk: vv for kk, vv in v.items()} for k, v in transfer.links_.items()},
+        "models": data.model_names(),
+        "seed": seed, "tune_trials": tune_trials,
+        "fit_seconds": round(time.perf_counter() - t0, 2),
+        "versions": versions(),
+    }
+    return CostModel(op_models=op_models, roofline=roofline, transfer=transfer, partition=partition,
+                     overheads_ms=overheads, measured_ms=measured,
+                     partition_records=list(zip(X, y)), card=card)
+
+
+def fit_store(db: Any, out_dir: Any = None, *, targets: Sequence[str] | None = None, tune_trials: int = 0,
+              seed: int = 0, graphs: Sequence[Any] = ()) -> CostModel:
+    """Fit a cost model on a profile store (path or ProfileStore) and save it to ``out_dir`` if given.
+
+    ``targets`` are target names as given to placer (``onnxruntime``, ``openvino@cpu1``: made
+    canonical); ``graphs`` (OpGraphs) add their whole-model measurements as partitions.
+    """
+    from costmodels.store import training_data_from_store
+
+    names = None
+    if targets:
+        from placer.devices.base import TargetSpec
+
+        names = [TargetSpec.parse(t).name for t in targets]
+    data = training_data_from_store(db, graphs=graphs, targets=names)
+    cm = fit_cost_model(data, names, tune_trials=tune_trials, seed=seed)
+    cm.card["source"] = {"profile_store": str(getattr(db, "path", db))}
+    if out_dir is not None:
+        cm.save(out_dir)
+    return cm

@@ -1,0 +1,196 @@
+"""Profile zoo models and evaluate the cost model leave-one-model-out.
+
+Two steps, so that a profile store is collected once and evaluated many times::
+
+    # 1. measure (ops, chain segments, whole models, links, sampled op variants) into a store
+    python experiments/eval_costmodel.py profile --db runs/costmodel/profiles.db \
+        --models squeezenet,resnet50,inception_v1,shufflenet,bert-tiny,bert-h256 --variants 100 \
+        --random-variants 200
+
+    # 2. leave-one-model-out: report.md + scatter.png + rows.json under --out
+    python experiments/eval_costmodel.py eval --db runs/costmodel/profiles.db \
+        --models squeezenet,resnet50,inception_v1,shufflenet,bert-tiny,bert-h256 --out runs/costmodel/eval
+
+    # (test fixture) export the store's rows for some models as JSON
+    python experiments/eval_costmodel.py export --db runs/costmodel/profiles.db --models ... --out fixture.json
+
+Model names: any ``placer.zoo`` name (re-weighted, seed 0), plus ``bert-hH-sS`` for a 2-layer
+BERT encoder of hidden size H (H/64 heads) and sequence S (``bert-h256-s128``; ``bert-h256``
+means S=128). Targets default to onnxruntime, openvino, tvm-llvm (1 thread each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_MODELS = "squeezenet,resnet50,inception_v1,shufflenet,bert-tiny,bert-h256"
+DEFAULT_TARGETS = "onnxruntime,openvino,tvm-llvm"
+
+
+def zoo_graph(name: str):
+    """An OpGraph for a zoo name or ``bert-hH[-sS]``."""
+    from placer import zoo
+    from placer.graph import build_graph, load_model
+
+    m = re.fullmatch(r"bert-h(\d+)(?:-s(\d+))?", name)
+    if m:
+        hidden, seq = int(m.group(1)), int(m.group(2) or 128)
+        proto = zoo.bert_encoder(layers=2, hidden=hidden, heads=max(hidden // 64, 1), seq=seq)
+    else:
+        proto = zoo.resolve(f"zoo:{name}")
+    return build_graph(load_model(proto))
+
+
+def sampled_segments(graph, per_model: int, max_len: int, seed: int) -> list[list[str]]:
+    """Up to ``per_model`` distinct chain windows (2..max_len ops), seeded, cheapest first-come."""
+    from placer.profile.keys import chain_segments, segment_key
+
+    windows = chain_segments(graph, max_len=max_len)
+    rng = np.random.default_rng(seed)
+    rng.shuffle(windows)
+    seen, out = set(), []
+    for w in windows:
+        k = segment_key(graph, w)
+        if k not in seen:
+            seen.add(k)
+            out.append(w)
+        if len(out) >= per_model:
+            break
+    return out
+
+
+def cmd_profile(args) -> int:
+    from placer.profile.campaign import profile_graph
+
+    from costmodels.sampler import profile_variants, sample_variants
+
+    Path(args.db).parent.mkdir(parents=True, exist_ok=True)
+    targets = args.targets.split(",")
+    graphs = []
+    for name in args.models.split(","):
+        t0 = time.time()
+        g = zoo_graph(name)
+        graphs.append(g)
+        segs = sampled_segments(g, args.segments, args.max_len, args.seed) if args.segments else None
+        r = profile_graph(g, targets, args.db, progress=False, segments=segs, whole_model=not args.no_whole,
+                          links=not args.no_links, seed=args.seed)
+        print(f"{name}: {len(g.ops)} ops, {r.unique_signatures} signatures, {len(segs or [])} segments: "
+              f"measured {r.measured}, cached {r.cached}, unsupported {r.unsupported}, failed {r.failed} "
+              f"in {time.time() - t0:.0f}s {r.problems[:2]}", flush=True)
+    manifest_path = Path(str(args.db) + ".variants.json")
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    banks = [(f"variants-{g.name}", list(g.ops), args.variants, 0.0) for g in graphs if args.variants]
+    if args.random_variants:
+        banks.append(("variants-random", [], args.random_variants, 1.0))
+    for name, base, n, share in banks:
+        t0 = time.time()
+        specs = sample_variants(base, n=n, seed=args.seed, random_share=share)
+        res = profile_variants(targets, args.db, specs=specs, seed=args.seed, name=name, progress=False)
+        manifest[name] = {"seed": args.seed, "specs": specs}
+        manifest_path.write_text(json.dumps(manifest))
+        print(f"{name}: {len(specs)} variants, {sum(r.measured for _, r in res)} measured, "
+              f"{sum(r.cached for _, r in res)} cached in {time.time() - t0:.0f}s", flush=True)
+    return 0
+
+
+def variant_bank_graphs(db: str) -> list:
+    """The variant bank graphs recorded next to the store by ``profile`` (rebuilt from their specs)."""
+    from costmodels.sampler import variant_graphs
+
+    path = Path(str(db) + ".variants.json")
+    if not path.exists():
+        return []
+    return [g for name, v in json.loads(path.read_text()).items()
+            for g in variant_graphs(v["specs"], name=name, seed=v["seed"])]
+
+
+def _data(args):
+    from costmodels.store import training_data_from_store
+
+    graphs = [zoo_graph(n) for n in args.models.split(",")]
+    banks = variant_bank_graphs(args.db)
+    targets = None
+    if args.targets:
+        from placer.devices import make_target
+
+        targets = [make_target(t).name for t in args.targets.split(",")]
+    return training_data_from_store(args.db, graphs=graphs + banks, targets=targets), graphs
+
+
+def cmd_eval(args) -> int:
+    from costmodels.evaluate import leave_one_model_out, write_report
+
+    data, graphs = _data(args)
+    print(f"store: {len(data.ops)} op rows, {len(data.partitions)} partitions, targets {data.target_names()}, "
+          f"models {data.model_names()}", flush=True)
+    t0 = time.time()
+    fit_kw = {"tune_trials": args.tune_trials, "seed": args.seed}
+    res = leave_one_model_out(data, [g.name for g in graphs], fit_kw=fit_kw, progress=True)
+    res.settings.update(db=str(args.db), command=" ".join(sys.argv), eval_seconds=round(time.time() - t0, 1))
+    if args.retest_db:
+        from costmodels.evaluate import repeatability
+        from costmodels.store import training_data_from_store
+
+        res.settings["repeatability"] = repeatability(data, training_data_from_store(args.retest_db, graphs=graphs))
+    path = write_report(res, args.out)
+    print(path.read_text())
+    return 0
+
+
+def cmd_export(args) -> int:
+    data, graphs = _data(args)  # the models' rows and those of the variant banks sampled around them
+    names = {g.name for g in graphs}
+    keep_ops = [r for r in data.ops if r.models]
+    data.ops = keep_ops
+    data.partitions = [p for p in data.partitions if p.model in names]
+    used = {r.key for r in keep_ops} | {k for p in data.partitions for k in p.op_keys}
+    data.signatures = {k: v for k, v in data.signatures.items() if k in used}
+    data.to_json(args.out)
+    print(f"wrote {args.out}: {len(data.ops)} op rows, {len(data.partitions)} partitions, "
+          f"fingerprint {data.fingerprint()}")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pp = sub.add_parser("profile")
+    pp.add_argument("--db", required=True)
+    pp.add_argument("--models", default=DEFAULT_MODELS)
+    pp.add_argument("--targets", default=DEFAULT_TARGETS)
+    pp.add_argument("--segments", type=int, default=40, help="chain segments per model (0: none)")
+    pp.add_argument("--max-len", type=int, default=5)
+    pp.add_argument("--variants", type=int, default=0, help="variants sampled around each model's signatures")
+    pp.add_argument("--random-variants", type=int, default=0, help="variants drawn at random per op family")
+    pp.add_argument("--no-whole", action="store_true")
+    pp.add_argument("--no-links", action="store_true")
+    pp.add_argument("--seed", type=int, default=0)
+    pp.set_defaults(func=cmd_profile)
+    pe = sub.add_parser("eval")
+    pe.add_argument("--db", required=True)
+    pe.add_argument("--models", default=DEFAULT_MODELS)
+    pe.add_argument("--targets", default=None)
+    pe.add_argument("--out", required=True)
+    pe.add_argument("--tune-trials", type=int, default=0)
+    pe.add_argument("--retest-db", default=None, help="a second profile of the same models (noise floor)")
+    pe.add_argument("--seed", type=int, default=0)
+    pe.set_defaults(func=cmd_eval)
+    px = sub.add_parser("export")
+    px.add_argument("--db", required=True)
+    px.add_argument("--models", required=True)
+    px.add_argument("--targets", default=None)
+    px.add_argument("--out", required=True)
+    px.set_defaults(func=cmd_export)
+    args = p.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Accuracy on a held-out model, from real measurements (a committed fixture, no profiling here).
+
+``data/measured_rows.json.gz`` holds real rows of the profile store that
+``experiments/eval_costmodel.py profile`` wrote on this project's machine (2 shared cores, AMD
+EPYC, 1 thread per target, load average ~4 during profiling): the single-op medians of six zoo
+models (squeezenet, resnet50, inception_v1, shufflenet, BERT encoders h128/s64 and h256/s128) and
+of the op variants sampled around each of them plus random ones, on ONNX Runtime, OpenVINO and
+TVM (untuned), with their chain segments and whole-model runs. It was exported with::
+
+    python experiments/eval_costmodel.py export --db runs/costmodel/profiles.db \\
+        --models squeezenet,resnet50,inception_v1,shufflenet,bert-tiny,bert-h256 \\
+        --out tests/costmodels/data/measured_rows.json.gz
+
+The floors below are what the default model reached on this fixture when it was committed
+(seeded, so the fit is deterministic for one scikit-learn version), minus a small slack for
+floating-point differences across platforms. They guard against regressions; they are far from
+the issue's target (>= 95 % of ops within +-10 %), which the measurements themselves do not meet:
+the same ops profiled twice agree within +-10 % for only 68-85 % of them (see the report).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from costmodels.data import TrainingData
+from costmodels.evaluate import leave_one_model_out
+
+FIXTURE = Path(__file__).parent / "data" / "measured_rows.json.gz"
+HELD_OUT = "inception_v1"
+# Measured when committed (inception_v1 held out, seed 0, scikit-learn 1.9.1):
+#   target               n   MAPE %  within 10 %  within 25 %   segments (ops profiled) MAPE %
+#   onnxruntime@cpu:t1   97    7.3      77.3         97.9        6.9
+#   openvino@cpu:t1      97   10.7      66.0         90.7       16.7
+#   tvm-llvm@cpu:t1      97   22.0      34.0         71.1       27.1
+# target -> (min share within +-10 %, min share within +-25 %, max MAPE %): measured -/+ slack
+OP_FLOORS = {
+    "onnxruntime@cpu:t1": (0.70, 0.93, 10.0),
+    "openvino@cpu:t1": (0.60, 0.85, 14.0),
+    "tvm-llvm@cpu:t1": (0.28, 0.65, 26.0),
+}
+# target -> max MAPE % of the held-out model's segments when its single ops were profiled
+SEGMENT_CEILINGS = {
+    "onnxruntime@cpu:t1": 10.0,
+    "openvino@cpu:t1": 20.0,
+    "tvm-llvm@cpu:t1": 31.0,
+}
+
+
+@pytest.fixture(scope="module")
+def held_out_result():
+    data = TrainingData.from_json(FIXTURE)
+    assert HELD_OUT in data.model_names()
+    return leave_one_model_out(data, [HELD_OUT], fit_kw={"seed": 0})
+
+
+@pytest.mark.parametrize("target", sorted(OP_FLOORS))
+def test_held_out_ops_meet_the_measured_floor(held_out_result, target):
+    s = held_out_result.op_summary(("target",))[(target,)]
+    min_within10, min_within25, max_mape = OP_FLOORS[target]
+    assert s["n"] >= 90  # inception_v1 has ~97 signatures of its own
+    assert s["within10"] >= min_within10, s
+    assert s["within25"] >= min_within25, s
+    assert s["mape_pct"] <= max_mape, s
+
+
+@pytest.mark.parametrize("target", sorted(SEGMENT_CEILINGS))
+def test_held_out_segments_with_profiled_ops(held_out_result, target):
+    s = held_out_result.partition_summary()[("ops-profiled", "segment", target)]
+    assert s["n"] >= 30
+    assert s["mape_pct"] <= SEGMENT_CEILINGS[target], s

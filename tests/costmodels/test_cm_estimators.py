@@ -1,0 +1,111 @@
+"""One contract test over every estimator (scikit-learn developer guide conventions)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+
+from costmodels.op_model import OpLatencyModel
+from costmodels.partition import PartitionCorrection
+from costmodels.roofline import RooflineModel
+from costmodels.transfer import TransferModel
+
+from _cmdata import TARGETS, conv_sig, law_ms, relu_sig
+
+
+def _op_xy():
+    sigs = [s for c in (8, 16, 32) for h in (7, 14, 28) for s in (conv_sig(c, c, h), relu_sig(c, h))]
+    return sigs, [law_ms(s, TARGETS[0]) for s in sigs]
+
+
+def _partition_xy():
+    rng = np.random.default_rng(0)
+    X = [{"target": TARGETS[0], "op_types": ["Conv", "Relu", "Add"][: int(rng.integers(2, 4))],
+          "isolated_ms": list(rng.uniform(0.01, 1.0, 3)), "overhead_ms": 0.004, "boundary_bytes": 1e4}
+         for _ in range(30)]
+    for x in X:
+        x["isolated_ms"] = x["isolated_ms"][: len(x["op_types"])]
+    return X, [0.004 + 0.7 * sum(x["isolated_ms"]) for x in X]
+
+
+def _transfer_xy():
+    X = [(TARGETS[0], TARGETS[1], n) for n in (1e3, 1e5, 1e6)]
+    return X, [0.02 + n * 2e-7 for _, _, n in X]
+
+
+CASES = {
+    "OpLatencyModel-gbr": (lambda: OpLatencyModel(target=TARGETS[0], n_estimators=30), _op_xy),
+    "OpLatencyModel-rf": (lambda: OpLatencyModel(target=TARGETS[0], regressor="rf", n_estimators=20), _op_xy),
+    "RooflineModel": (lambda: RooflineModel(), _op_xy),
+    "PartitionCorrection": (lambda: PartitionCorrection(min_samples=10, n_estimators=30), _partition_xy),
+    "TransferModel": (lambda: TransferModel(), _transfer_xy),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_estimator_contract(name):
+    make, data = CASES[name]
+    est = make()
+    X, y = data()
+    params = est.get_params()
+    # __init__ stores its parameters and nothing else
+    assert set(vars(est)) == set(params), f"{name}: __init__ sets {set(vars(est)) - set(params)}"
+    assert not [k for k in vars(est) if k.endswith("_")]
+    # clone gives equal parameters, set_params round-trips
+    twin = clone(est)
+    assert twin.get_params() == params and twin is not est
+    assert est.set_params(**params) is est
+    # not fitted: predict raises NotFittedError
+    with pytest.raises(NotFittedError):
+        est.predict(X)
+    # fit returns self, sets fitted attributes ending in "_" and changes no parameter
+    assert est.fit(X, y) is est
+    fitted = [k for k in vars(est) if k not in params]
+    assert fitted and all(k.endswith("_") for k in fitted), fitted
+    assert est.get_params() == params
+    pred = est.predict(X)
+    assert pred.shape == (len(X),) and np.all(np.isfinite(pred)) and np.all(pred >= 0)
+    # deterministic for a seed: a clone fitted on the same data predicts the same
+    np.testing.assert_allclose(clone(est).fit(X, y).predict(X), pred)
+    # a clone of a fitted estimator is unfitted
+    with pytest.raises(NotFittedError):
+        clone(est).predict(X)
+
+
+def test_op_model_fits_the_law_and_marks_never_supported_types_inf():
+    sigs, y = _op_xy()
+    extra = [{"op_type": "LRN", "inputs": [[(1, 8, 14, 14), "float32"]], "outputs": [[(1, 8, 14, 14), "float32"]]}]
+    m = OpLatencyModel(n_estimators=200).fit(sigs + extra, y + [float("inf")])
+    assert m.unsupported_op_types_ == ["LRN"]
+    assert np.isinf(m.predict(extra)[0])
+    rel = np.abs(m.predict(sigs) - y) / np.asarray(y)
+    assert rel.max() < 0.05
+
+
+def test_roofline_from_spec_needs_no_data():
+    rm = RooflineModel.from_spec({"peak_gflops": 100.0, "mem_bandwidth_gbs": 10.0, "call_overhead_ms": 0.01})
+    conv = conv_sig(64, 64, 56)
+    ms = rm.predict([conv])[0]
+    assert ms > 0.01
+    with pytest.raises(ValueError, match="no data"):
+        RooflineModel().fit([], [])
+
+
+def test_optuna_search_is_seeded_and_feeds_the_fit(synthetic_data):
+    from costmodels.features import feature_matrix
+    from costmodels.train import fit_cost_model
+    from costmodels.tuning import tune_op_model
+
+    rows = synthetic_data.op_rows(TARGETS[0])
+    F = feature_matrix([synthetic_data.signatures[r.key] for r in rows])
+    y = np.array([r.latency_ms for r in rows])
+    groups = np.array([r.models[0] for r in rows])
+    a = tune_op_model(F, y, groups, n_trials=3, seed=1, cv=3)
+    b = tune_op_model(F, y, groups, n_trials=3, seed=1, cv=3)
+    assert a == b and a[1] < 0.5
+    cm = fit_cost_model(synthetic_data, [TARGETS[0]], tune_trials=2, seed=1, cv=3, cv_metrics=False)
+    card = cm.card["targets"][TARGETS[0]]
+    assert "tuned_cv_log_mae" in card["metrics"]
+    assert card["params"]["regressor"] in ("gbr", "rf")

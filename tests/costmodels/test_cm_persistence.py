@@ -1,0 +1,95 @@
+"""save/load round-trips; a tampered or untrusted file is refused with the file named."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+
+import numpy as np
+import pytest
+import skops.io as sio
+from _cmdata import TARGETS, conv_sig, relu_sig
+
+from costmodels.cost_model import CostModel
+from costmodels.errors import ArtifactIntegrityError
+from costmodels.persistence import sha256_file
+
+
+class Evil:  # a type outside the allowlist
+    def __init__(self):
+        self.payload = "os.system"
+
+
+@pytest.fixture(scope="module")
+def saved_once(fitted_model, tmp_path_factory):
+    d = tmp_path_factory.mktemp("cm") / "model"
+    fitted_model.save(d)  # skops writes every tree: seconds, so once per module
+    return d
+
+
+@pytest.fixture()
+def saved(saved_once, tmp_path):
+    d = tmp_path / "model"
+    shutil.copytree(saved_once, d)
+    return d
+
+
+def _reseal(d, rel):
+    """Update the card's hash of ``rel`` (an attacker who also rewrites the card)."""
+    card = json.loads((d / "card.json").read_text())
+    card["artifacts"][rel] = sha256_file(d / rel)
+    (d / "card.json").write_text(json.dumps(card))
+
+
+def test_round_trip_predicts_the_same(fitted_model, saved):
+    cm = CostModel.load(saved)
+    ops = [conv_sig(20, 20, 20), relu_sig(33, 9)]
+    np.testing.assert_array_equal(cm.predict_ops(ops, list(TARGETS)), fitted_model.predict_ops(ops, list(TARGETS)))
+    assert cm.predict_partition_ms(ops, TARGETS[0]) == fitted_model.predict_partition_ms(ops, TARGETS[0])
+    assert cm.transfer_ms(1e5, *TARGETS) == fitted_model.transfer_ms(1e5, *TARGETS)
+    assert cm.measured_ms == fitted_model.measured_ms
+    card = json.loads((saved / "card.json").read_text())
+    assert card["training_fingerprint"] and card["feature_names"] and card["versions"]["scikit-learn"]
+    assert set(card["targets"]) == set(TARGETS) and all(len(h) == 64 for h in card["artifacts"].values())
+
+
+@pytest.mark.parametrize("rel", ["op_models/0.skops", "transfer.skops", "tables.json", "partition.skops"])
+def test_flipped_byte_is_refused(saved, rel):
+    path = saved / rel
+    blob = bytearray(path.read_bytes())
+    blob[len(blob) // 2] ^= 0x01
+    path.write_bytes(bytes(blob))
+    with pytest.raises(ArtifactIntegrityError, match="SHA-256") as exc:
+        CostModel.load(saved)
+    assert exc.value.path == str(path) and str(path) in str(exc.value)
+
+
+def test_pickle_swapped_in_is_refused_even_with_a_resealed_card(saved):
+    path = saved / "op_models/0.skops"
+    path.write_bytes(pickle.dumps({"x": 1}))
+    _reseal(saved, "op_models/0.skops")
+    with pytest.raises(ArtifactIntegrityError, match="not a readable skops file") as exc:
+        CostModel.load(saved)
+    assert exc.value.path == str(path)
+
+
+def test_untrusted_type_is_refused_even_with_a_resealed_card(saved):
+    path = saved / "transfer.skops"
+    sio.dump(Evil(), path)
+    _reseal(saved, "transfer.skops")
+    with pytest.raises(ArtifactIntegrityError, match="outside the allowlist.*Evil"):
+        CostModel.load(saved)
+
+
+def test_missing_file_and_escaping_paths_are_refused(saved, tmp_path):
+    (saved / "tables.json").unlink()
+    with pytest.raises(ArtifactIntegrityError, match="missing"):
+        CostModel.load(saved)
+    other = tmp_path / "other"
+    shutil.copytree(saved, other)
+    card = json.loads((other / "card.json").read_text())
+    card["artifacts"]["../evil.json"] = "0" * 64
+    (other / "card.json").write_text(json.dumps(card))
+    with pytest.raises(ArtifactIntegrityError, match="leaves the model directory"):
+        CostModel.load(other)

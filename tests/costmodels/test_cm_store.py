@@ -1,0 +1,147 @@
+"""From a real (tiny) profile store to a saved model: store reader, `placer fit`, variants."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from costmodels.cost_model import CostModel
+from costmodels.store import training_data_from_store
+
+# two cheap targets (ONNX Runtime at 1 and 2 threads): the reader does not care which runtimes
+TARGETS = ["onnxruntime", "onnxruntime:t2"]
+ORT, OV = "onnxruntime@cpu:t1", "onnxruntime@cpu:t2"
+
+
+@pytest.fixture(scope="module")
+def tiny_store(tmp_path_factory):
+    from placer import zoo
+    from placer.graph import build_graph, load_model
+    from placer.profile.campaign import profile_graph
+    from placer.profile.keys import chain_segments
+    from placer.profile.timing import TimingConfig
+
+    db = tmp_path_factory.mktemp("store") / "p.db"
+    g = build_graph(load_model(zoo.tiny_branchy()))
+    quick = TimingConfig(max_time_s=0.05, min_time_s=0.01, rel_tol=0.1)
+    profile_graph(g, TARGETS, db, isolate=False, progress=False, segments=chain_segments(g, max_len=2)[:4],
+                  timing=quick, link_sizes=[1 << 10, 1 << 16, 1 << 20])
+    return db, g
+
+
+def test_store_rows_become_training_data(tiny_store):
+    db, g = tiny_store
+    data = training_data_from_store(db, graphs=[g])
+    assert data.target_names() == [ORT, OV]
+    assert {r.key for r in data.ops} == {op.signature.hash for op in g.ops}
+    assert all(r.models == (g.name,) for r in data.ops)
+    assert set(data.overheads_ms) == {ORT, OV}
+    kinds = {p.kind for p in data.partitions}
+    assert kinds == {"segment", "model"}
+    assert all(p.model == g.name for p in data.partitions)
+    assert {(r.src, r.dst) for r in data.links} == {(ORT, OV), (OV, ORT)}
+    # the op rows are the store's medians, unsupported/failed ones inf
+    from placer.profile.store import ProfileStore
+
+    with ProfileStore(db, readonly=True) as st:
+        for r in data.ops:
+            m = st.get(r.key, r.target)
+            assert r.latency_ms == (m.median_ms if m.ok else math.inf)
+
+
+def test_placer_fit_cli_saves_a_loadable_model(tiny_store, tmp_path, capsys):
+    from placer.cli import main
+
+    db, g = tiny_store
+    out = tmp_path / "model"
+    assert main(["fit", "--db", str(db), "--out", str(out)]) == 0
+    assert "saved costmodel-" in capsys.readouterr().out
+    cm = CostModel.load(out)
+    costs, exact = cm.predict_ops(g, [ORT, OV], return_measured=True)
+    assert exact.all() and costs.shape == (len(g.ops), 2)
+    # the exact costs are the store's net costs
+    from placer.profile.store import ProfileStore
+
+    with ProfileStore(db, readonly=True) as st:
+        store_costs = st.op_costs(g, [ORT, OV])
+    for i, op in enumerate(g.ops):
+        for j, t in enumerate((ORT, OV)):
+            assert costs[i, j] == pytest.approx(store_costs[(op.id, t)], abs=1e-9)
+    # the hand-off between two ONNX Runtime sessions is near 0 once the call overhead is taken out
+    assert cm.transfer.links_[f"{ORT}->{OV}"]["n_points"] == 3
+    assert 0.0 <= cm.transfer_ms(1 << 20, ORT, OV) < 1.0
+
+
+def test_placer_fit_reports_user_errors_in_one_line(tmp_path, capsys):
+    from placer.cli import main
+
+    assert main(["fit", "--db", str(tmp_path / "missing.db"), "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("placer fit: error:") and "missing.db" in err and "\n" not in err
+
+
+def test_variants_build_and_profile(tmp_path):
+    from costmodels.sampler import FAMILIES, bank_model, profile_variants, random_spec, sample_variants
+    from costmodels.sampler import spec_from_signature, variant_signatures
+
+    rng = np.random.default_rng(0)
+    specs = [random_spec(f, rng) for f in FAMILIES]
+    for spec, sig in zip(specs, variant_signatures(specs)):
+        back = spec_from_signature(sig)
+        assert back is not None and back["family"] == spec["family"]
+    near = sample_variants(variant_signatures(specs), n=30, seed=1, random_share=0.0)
+    assert len(near) == 30 and len({str(s) for s in near}) == 30
+    import onnx
+
+    onnx.checker.check_model(bank_model(near), full_check=True)
+    from placer.profile.timing import TimingConfig
+
+    db = tmp_path / "v.db"
+    res = profile_variants(["onnxruntime"], db, n=6, seed=2, isolate=False, progress=False,
+                           timing=TimingConfig(max_time_s=0.03, min_time_s=0.01, rel_tol=0.2))
+    assert sum(r.measured for _, r in res) >= 6
+    graphs = [g for g, _ in res]
+    assert [g.name for g in graphs] == ["variants-0"]
+    data = training_data_from_store(db, graphs=graphs)
+    assert len(data.ops) == 6 and all(r.models == ("variants-0",) for r in data.ops)
+
+
+class _FakeStore:
+    """Duck-typed ProfileStore rows: one target name under two fingerprints (old, new)."""
+
+    def __init__(self):
+        sig = {"v": 1, "op_type": "Relu", "domain": "", "version": 14, "attrs": {},
+               "inputs": [{"shape": [1, 8], "dtype": "float32", "const": False}],
+               "outputs": [{"shape": [1, 8], "dtype": "float32", "const": False}]}
+        row = dict(key="k1", kind="op", signature=sig, flops=8.0, bytes=64.0, weight_bytes=0.0, p10_ms=None,
+                   p90_ms=None)
+        self.rows = [
+            {**row, "target": "old", "target_name": "x@cpu:t1", "status": "ok", "median_ms": 9.0, "timestamp": 3.0},
+            {**row, "target": "new", "target_name": "x@cpu:t1", "status": "ok", "median_ms": 1.0, "timestamp": 2.0},
+            {**row, "key": "k2", "target": "new", "target_name": "x@cpu:t1", "status": "crash", "median_ms": None,
+             "timestamp": 2.0},
+            {**row, "key": "k3", "target": "old", "target_name": "x@cpu:t1", "status": "ok", "median_ms": 5.0,
+             "timestamp": 1.0},
+        ]
+
+    def targets(self):
+        return [{"hash": "old", "name": "x@cpu:t1", "fingerprint": {"adapter_version": 1}},
+                {"hash": "new", "name": "x@cpu:t1", "fingerprint": {"adapter_version": 2}}]
+
+    def measurements(self, kind=None, status=None):
+        return [r for r in self.rows if r["kind"] == kind and (status is None or r["status"] == status)]
+
+    def link_rows(self):
+        return []
+
+
+def test_reader_uses_the_newest_fingerprint_and_prices_failures_inf():
+    from costmodels.store import _read
+
+    data = _read(_FakeStore(), [], None, all_fingerprints=False)
+    assert {r.key: r.latency_ms for r in data.ops} == {"k1": 1.0, "k2": math.inf}
+    assert data.targets["x@cpu:t1"]["hash"] == "new"
+    mixed = _read(_FakeStore(), [], None, all_fingerprints=True)
+    assert {r.key: r.latency_ms for r in mixed.ops} == {"k1": 9.0, "k2": math.inf, "k3": 5.0}
