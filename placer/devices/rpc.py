@@ -66,7 +66,7 @@ import numpy as np
 
 from placer.devices.base import CompiledModel, TargetSpec
 from placer.devices.onnxruntime_target import _first_line
-from placer.devices.tvm_target import TvmLlvmTarget, import_onnx, llvm_target
+from placer.devices.tvm_target import TvmLlvmTarget, llvm_target
 from placer.errors import TargetError
 
 ENV_TRACKER = "PLACER_RPC_TRACKER"
@@ -256,11 +256,7 @@ class RpcTarget(TvmLlvmTarget):
     # ---- compile
     def compile(self, model: Any) -> CompiledModel:
         name = model.graph.name or "<model>"
-        mod = import_onnx(model, name)
-        ex = self.build(mod, name)
-        inits = {i.name for i in model.graph.initializer}
-        inputs = [i.name for i in model.graph.input if i.name not in inits]
-        outputs = [o.name for o in model.graph.output]
+        ex, inputs, outputs = self.import_and_build(model)
         fname = f"placer_{os.getpid()}_{next(_UPLOAD_IDS)}.so"
         cc = self.config.cc
         with tempfile.TemporaryDirectory(prefix="placer-rpc-") as d:

@@ -103,13 +103,17 @@ class TvmLlvmTarget(Target):
         except Exception as exc:
             raise TargetError(f"{self.name}: compiling {name} failed: {_first_line(exc)}") from exc
 
-    def compile(self, model: Any) -> CompiledModel:
-        import tvm
-
+    def import_and_build(self, model: Any) -> tuple[Any, list[str], list[str]]:
+        """ONNX model -> (Relax executable, its input names, its output names); TargetError on failure."""
         name = model.graph.name or "<model>"
-        mod = import_onnx(model, name)
-        ex = self.build(mod, name)
+        ex = self.build(import_onnx(model, name), name)
         inits = {i.name for i in model.graph.initializer}
         inputs = [i.name for i in model.graph.input if i.name not in inits]
         outputs = [o.name for o in model.graph.output]
+        return ex, inputs, outputs
+
+    def compile(self, model: Any) -> CompiledModel:
+        import tvm
+
+        ex, inputs, outputs = self.import_and_build(model)
         return TvmCompiled(ex, inputs, outputs, tvm.cpu(0))

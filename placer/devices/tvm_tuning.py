@@ -40,7 +40,7 @@ from typing import Any
 
 from placer.devices.base import CompiledModel
 from placer.devices.onnxruntime_target import _first_line
-from placer.devices.tvm_target import TvmCompiled, TvmLlvmTarget, import_onnx
+from placer.devices.tvm_target import TvmCompiled, TvmLlvmTarget
 from placer.errors import TargetError
 
 DEFAULT_TRIALS = 32
@@ -207,12 +207,7 @@ class TvmLlvmTunedTarget(TvmLlvmTarget):
         import tvm
 
         _config_threads(self.spec.threads)
-        name = model.graph.name or "<model>"
-        mod = import_onnx(model, name)
-        ex = self.build(mod, name)
-        inits = {i.name for i in model.graph.initializer}
-        inputs = [i.name for i in model.graph.input if i.name not in inits]
-        outputs = [o.name for o in model.graph.output]
+        ex, inputs, outputs = self.import_and_build(model)
         return TvmCompiled(ex, inputs, outputs, tvm.cpu(0))
 
 

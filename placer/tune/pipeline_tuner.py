@@ -107,7 +107,6 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
     fusion = space.fusion_groups(graph)
     usable = [k for k in kinds if not k.startswith("tvm")] or kinds
     by_key: dict[str, TrialRecord] = {}
-    best_mat = None
     n_done = 0
     combos = list(itertools.product(usable, repeat=n_cores))
     for combo in combos[: max(1, min(len(combos), 4))]:
