@@ -64,6 +64,7 @@ def prepare(
     profile: bool = True,
     whole_models: bool = True,
     calibrate: bool = True,
+    segments: bool | Sequence[Sequence[str]] = True,
     progress: bool = False,
     timeout_s: float = 60.0,
     memory_cap_bytes: Mapping[str, float] | None = None,
@@ -71,7 +72,7 @@ def prepare(
     colocate: Sequence[Sequence[str]] = (),
 ) -> PlanningContext:
     """Load, profile what is missing (ops, whole model per target, links), build the problem."""
-    from placer.costing import build_problem, cost_table_from_store
+    from placer.costing import build_problem, cost_table_from_store, fusion_groups
     from placer.devices import make_targets
     from placer.profile import profile_graph, profile_links, profile_whole_model
 
@@ -79,13 +80,15 @@ def prepare(
     tgts = make_targets(targets)
     real = [t for t in tgts if not getattr(t, "simulated", False)]  # simulated targets are never profiled
     store = open_store(db)
+    # runtime fusion groups are profiled as segments and priced whole (issue 9)
+    segments = fusion_groups(graph) if segments is True else [list(s) for s in (segments or [])]
     if profile and real:
-        profile_graph(graph, real, store, timeout_s=timeout_s, progress=progress)
+        profile_graph(graph, real, store, timeout_s=timeout_s, progress=progress, segments=segments)
         if whole_models:
             profile_whole_model(graph, real, store, timeout_s=max(timeout_s, 120.0))
         if len(real) > 1:
             profile_links(real, store)
-    table = cost_table_from_store(graph, tgts, store, cost_model=cost_model)
+    table = cost_table_from_store(graph, tgts, store, cost_model=cost_model, segments=segments)
     _check_runnable(graph, table, store, tgts)
     links = store.link_model(tgts, missing="skip") if len(tgts) > 1 and len(real) == len(tgts) else None
     provenance = {

@@ -41,12 +41,15 @@ class CostTable:
     source: np.ndarray  # "measured" | "predicted" | "proxy" | "simulated" | "unsupported", shape of cost_ms
     overhead_ms: Mapping[str, float] = field(default_factory=dict)
     whole_model_ms: Mapping[str, float] = field(default_factory=dict)
+    #: measured net cost of fusion segments kept whole: {(op ids...): {target: ms}}
+    segments: Mapping[tuple[str, ...], Mapping[str, float]] = field(default_factory=dict)
 
     def column(self, target: str) -> np.ndarray:
         return self.cost_ms[:, self.targets.index(target)]
 
 
-def cost_table_from_store(graph, targets: Sequence, store, cost_model=None) -> CostTable:
+def cost_table_from_store(graph, targets: Sequence, store, cost_model=None,
+                          segments: Iterable[Sequence[str]] = ()) -> CostTable:
     """Costs of every op of ``graph`` on every target: measured where the store has them,
     else predicted by ``cost_model`` (if given), else a ProfileError naming the op.
     """
@@ -85,7 +88,54 @@ def cost_table_from_store(graph, targets: Sequence, store, cost_model=None) -> C
         if meas is not None and meas.ok:
             whole[name] = float(meas.median_ms)
     _fill_context_supported(cost, source, names, whole)
-    return CostTable(tuple(op.id for op in graph.ops), names, cost, source, overhead, whole)
+    seg_costs = _segment_costs_from_store(graph, targets, store, segments)
+    return CostTable(tuple(op.id for op in graph.ops), names, cost, source, overhead, whole, seg_costs)
+
+
+def _segment_costs_from_store(graph, targets: Sequence, store, segments: Iterable[Sequence[str]]):
+    """``{(op ids): {target: net ms}}`` for every segment measured ok on at least one target."""
+    from placer.profile import segment_key
+
+    out: dict[tuple[str, ...], dict[str, float]] = {}
+    for seg in segments:
+        seg = tuple(seg)
+        key = segment_key(graph, seg)
+        for t in targets:
+            if _is_simulated(t):
+                continue
+            m = store.get(key, t)
+            if m is not None and m.ok:
+                out.setdefault(seg, {})[t.name] = float(m.cost_ms())
+    return out
+
+
+def apply_segment_costs(table: CostTable) -> tuple[np.ndarray, np.ndarray, list[tuple[str, ...]]]:
+    """Op costs with each measured segment's cost spread over its ops (in proportion to their
+    isolated costs), so that a segment kept whole costs what it measured as one partition.
+
+    Returns ``(cost_ms, source, groups)``; ``groups`` are the segments substituted on at least one
+    target: they must be kept whole (colocated) for these costs to hold.
+    """
+    cost = np.array(table.cost_ms, dtype=float)
+    source = np.array(table.source, dtype=object)
+    idx = {o: i for i, o in enumerate(table.ops)}
+    groups = []
+    for seg, per_target in table.segments.items():
+        rows = [idx[o] for o in seg]
+        used = False
+        for name, seg_ms in per_target.items():
+            j = table.targets.index(name)
+            iso = cost[rows, j]
+            if not np.all(np.isfinite(iso)):
+                continue
+            total = float(iso.sum())
+            share = iso / total if total > 0 else np.full(len(rows), 1.0 / len(rows))
+            cost[rows, j] = seg_ms * share
+            source[rows, j] = "segment"
+            used = True
+        if used:
+            groups.append(seg)
+    return cost, source, groups
 
 
 def _is_simulated(target) -> bool:
@@ -151,6 +201,7 @@ def build_problem(
     links=None,
     *,
     calibrate: bool = True,
+    use_segments: bool = True,
     memory_cap_bytes: Mapping[str, float] | None = None,
     pinned: Mapping[str, str] | None = None,
     colocate: Iterable[Iterable[str]] = (),
@@ -159,9 +210,18 @@ def build_problem(
     """A PlacementProblem for ``graph`` with the costs of ``table`` and the link model ``links``.
 
     ``links`` is a :class:`placer.devices.links.LinkModel` (or None: free transfers).
-    ``calibrate`` applies the whole-model fusion scale (module docstring).
+    ``use_segments`` prices the measured segments of ``table`` as wholes and colocates them
+    (:func:`apply_segment_costs`); ``calibrate`` then applies the whole-model fusion scale
+    (module docstring) on top.
     """
+    import dataclasses
+
     names = list(table.targets)
+    seg_groups: list[tuple[str, ...]] = []
+    if use_segments and table.segments:
+        seg_cost, seg_source, seg_groups = apply_segment_costs(table)
+        table = dataclasses.replace(table, cost_ms=seg_cost, source=seg_source)
+    colocate = [tuple(g) for g in colocate] + seg_groups
     cost = np.array(table.cost_ms, dtype=float)
     scales = fusion_scales(table) if calibrate else {n: 1.0 for n in names}
     for j, name in enumerate(names):
@@ -187,7 +247,7 @@ def build_problem(
         "whole_model_ms": dict(table.whole_model_ms),
         "overhead_ms": dict(table.overhead_ms),
         "cost_sources": {str(s): int((table.source == s).sum())
-                         for s in ("measured", "predicted", "proxy", "simulated", "unsupported")},
+                         for s in ("measured", "segment", "predicted", "proxy", "simulated", "unsupported")},
     }
     prov.update(provenance or {})
     return PlacementProblem(
@@ -203,3 +263,39 @@ def build_problem(
         colocate=[tuple(g) for g in colocate],
         provenance=prov,
     )
+
+
+#: ops whose single-consumer successors a runtime fuses into them
+_FUSION_HEADS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "BatchNormalization"}
+#: ops fused into their producer when they are its only consumer
+_FUSED_TAILS = {
+    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus",
+    "Gelu", "Erf", "BatchNormalization", "Add", "Mul", "PRelu",
+}
+
+
+def fusion_groups(graph) -> list[list[str]]:
+    """Chains a runtime would fuse: a head op followed by single-consumer elementwise tails.
+
+    Example: ``Conv -> Add(bias) -> Relu`` where each tensor has one consumer is one group.
+    """
+    groups: list[list[str]] = []
+    in_group: set[str] = set()
+    for op in graph.ops:
+        if op.op_type not in _FUSION_HEADS or op.id in in_group:
+            continue
+        chain = [op.id]
+        cur = op
+        while len(cur.outputs) == 1:
+            consumers = graph.consumers.get(cur.outputs[0], ())
+            if len(consumers) != 1 or cur.outputs[0] in graph.outputs:
+                break
+            nxt = graph.op(consumers[0])
+            if nxt.op_type not in _FUSED_TAILS or nxt.id in in_group:
+                break
+            chain.append(nxt.id)
+            cur = nxt
+        if len(chain) > 1:
+            groups.append(chain)
+            in_group.update(chain)
+    return groups

@@ -19,41 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-#: ops whose single-consumer successors a runtime fuses into them
-_FUSION_HEADS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "BatchNormalization"}
-#: ops fused into their producer when they are its only consumer
-_FUSED_TAILS = {
-    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus",
-    "Gelu", "Erf", "BatchNormalization", "Add", "Mul", "PRelu",
-}
-
-
-def fusion_groups(graph) -> list[list[str]]:
-    """Chains a runtime would fuse: a head op followed by single-consumer elementwise tails.
-
-    Example: ``Conv -> Add(bias) -> Relu`` where each tensor has one consumer is one group.
-    """
-    groups: list[list[str]] = []
-    in_group: set[str] = set()
-    for op in graph.ops:
-        if op.op_type not in _FUSION_HEADS or op.id in in_group:
-            continue
-        chain = [op.id]
-        cur = op
-        while len(cur.outputs) == 1:
-            consumers = graph.consumers.get(cur.outputs[0], ())
-            if len(consumers) != 1 or cur.outputs[0] in graph.outputs:
-                break
-            nxt = graph.op(consumers[0])
-            if nxt.op_type not in _FUSED_TAILS or nxt.id in in_group:
-                break
-            chain.append(nxt.id)
-            cur = nxt
-        if len(chain) > 1:
-            groups.append(chain)
-            in_group.update(chain)
-    return groups
-
+from placer.costing import fusion_groups  # noqa: F401  (re-exported: the tuner's fusion knob)
 
 def default_knobs(targets: Sequence[str]) -> dict[str, Any]:
     knobs: dict[str, Any] = {"boundary_ms": 0.0, "fuse": True, "transfer_weight": 0.0, "calibrate": True}
@@ -79,8 +45,11 @@ def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned
     """The problem of ``ctx`` changed by ``knobs`` (and the entry cost learned so far)."""
     from placer.costing import build_problem
 
-    base = ctx.problem if knobs.get("calibrate", True) else build_problem(ctx.graph, ctx.table, ctx.links, calibrate=False,
-                                                                          provenance=ctx.problem.provenance)
+    if knobs.get("calibrate", True) and knobs.get("fuse", True):
+        base = ctx.problem
+    else:  # measured segment costs hold only for segments kept whole: without fusion, isolated op costs
+        base = build_problem(ctx.graph, ctx.table, ctx.links, calibrate=knobs.get("calibrate", True),
+                             use_segments=bool(knobs.get("fuse", True)), provenance=ctx.problem.provenance)
     cost = np.array(base.cost_ms, dtype=float)
     for j, t in enumerate(base.targets):
         if knobs.get(f"drop:{t}"):
@@ -90,9 +59,9 @@ def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned
         j = int(np.argmin(base.cost_ms[i]))
         cost[i, j] = base.cost_ms[i, j]
     entry = np.asarray(learned_entry_ms, dtype=float) + float(knobs.get("boundary_ms", 0.0))
-    colocate = [tuple(g) for g in fusion if _co_supported(cost, base.ops, g)] if knobs.get("fuse") else []
-    return dataclasses.replace(base, cost_ms=cost, partition_overhead_ms=entry,
-                               colocate=tuple(tuple(g) for g in base.colocate) + tuple(colocate))
+    groups = list(base.colocate) + ([tuple(g) for g in fusion] if knobs.get("fuse") else [])
+    colocate = tuple(dict.fromkeys(tuple(g) for g in groups if _co_supported(cost, base.ops, g)))
+    return dataclasses.replace(base, cost_ms=cost, partition_overhead_ms=entry, colocate=colocate)
 
 
 def _co_supported(cost: np.ndarray, ops: Sequence[str], group: Sequence[str]) -> bool:

@@ -11,7 +11,7 @@ from placer.costing import CostTable, build_problem, fusion_scales, graph_tensor
 from placer.graph import load_graph
 from placer.problem import PlacementProblem, Tensor
 from placer.solve import solve
-from placer.tune.space import fusion_groups
+from placer.costing import fusion_groups
 
 
 def _table(graph, costs: dict[str, list[float]], whole=None, overhead=None) -> CostTable:
@@ -100,3 +100,30 @@ def test_graph_tensors_cover_every_edge(tiny_graph):
     tensors = {t.name: t for t in graph_tensors(tiny_graph)}
     for e in tiny_graph.edges:
         assert e.dst in tensors[e.tensor].consumers and tensors[e.tensor].producer == e.src
+
+
+def test_measured_segment_cost_is_used_when_the_segment_is_kept_whole(squeezenet_model):
+    import dataclasses
+
+    from placer.costing import apply_segment_costs, fusion_groups
+
+    graph = load_graph(squeezenet_model)
+    n = len(graph.ops)
+    conv_relu = [tuple(g) for g in fusion_groups(graph)]
+    base = _table(graph, {"x": [1.0] * n, "y": [1.0] * n})
+    # each Conv+Relu measured as one partition: 0.5 ms on x (fused: cheaper than its ops' 2 ms), 3 ms on y
+    table = dataclasses.replace(base, segments={g: {"x": 0.5, "y": 3.0} for g in conv_relu})
+    cost, source, groups = apply_segment_costs(table)
+    assert set(groups) == set(conv_relu)
+    idx = {op.id: i for i, op in enumerate(graph.ops)}
+    for g in conv_relu:
+        assert cost[[idx[o] for o in g], 0].sum() == pytest.approx(0.5)
+        assert all(source[idx[o], 0] == "segment" for o in g)
+    problem = build_problem(graph, table, calibrate=False)
+    assert {tuple(c) for c in problem.colocate} == set(conv_relu)  # kept whole, else the price is wrong
+    n_rest = n - 2 * len(conv_relu)
+    plan = solve(problem, "latency", "single:x")
+    assert plan.makespan_ms == pytest.approx(0.5 * len(conv_relu) + n_rest)
+    # without segments the same plan is priced from the isolated ops
+    assert solve(build_problem(graph, table, calibrate=False, use_segments=False), "latency",
+                 "single:x").makespan_ms == pytest.approx(n)
