@@ -165,7 +165,7 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
               "1-thread throughput.")
         doc.table(["model", "chosen", "stages", "req/s", "best single runtime", "its req/s", "x best single",
                    "core limit req/s", "% of limit"],
-                  [[r["model"], r["pipeline"]["best"], " | ".join(r["pipeline"]["stages"] or ["-"]),
+                  [[r["model"], r["pipeline"]["best"], " + ".join(r["pipeline"]["stages"] or ["-"]),
                     r["pipeline"]["throughput_rps"], r["pipeline"]["best_single"], r["pipeline"]["best_single_rps"],
                     (r["pipeline"]["throughput_rps"] or 0) / (r["pipeline"]["best_single_rps"] or float("nan")),
                     r["pipeline"]["core_limit_rps"], 100 * r["pipeline"]["fraction_of_limit"]] for r in pipe])
@@ -210,19 +210,26 @@ def main(argv=None) -> int:
     ap.add_argument("--solver-time-limit", type=float, default=10.0)
     ap.add_argument("--pipeline", action="store_true", help="also tune the throughput objective")
     ap.add_argument("--work", default="runs/compare", help="tune output directories (models, partitions, studies)")
+    ap.add_argument("--report-only", action="store_true", help="re-render OUT/report.* from OUT/results.json")
     args = ap.parse_args(argv)
     out = Path(args.out)
+    if args.report_only:
+        saved = json.loads((out / "results.json").read_text())
+        path = write_report(saved["results"], out, saved["meta"])
+        print(f"report: {path}")
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     targets = [t for t in args.targets.split(",") if t]
     results = []
+    meta = {"cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)), "targets": targets,
+            "date": time.strftime("%Y-%m-%d"),
+            "command": "python -m experiments.compare " + " ".join(argv if argv is not None else sys.argv[1:])}
     for name in args.models.split(","):
         ref = MODELS.get(name, name)
         results.append(compare_model(ref, targets, args.db, out, tune_budget_s=args.tune_budget,
                                      solver_time_limit=args.solver_time_limit, pipeline=args.pipeline,
                                      say=lambda m: print(m, flush=True), work=Path(args.work)))
-        (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    meta = {"cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)), "targets": targets,
-            "date": time.strftime("%Y-%m-%d"), "command": "python -m experiments.compare " + " ".join(argv if argv is not None else sys.argv[1:])}
+        (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
     path = write_report(results, out, meta)
     print(f"report: {path}")
     return 0
