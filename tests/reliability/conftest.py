@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+from rel_support import HERE, ROOT  # noqa: F401
 
 
 @pytest.fixture(scope="session")
@@ -29,16 +26,3 @@ def cases(corpus_root, base):
     from corpus import build_corpus
 
     return build_corpus(corpus_root, base)
-
-
-def subprocess_env(**extra: str) -> dict[str, str]:
-    """Environment for a child ``python``: this checkout and this folder first on PYTHONPATH."""
-    env = dict(os.environ)
-    parts = [str(ROOT), str(HERE)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    env["PYTHONPATH"] = os.pathsep.join(parts)
-    env.update(extra)
-    return env
-
-
-def python() -> str:
-    return sys.executable

@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import ROOT, python, subprocess_env
+from rel_support import ROOT, python, subprocess_env
 from corpus import CONTROL, category_counts, run_case, summarize
 
 MIN_INPUTS = 100

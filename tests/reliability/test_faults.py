@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import HERE
+from rel_support import HERE
 from corpus import FAST_TIMING
 
 from placer.devices.registry import register_target

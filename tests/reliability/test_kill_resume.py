@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, python, subprocess_env
+from rel_support import ROOT, python, subprocess_env
 from corpus import SEED
 
 pytestmark = pytest.mark.slow

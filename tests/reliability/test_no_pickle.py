@@ -21,7 +21,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from rel_support import ROOT
 
 PACKAGES = ("placer", "costmodels", "experiments")
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
