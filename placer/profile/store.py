@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import sqlite3
 import time
 import uuid
@@ -161,18 +162,33 @@ class ProfileStore:
                 raise ProfileError(f"profile store {self.path!r} does not exist")
             elif not p.parent.exists():
                 raise ProfileError(f"profile store {self.path!r}: directory {str(p.parent)!r} does not exist")
-        try:
-            self._conn = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None)
-            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            if self.path != ":memory:" and not readonly:
-                self._conn.execute("PRAGMA journal_mode = WAL")
-                self._conn.execute("PRAGMA synchronous = NORMAL")
-            self._init_schema(readonly)
-        except sqlite3.DatabaseError as exc:
-            raise ProfileError(f"profile store {self.path!r} cannot be opened: {exc}") from None
-        except PlacerError:
-            self._conn.close()
-            raise
+        # Two processes opening a fresh store at once can get SQLITE_BUSY straight away from the
+        # journal-mode switch or the schema creation (the busy handler does not cover those paths):
+        # retry a lock error with a jittered back-off, up to the busy timeout.
+        deadline = time.monotonic() + busy_timeout_ms / 1000
+        while True:
+            try:
+                self._open(busy_timeout_ms, readonly)
+                return
+            except sqlite3.OperationalError as exc:
+                self._conn.close()
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise ProfileError(f"profile store {self.path!r} cannot be opened: {exc}") from None
+                time.sleep(0.05 + 0.25 * random.random())
+            except sqlite3.DatabaseError as exc:
+                self._conn.close()
+                raise ProfileError(f"profile store {self.path!r} cannot be opened: {exc}") from None
+            except PlacerError:
+                self._conn.close()
+                raise
+
+    def _open(self, busy_timeout_ms: int, readonly: bool) -> None:
+        self._conn = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None)
+        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        if self.path != ":memory:" and not readonly:
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._init_schema(readonly)
 
     # ---- schema -------------------------------------------------------------------------------
     def _init_schema(self, readonly: bool) -> None:
