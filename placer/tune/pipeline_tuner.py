@@ -54,7 +54,7 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
     from placer.tune import space
     from placer.tune.bench import PlanBench
     from placer.tune.tuner import (TrialRecord, TuneResult, _write_outputs, assignment_key, open_storage,
-                                   sampler_seed)
+                                   sampler_seed, tell_trial)
     from placer.run.numerics import check_against_reference, load_inputs
 
     graph = ctx.graph
@@ -153,13 +153,9 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
                 rec.error = str(exc).splitlines()[0]
             by_key[key] = rec
             records.append(rec)
-        if rec.throughput_rps is None:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            say(f"trial {trial.number}: failed ({rec.error})")
-        else:
-            study.tell(trial, rec.throughput_rps)
-            say(f"trial {trial.number}: {'+'.join(choice)} stages {plan.stage_targets}, predicted bottleneck "
-                f"{plan.bottleneck_ms:.3f} ms, measured {rec.throughput_rps:.1f} req/s")
+        tell_trial(study, trial, rec, rec.throughput_rps, say,
+                   f"{'+'.join(choice)} stages {plan.stage_targets}, predicted bottleneck "
+                   f"{plan.bottleneck_ms:.3f} ms, measured {rec.throughput_rps or math.nan:.1f} req/s")
         n_done += 1
 
     measured = [r for r in records if r.throughput_rps is not None]

@@ -120,6 +120,21 @@ def learned_entry_ms(rows: Sequence[Mapping[str, Any]], targets: Sequence[str]) 
     return out
 
 
+def tell_trial(study, trial, rec: TrialRecord, value: float | None, say: Callable[[str], None], message: str) -> None:
+    """Store the trial's plan key and prediction with it, then tell Optuna its measured value (or FAIL)."""
+    import optuna
+
+    trial.set_user_attr("plan_key", rec.key)
+    trial.set_user_attr("predicted", rec.predicted_ms)
+    trial.set_user_attr("n_partitions", rec.n_partitions)
+    if value is None:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        say(f"trial {trial.number}: failed ({rec.error})")
+    else:
+        study.tell(trial, value)
+        say(f"trial {trial.number}: {message}")
+
+
 def open_storage(url: str):
     """The Optuna RDB storage at ``url``, safe when several ``placer tune`` workers open a fresh one at once.
 
@@ -305,16 +320,9 @@ def tune(
                          transfer_weight=knobs["transfer_weight"])
             solve_s = time.monotonic() - t0
             rec = measure_plan(plan, f"trial {trial.number}", "trial", knobs, problem, solve_s)
-            trial.set_user_attr("plan_key", rec.key)
-            trial.set_user_attr("predicted_ms", rec.predicted_ms)
-            trial.set_user_attr("n_partitions", rec.n_partitions)
-            if rec.measured_ms is None:
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                say(f"trial {trial.number}: failed ({rec.error})")
-            else:
-                study.tell(trial, rec.measured_ms)
-                say(f"trial {trial.number}: {rec.n_partitions} partitions, predicted {rec.predicted_ms:.3f} ms, "
-                    f"measured {rec.measured_ms:.3f} ms (best single {best_single.measured_ms:.3f})")
+            tell_trial(study, trial, rec, rec.measured_ms, say,
+                       f"{rec.n_partitions} partitions, predicted {rec.predicted_ms:.3f} ms, "
+                       f"measured {rec.measured_ms or math.nan:.3f} ms (best single {best_single.measured_ms:.3f})")
             n_done += 1
 
         # ---- the measured guard: best measured wins; re-measure the finalists together ------
