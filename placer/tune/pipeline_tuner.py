@@ -153,10 +153,10 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
                 rec.error = str(exc).splitlines()[0]
             by_key[key] = rec
             records.append(rec)
-        tell_trial(study, trial, rec, rec.throughput_rps, say,
-                   f"{'+'.join(choice)} stages {plan.stage_targets}, predicted bottleneck "
-                   f"{plan.bottleneck_ms:.3f} ms, measured {rec.throughput_rps or math.nan:.1f} req/s")
-        n_done += 1
+        told = tell_trial(study, trial, rec, rec.throughput_rps, say,
+                          f"{'+'.join(choice)} stages {plan.stage_targets}, predicted bottleneck "
+                          f"{plan.bottleneck_ms:.3f} ms, measured {rec.throughput_rps or math.nan:.1f} req/s")
+        n_done += int(told)
 
     measured = [r for r in records if r.throughput_rps is not None]
     best = max(measured, key=lambda r: r.throughput_rps)

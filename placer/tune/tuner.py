@@ -120,19 +120,47 @@ def learned_entry_ms(rows: Sequence[Mapping[str, Any]], targets: Sequence[str]) 
     return out
 
 
-def tell_trial(study, trial, rec: TrialRecord, value: float | None, say: Callable[[str], None], message: str) -> None:
-    """Store the trial's plan key and prediction with it, then tell Optuna its measured value (or FAIL)."""
+def tell_once(study, trial, value: float | None = None, attrs: Mapping[str, Any] | None = None) -> bool:
+    """Store ``attrs`` on ``trial`` and tell Optuna its value (``None``: FAIL); False if another worker
+    already finished it.
+
+    Two workers on one SQLite study can ``ask()`` the same enqueued (WAITING) trial: Optuna's
+    pop of a waiting trial is not atomic there (SQLite has no ``SELECT ... FOR UPDATE``). The
+    second one to finish must not crash ("Cannot tell a COMPLETE trial"): its measurement is
+    dropped and the caller asks for another trial, so no trial is lost or counted twice.
+    """
     import optuna
 
-    trial.set_user_attr("plan_key", rec.key)
-    trial.set_user_attr("predicted", rec.predicted_ms)
-    trial.set_user_attr("n_partitions", rec.n_partitions)
+    try:
+        for k, v in (attrs or {}).items():
+            trial.set_user_attr(k, v)
+        if value is None:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            study.tell(trial, value)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+    except ValueError as exc:
+        if "Cannot tell" not in str(exc):
+            raise
+        return False
+    return True
+
+
+def tell_trial(study, trial, rec: TrialRecord, value: float | None, say: Callable[[str], None], message: str) -> bool:
+    """Store the trial's plan key and prediction with it, then tell Optuna its measured value (or FAIL).
+
+    Returns False (and says so) when another worker had already finished the same trial (see
+    :func:`tell_once`): the caller then does not count it."""
+    attrs = {"plan_key": rec.key, "predicted": rec.predicted_ms, "n_partitions": rec.n_partitions}
+    if not tell_once(study, trial, value, attrs):
+        say(f"trial {trial.number}: another worker finished it first; its result is kept, this one dropped")
+        return False
     if value is None:
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
         say(f"trial {trial.number}: failed ({rec.error})")
     else:
-        study.tell(trial, value)
         say(f"trial {trial.number}: {message}")
+    return True
 
 
 def open_storage(url: str):
@@ -320,10 +348,10 @@ def tune(
                          transfer_weight=knobs["transfer_weight"])
             solve_s = time.monotonic() - t0
             rec = measure_plan(plan, f"trial {trial.number}", "trial", knobs, problem, solve_s)
-            tell_trial(study, trial, rec, rec.measured_ms, say,
-                       f"{rec.n_partitions} partitions, predicted {rec.predicted_ms:.3f} ms, "
-                       f"measured {rec.measured_ms or math.nan:.3f} ms (best single {best_single.measured_ms:.3f})")
-            n_done += 1
+            told = tell_trial(study, trial, rec, rec.measured_ms, say,
+                              f"{rec.n_partitions} partitions, predicted {rec.predicted_ms:.3f} ms, "
+                              f"measured {rec.measured_ms or math.nan:.3f} ms (best single {best_single.measured_ms:.3f})")
+            n_done += int(told)
 
         # ---- the measured guard: best measured wins; re-measure the finalists together ------
         measured = [r for r in records if r.measured_ms is not None]

@@ -53,18 +53,25 @@ def test_two_tune_workers_share_one_study(placer_cmd, cli_env, tmp_path):
 
 def test_open_storage_race(tmp_path):
     """Four processes open one fresh SQLite storage at the same moment (Optuna's schema creation
-    is not locked: without the retry in `open_storage` some of them crash)."""
+    is not locked: without the retry in `open_storage` some of them crash), then each finishes one
+    trial. Two of them may pop the same enqueued trial (Optuna's pop is not atomic on SQLite):
+    `tell_once` then returns False for the second and that worker asks again, so exactly four
+    distinct trials end COMPLETE."""
     url = f"sqlite:///{tmp_path / 'race.db'}"
     code = textwrap.dedent(f"""
         import sys, time, optuna
-        from placer.tune.tuner import open_storage
+        from placer.tune.tuner import open_storage, tell_once
         t0 = float(sys.argv[1])
         time.sleep(max(t0 - time.time(), 0))
         storage = open_storage({url!r})
         study = optuna.create_study(storage=storage, study_name="race", load_if_exists=True)
         study.enqueue_trial({{"x": 1.0}}, skip_if_exists=True)
-        t = study.ask({{"x": optuna.distributions.FloatDistribution(0, 2)}})
-        study.tell(t, 1.0)
+        for _ in range(10):
+            t = study.ask({{"x": optuna.distributions.FloatDistribution(0, 2)}})
+            if tell_once(study, t, 1.0, {{"pid": 1}}):
+                break
+        else:
+            raise SystemExit("no trial could be told in 10 asks")
     """)
     import time
 
@@ -78,6 +85,23 @@ def test_open_storage_race(tmp_path):
 
     trials = optuna.load_study(study_name="race", storage=url).get_trials(deepcopy=False)
     assert sorted(t.number for t in trials) == [0, 1, 2, 3]
+    assert all(t.state.name == "COMPLETE" for t in trials), [t.state for t in trials]
+
+
+def test_tell_once_refuses_a_finished_trial(tmp_path):
+    """The second tell of one trial (a worker that popped a trial another one finished) is refused
+    with False instead of crashing, and the first value is kept."""
+    import optuna
+
+    from placer.tune.tuner import tell_once
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s")
+    trial = study.ask({"x": optuna.distributions.FloatDistribution(0, 2)})
+    assert tell_once(study, trial, 1.0, {"who": "first"}) is True
+    assert tell_once(study, trial, 2.0, {"who": "second"}) is False
+    assert tell_once(study, trial, None) is False
+    (only,) = study.get_trials()
+    assert only.value == 1.0 and only.user_attrs == {"who": "first"}
 
 
 @pytest.mark.parametrize("shared", [False, True])
