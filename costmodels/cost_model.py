@@ -218,7 +218,8 @@ class CostModel:
         optional ``boundary_bytes``, computed from ``graph`` when missing) or a ready record
         (``op_types``, ``isolated_ms``, ...). Records with an unsupported op or a non-finite
         measurement are skipped, and so are records naming ops by id when no ``graph`` is given
-        (with a warning: the tuner's rows name op ids).
+        (with a warning: the tuner's rows name op ids). Optional ``model`` (groups the
+        correction's cross-validation) and ``origin`` (who measured it) are kept with the record.
         """
         added = 0
         skipped_ids = 0
@@ -242,6 +243,9 @@ class CostModel:
                 rec = self.partition_record(ops, r["target"], float(bb))
             if not (math.isfinite(measured) and all(math.isfinite(c) for c in rec["isolated_ms"])):
                 continue
+            for key in ("model", "origin"):  # CV grouping and provenance, kept with the record
+                if key in r:
+                    rec[key] = str(r[key])
             self.partition_records.append((rec, measured))
             added += 1
         if skipped_ids:

@@ -48,7 +48,8 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     from placer.solve import solve
     from placer.tune import tune
     from placer.tune.bench import PlanBench
-    from placer.tune.tuner import SKIP_BASELINE_FACTOR, assignment_key
+    from placer.costing import segment_ratio_stats
+    from placer.tune.tuner import SKIP_BASELINE_FACTOR, _partition_feedback, assignment_key
 
     t0 = time.monotonic()
     ctx = api.prepare(ref, targets=targets, db=db)
@@ -60,6 +61,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     feeds = load_inputs("seed:0", graph, 4)
     with PlanBench(feeds, rounds=8, per_round=5) as bench:
         keyed = {}
+        priced = {}  # key -> (plan, the problem it was priced on, its materialization): per-partition figures
         for strat in strategies:
             if strat == "greedy":  # re-price from the single-target runs measured in this bench
                 measured = bench.measure(list(keyed), rounds=3)
@@ -89,6 +91,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                 rep = check_against_reference(graph.model, feeds, bench.outputs(key))
                 row["numerics_ok"] = bool(rep.passed)
                 keyed[key] = plan
+                priced[key] = (plan, problem, mat)
             except Exception as exc:  # a plan that cannot run is a row with its error, not a crash
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             rows.append(row)
@@ -102,13 +105,22 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                 "partitions": tuned.best.n_partitions, "numerics_ok": tuned.best.numerics_ok,
                 "tuned_choice": tuned.best.label}
         trow["key"] = assignment_key(tuned.best.plan)
-        bench.add(trow["key"], materialize(graph, tuned.best.plan))
+        if trow["key"] not in bench.candidates:
+            tmat = materialize(graph, tuned.best.plan)
+            bench.add(trow["key"], tmat)
+            priced[trow["key"]] = (tuned.best.plan, problem, tmat)
+        trow["cost_model"] = tuned.extra.get("cost_model")
         rows.append(trow)
         stats = bench.measure(list(bench.candidates))
         for row in rows:
             s = stats.get(row.get("key"))
             if s is not None:
                 row.update(measured_ms=s.median_ms, p10_ms=s.p10_ms, p90_ms=s.p90_ms)
+            if row.get("key") in priced:  # each partition: predicted (sum of its ops' costs) vs measured
+                plan_, problem_, mat_ = priced[row["key"]]
+                row["partition_detail"] = [
+                    {k: v for k, v in d.items() if k != "ops"} | {"n_ops": len(d["ops"])}
+                    for d in _partition_feedback(problem_, plan_, mat_, bench.partition_medians(row["key"]))]
     singles = [r for r in rows if r["placement"].startswith("single:") and "measured_ms" in r and "note" not in r]
     best_single = min(singles, key=lambda r: r["measured_ms"]) if singles else None
     ort = next((r for r in singles if r["placement"].startswith("single:onnxruntime")), None)
@@ -120,6 +132,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     result = {"model": graph.name, "ref": ref, "n_ops": len(graph.ops), "profile_s": prof_s, "rows": rows,
               "best_single": best_single["placement"] if best_single else None,
               "fusion_scale": problem.provenance.get("fusion_scale"),
+              "segment_ratios": segment_ratio_stats(ctx.table),
               "whole_model_ms": problem.provenance.get("whole_model_ms")}
     if pipeline:
         tp = tune(graph, targets=targets, db=db, budget_s=tune_budget_s, objective="throughput",
@@ -134,6 +147,11 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
         }
     say(f"{graph.name}: done in {time.monotonic() - t0:.0f}s")
     return result
+
+
+def _pred(d: dict) -> float:
+    """A partition's predicted time: its ops' costs plus the target's call overhead."""
+    return float(d["predicted_ms"]) + float(d.get("overhead_ms", 0.0))
 
 
 def write_report(results: list[dict], out: Path, meta: dict) -> Path:
@@ -169,7 +187,16 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
                     r["pipeline"]["throughput_rps"], r["pipeline"]["best_single"], r["pipeline"]["best_single_rps"],
                     (r["pipeline"]["throughput_rps"] or 0) / (r["pipeline"]["best_single_rps"] or float("nan")),
                     r["pipeline"]["core_limit_rps"], 100 * r["pipeline"]["fraction_of_limit"]] for r in pipe])
+    seg_rows = [[res["model"], t, st["n"], st["median"], st["p10"], st["p90"]]
+                for res in results for t, st in sorted((res.get("segment_ratios") or {}).items())]
+    if seg_rows:
+        doc.h2("Fusion segments: measured whole vs the sum of their ops")
+        doc.p("Per model and target, over the runtime fusion groups (conv/matmul + bias/BN/activation chains) "
+              "profiled as one partition: segment time / sum of its ops' isolated net times. Below 1 the runtime "
+              "fused them, so a cut inside a segment costs more than the sum of its ops says.")
+        doc.table(["model", "target", "segments", "median ratio", "p10", "p90"], seg_rows)
     pts = []
+    part_pts = []
     for res in results:
         doc.h2(f"{res['model']} ({res['n_ops']} ops)")
         rows = []
@@ -186,6 +213,19 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
             doc.p("Whole-model calibration (measured whole model / sum of isolated op costs): " + ", ".join(
                 f"{t} {s:.2f}" for t, s in res["fusion_scale"].items()))
         doc.image(f"gantt_{res['model']}.png", f"{res['model']} CP-SAT plan")
+        parts = [(r["placement"], d) for r in res["rows"] for d in r.get("partition_detail") or []
+                 if len(r.get("partition_detail") or []) > 1 or r["placement"] in ("cpsat", "tuned")]
+        if parts:
+            doc.p("Partitions of the multi-partition plans (and of the CP-SAT and tuned plans), each measured inside "
+                  "its plan's runs: predicted = the target's call overhead + the sum of its ops' costs in the "
+                  "problem the plan was solved on.")
+            doc.table(["placement", "partition", "target", "ops", "inputs", "predicted ms", "measured ms",
+                       "measured / predicted"],
+                      [[pl, d["partition"], d["target"], d["n_ops"], d["n_inputs"], _pred(d), d["measured_ms"],
+                        d["measured_ms"] / _pred(d) if _pred(d) else None] for pl, d in parts])
+            for pl, d in parts:
+                part_pts.append({"label": f"{res['model']}:{pl}:{d['partition']}", "predicted_ms": _pred(d),
+                                 "measured_ms": d["measured_ms"]})
         if res.get("pipeline"):
             pp = res["pipeline"]
             doc.p(f"Pipeline mode: best {pp['best']} {pp['throughput_rps']:.1f} req/s "
@@ -195,6 +235,10 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
     predicted_vs_measured(pts, out / "predicted_vs_measured.png", "every placement: predicted vs measured")
     doc.h2("Predicted vs measured")
     doc.image("predicted_vs_measured.png", "predicted vs measured")
+    if part_pts:
+        predicted_vs_measured(part_pts, out / "partitions_predicted_vs_measured.png",
+                              "partitions of the plans: predicted vs measured")
+        doc.image("partitions_predicted_vs_measured.png", "partitions: predicted vs measured")
     return doc.write(out)
 
 

@@ -123,6 +123,10 @@ def add_tune(sub) -> None:
     p.add_argument("--storage", default=None, help="Optuna storage URL (default sqlite:///OUT/study.db)")
     p.add_argument("--db", default=None, help="profile store (SQLite); default ~/.cache/placer/profiles.db")
     p.add_argument("--shape", action="append", help="bind an input shape: NAME=1x3x224x224 (repeatable)")
+    p.add_argument("--cost-model", default=None, metavar="DIR",
+                   help="learned cost model to update (default: costmodel/ next to the profile store)")
+    p.add_argument("--no-cost-model", action="store_true",
+                   help="do not fit, use or save the learned cost model (measured costs only)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_tune)
 
@@ -139,6 +143,7 @@ def cmd_tune(args) -> int:
     result = tune(args.model, targets=parse_targets(args.targets), objective=args.objective,
                   budget_s=parse_budget(args.budget), out_dir=args.out, storage=args.storage, db=args.db,
                   shapes=parse_shapes(args.shape), n_trials=args.trials, seed=args.seed,
+                  cost_model_dir=False if args.no_cost_model else (args.cost_model or True),
                   progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
     table = Table(title=f"placer tune {args.model} ({result.objective})")
     for col in ("candidate", "partitions", "predicted ms", "measured ms", "req/s", "numerics"):

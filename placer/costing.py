@@ -138,6 +138,32 @@ def apply_segment_costs(table: CostTable) -> tuple[np.ndarray, np.ndarray, list[
     return cost, source, groups
 
 
+def segment_ratios(table: CostTable) -> dict[str, list[float]]:
+    """Per target: measured cost of each fusion segment run whole over the sum of its ops' isolated
+    net costs (< 1: the runtime fused them; issue 9's per-target statistic)."""
+    idx = {o: i for i, o in enumerate(table.ops)}
+    out: dict[str, list[float]] = {t: [] for t in table.targets}
+    for seg, per_target in table.segments.items():
+        rows = [idx[o] for o in seg]
+        for name, seg_ms in per_target.items():
+            iso = np.asarray(table.cost_ms, dtype=float)[rows, table.targets.index(name)]
+            total = float(iso.sum())
+            if np.all(np.isfinite(iso)) and total > 0 and math.isfinite(seg_ms):
+                out[name].append(float(seg_ms) / total)
+    return out
+
+
+def segment_ratio_stats(table: CostTable) -> dict[str, dict[str, float]]:
+    """Per target: count, median, p10 and p90 of :func:`segment_ratios` (targets with none left out)."""
+    stats = {}
+    for name, r in segment_ratios(table).items():
+        if r:
+            a = np.asarray(r)
+            stats[name] = {"n": int(a.size), "median": float(np.median(a)), "p10": float(np.percentile(a, 10)),
+                           "p90": float(np.percentile(a, 90))}
+    return stats
+
+
 def _is_simulated(target) -> bool:
     return bool(getattr(target, "simulated", False))
 

@@ -44,6 +44,22 @@ def write_tune_report(result, ctx) -> Path:
         doc.table(["target", "whole model ms", "fusion scale", "call overhead ms"],
                   [[t, prov.get("whole_model_ms", {}).get(t), prov["fusion_scale"][t], prov.get("overhead_ms", {}).get(t)]
                    for t in prov["fusion_scale"]])
+    seg = result.extra.get("segment_ratios") or {}
+    if seg:
+        doc.h2("Fusion segments: measured whole vs sum of their ops")
+        doc.p("Per target, over the runtime fusion groups of this model (conv/matmul + bias/BN/activation "
+              "chains) profiled as one partition: segment time / sum of its ops' isolated net times. Below 1 "
+              "the runtime fused them; this is why cutting inside a segment costs more than its ops' sum says.")
+        doc.table(["target", "segments", "median ratio", "p10", "p90"],
+                  [[t, s["n"], s["median"], s["p10"], s["p90"]] for t, s in sorted(seg.items())])
+    cm = result.extra.get("cost_model")
+    if cm:
+        doc.h2("Learned cost model")
+        doc.p(f"Model {cm['id']} (saved to {cm.get('dir') or 'nowhere'}): fitted on the profile store; "
+              f"{cm.get('carried_over', 0)} partition(s) measured by earlier tune runs carried over, "
+              f"{cm.get('tune_partitions', 0)} in total now. Its learned partition ratio per target prices the "
+              "`costs=learned` trials (partition = call overhead + ratio x sum of net op costs).")
+        doc.table(["target", "learned partition ratio"], [[t, r] for t, r in sorted(cm.get("partition_ratio", {}).items())])
     if best.plan is not None:
         doc.h2("Chosen plan")
         doc.code(best.plan.summary())
@@ -60,7 +76,8 @@ def write_tune_report(result, ctx) -> Path:
     pts = [{"label": r.label, "predicted_ms": r.predicted_ms, "measured_ms": r.measured_ms}
            for r in result.records if not tp]
     for r in result.records:
-        pts += [{"label": p["partition"], "predicted_ms": p.get("predicted_ms"), "measured_ms": p.get("measured_ms")}
+        pts += [{"label": p["partition"], "predicted_ms": p["predicted_ms"] + p.get("overhead_ms", 0.0),
+                 "measured_ms": p.get("measured_ms")}
                 for p in r.partitions if "predicted_ms" in p]
     if pts:
         predicted_vs_measured(pts, out / "predicted_vs_measured.png",

@@ -7,8 +7,14 @@ Latency objective
 ``fuse``             keep runtime fusion groups (conv/matmul + bias/BN/activation chains) on one
                      target (colocation groups): cutting inside them loses the runtime's fusion.
 ``transfer_weight``  weight of total transfer time in the CP-SAT objective (0 .. 1).
-``calibrate``        cost-model variant: op costs scaled to the measured whole-model time per
-                     target (``True``) or raw isolated op costs (``False``).
+``costs``            cost-model variant, how ops and partitions are priced:
+                     ``"calibrated"`` measured op costs, measured fusion segments kept whole,
+                     scaled per target to the whole-model time measured in this session;
+                     ``"isolated"`` the raw isolated op costs (no segments, no scaling);
+                     ``"learned"`` the learned cost model (:mod:`placer.tune.learned`): net op
+                     costs times the target's learned partition ratio, the call overhead as
+                     the entry cost, refitted on the partitions measured between trials
+                     (``"isolated"`` when the tuner has no cost model).
 ``drop:<target>``    exclude a target from the plan (the target subset knob).
 """
 
@@ -21,8 +27,12 @@ import numpy as np
 
 from placer.costing import fusion_groups  # noqa: F401  (re-exported: the tuner's fusion knob)
 
+#: the cost-model variants of the ``costs`` knob (module docstring)
+COST_VARIANTS = ("calibrated", "isolated", "learned")
+
+
 def default_knobs(targets: Sequence[str]) -> dict[str, Any]:
-    knobs: dict[str, Any] = {"boundary_ms": 0.0, "fuse": True, "transfer_weight": 0.0, "calibrate": True}
+    knobs: dict[str, Any] = {"boundary_ms": 0.0, "fuse": True, "transfer_weight": 0.0, "costs": "calibrated"}
     knobs.update({f"drop:{t}": False for t in targets})
     return knobs
 
@@ -32,7 +42,7 @@ def suggest_latency(trial, targets: Sequence[str]) -> dict[str, Any]:
         "boundary_ms": trial.suggest_categorical("boundary_ms", [0.0, 0.01, 0.03, 0.1, 0.3, 1.0]),
         "fuse": trial.suggest_categorical("fuse", [True, False]),
         "transfer_weight": trial.suggest_categorical("transfer_weight", [0.0, 0.1, 0.5]),
-        "calibrate": trial.suggest_categorical("calibrate", [True, False]),
+        "costs": trial.suggest_categorical("costs", list(COST_VARIANTS)),
     }
     for t in targets:
         knobs[f"drop:{t}"] = trial.suggest_categorical(f"drop:{t}", [False, True])
@@ -41,16 +51,29 @@ def suggest_latency(trial, targets: Sequence[str]) -> dict[str, Any]:
     return knobs
 
 
-def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned_entry_ms: np.ndarray):
-    """The problem of ``ctx`` changed by ``knobs`` (and the entry cost learned so far)."""
+def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned_entry_ms: np.ndarray,
+                    learned: tuple[np.ndarray, np.ndarray] | None = None):
+    """The problem of ``ctx`` changed by ``knobs`` and what was learned so far: the per-target entry
+    cost from measured partitions (``learned_entry_ms``) and, for ``costs="learned"``, the cost
+    model's ``(cost_ms, entry_ms)`` (:func:`placer.tune.learned.learned_costs`)."""
     from placer.costing import build_problem
 
-    if knobs.get("calibrate", True) and knobs.get("fuse", True):
+    variant = knobs.get("costs", "calibrated")
+    if variant not in COST_VARIANTS:
+        raise ValueError(f"costs knob {variant!r}: expected one of {', '.join(COST_VARIANTS)}")
+    if variant == "learned" and learned is None:
+        variant = "isolated"
+    if variant == "calibrated" and knobs.get("fuse", True):
         base = ctx.problem
     else:  # measured segment costs hold only for segments kept whole: without fusion, isolated op costs
-        base = build_problem(ctx.graph, ctx.table, ctx.links, calibrate=knobs.get("calibrate", True),
-                             use_segments=bool(knobs.get("fuse", True)), provenance=ctx.problem.provenance)
+        base = build_problem(ctx.graph, ctx.table, ctx.links, calibrate=variant == "calibrated",
+                             use_segments=variant == "calibrated" and bool(knobs.get("fuse", True)),
+                             provenance=ctx.problem.provenance)
     cost = np.array(base.cost_ms, dtype=float)
+    entry = np.asarray(learned_entry_ms, dtype=float) + float(knobs.get("boundary_ms", 0.0))
+    if variant == "learned":
+        cost = np.array(learned[0], dtype=float)
+        entry = np.asarray(learned[1], dtype=float) + float(knobs.get("boundary_ms", 0.0))
     for j, t in enumerate(base.targets):
         if knobs.get(f"drop:{t}"):
             cost[:, j] = np.inf
@@ -58,10 +81,10 @@ def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned
     for i in np.flatnonzero(~np.isfinite(cost).any(axis=1)):
         j = int(np.argmin(base.cost_ms[i]))
         cost[i, j] = base.cost_ms[i, j]
-    entry = np.asarray(learned_entry_ms, dtype=float) + float(knobs.get("boundary_ms", 0.0))
     groups = list(base.colocate) + ([tuple(g) for g in fusion] if knobs.get("fuse") else [])
     colocate = tuple(dict.fromkeys(tuple(g) for g in groups if _co_supported(cost, base.ops, g)))
-    return dataclasses.replace(base, cost_ms=cost, partition_overhead_ms=entry, colocate=colocate)
+    prov = {**dict(base.provenance), "costs": variant}
+    return dataclasses.replace(base, cost_ms=cost, partition_overhead_ms=entry, colocate=colocate, provenance=prov)
 
 
 def _co_supported(cost: np.ndarray, ops: Sequence[str], group: Sequence[str]) -> bool:

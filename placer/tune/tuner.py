@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from placer.costing import segment_ratio_stats
 from placer.errors import PlacerError
 
 
@@ -97,15 +98,21 @@ def assignment_key(plan) -> str:
 
 
 def _partition_feedback(problem, plan, mat, measured: Mapping[str, float]) -> list[dict]:
-    """Measured vs predicted time of each partition of a measured plan."""
+    """Measured vs predicted time of each partition of a measured plan.
+
+    ``predicted_ms`` is the sum of its ops' costs in ``problem`` (net of the call overhead, as the
+    solver prices it); ``overhead_ms`` the target's profiled call overhead, which the measured
+    time includes. The tuner's entry-cost feedback learns the difference, overhead included."""
     idx = {o: i for i, o in enumerate(problem.ops)}
+    overheads = problem.provenance.get("overhead_ms", {}) or {}
     rows = []
     for p in mat.partitions:
         j = problem.targets.index(plan.assignment[p.ops[0]])
         predicted = float(sum(problem.cost_ms[idx[o], j] for o in p.ops))
         if p.id in measured:
             rows.append({"partition": p.id, "target": plan.assignment[p.ops[0]], "ops": list(p.ops),
-                         "n_inputs": len(p.inputs), "predicted_ms": predicted, "measured_ms": measured[p.id]})
+                         "n_inputs": len(p.inputs), "predicted_ms": predicted, "measured_ms": measured[p.id],
+                         "overhead_ms": float(overheads.get(plan.assignment[p.ops[0]], 0.0))})
     return rows
 
 
@@ -207,6 +214,7 @@ def tune(
     seed: int = 0,
     solver_time_limit: float = 5.0,
     cost_model=None,
+    cost_model_dir: str | os.PathLike | None | bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> TuneResult:
     """Tune the placement of ``model``; write plan, stage config, Relax module and report to ``out_dir``.
@@ -214,6 +222,13 @@ def tune(
     ``objective``: ``"latency"`` (minimize measured median latency, hybrid executor) or
     ``"throughput"`` (maximize measured requests/s, pipeline executor, one stage per core).
     ``budget_s`` bounds the whole call; profiling counts against it.
+
+    The learned cost model (:mod:`placer.tune.learned`): ``cost_model`` (a fitted
+    :class:`costmodels.CostModel`) is used and updated as given; otherwise one is fitted on the
+    profile store, with the partitions earlier runs measured carried over from
+    ``cost_model_dir`` (``True``: next to the profile store; ``None``/``False``: no learned
+    model at all, measured costs only). Measured partitions are fed to it between trials (it prices the
+    ``costs="learned"`` variant) and it is saved back to ``cost_model_dir`` at the end.
     """
     import optuna
 
@@ -221,7 +236,7 @@ def tune(
     from placer.materialize import materialize
     from placer.run.numerics import check_against_reference, load_inputs
     from placer.solve import solve
-    from placer.tune import space
+    from placer.tune import learned, space
     from placer.tune.bench import PlanBench
 
     if objective not in ("latency", "throughput"):
@@ -242,6 +257,9 @@ def tune(
     say(f"model {graph.name}: {len(graph.ops)} ops, {len(graph.unique_signatures())} unique signatures")
     ctx = api.prepare(graph, targets=targets, db=db, cost_model=cost_model, progress=False)
     say(f"profiled on {', '.join(t.name for t in ctx.targets)} ({time.monotonic() - t_start:.1f}s)")
+    model_dir = learned.default_model_dir(db) if cost_model_dir is True else (cost_model_dir or None)
+    if cost_model is None and model_dir is not None and any(not getattr(t, "simulated", False) for t in ctx.targets):
+        cost_model = learned.fit_or_update(ctx, model_dir, say, seed=seed)
     if objective == "throughput":
         from placer.tune.pipeline_tuner import tune_throughput
 
@@ -279,7 +297,7 @@ def tune(
                 rec.partitions = _partition_feedback(problem, plan, mat, bench.partition_medians(key))
                 feedback_rows.extend(rec.partitions)
                 if cost_model is not None and hasattr(cost_model, "add_partition_measurements"):
-                    cost_model.add_partition_measurements(rec.partitions, graph=graph)
+                    learned.feed(cost_model, rec.partitions, graph)
             except PlacerError as exc:
                 rec.error = str(exc).splitlines()[0]
             records.append(rec)
@@ -342,11 +360,23 @@ def tune(
             trial = study.ask()
             knobs = space.suggest_latency(trial, names)
             entry = learned_entry_ms(feedback_rows, names)
-            problem = space.latency_problem(ctx, knobs, fusion, entry)
+            priced = (learned.learned_costs(ctx, cost_model)
+                      if knobs["costs"] == "learned" and cost_model is not None else None)
+            problem = space.latency_problem(ctx, knobs, fusion, entry, priced)
             t0 = time.monotonic()
             plan = solve(problem, "latency", "cpsat", time_limit=solver_time_limit, seed=seed,
                          transfer_weight=knobs["transfer_weight"])
             solve_s = time.monotonic() - t0
+            if plan.makespan_ms > SKIP_BASELINE_FACTOR * best_single.measured_ms and assignment_key(plan) not in by_key:
+                # e.g. everything on untuned TVM: measuring it would eat the budget; tell TPE the prediction
+                rec = TrialRecord(assignment_key(plan), f"trial {trial.number}", "trial", knobs, plan,
+                                  plan.makespan_ms, solve_s=solve_s,
+                                  error=f"not measured: predicted {plan.makespan_ms / best_single.measured_ms:.0f}x "
+                                        "slower than the best single target")
+                records.append(rec)
+                by_key[rec.key] = rec
+                n_done += int(tell_trial(study, trial, rec, plan.makespan_ms, say, rec.error))
+                continue
             rec = measure_plan(plan, f"trial {trial.number}", "trial", knobs, problem, solve_s)
             told = tell_trial(study, trial, rec, rec.measured_ms, say,
                               f"{rec.n_partitions} partitions, predicted {rec.predicted_ms:.3f} ms, "
@@ -369,10 +399,19 @@ def tune(
         mat = materialize(graph, best.plan, out)
     finally:
         bench.close()
+    cm_info = None
+    if cost_model is not None and hasattr(cost_model, "partition_records"):
+        if model_dir is not None:
+            learned.save(cost_model, model_dir, say)
+        cm_info = {"id": cost_model.model_id, "dir": str(model_dir) if model_dir else None,
+                   "partition_ratio": learned.partition_ratios(cost_model, [n for n in names if n in cost_model.targets]),
+                   "tune_partitions": len(learned.tune_records(cost_model)),
+                   "carried_over": cost_model.card.get("tune_partitions_carried", 0)}
 
     result = TuneResult(best=best, best_single=best_single, records=records, objective="latency", out_dir=out,
                         fell_back=fell_back, wall_s=time.monotonic() - t_start, study_storage=storage_url,
-                        extra={"problem_provenance": dict(ctx.problem.provenance), "n_partitions": len(mat.partitions)})
+                        extra={"problem_provenance": dict(ctx.problem.provenance), "n_partitions": len(mat.partitions),
+                               "cost_model": cm_info, "segment_ratios": segment_ratio_stats(ctx.table)})
     _write_outputs(result, ctx, mat)
     return result
 

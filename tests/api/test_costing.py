@@ -127,3 +127,25 @@ def test_measured_segment_cost_is_used_when_the_segment_is_kept_whole(squeezenet
     # without segments the same plan is priced from the isolated ops
     assert solve(build_problem(graph, table, calibrate=False, use_segments=False), "latency",
                  "single:x").makespan_ms == pytest.approx(n)
+
+
+def test_segment_ratio_statistic_per_target(squeezenet_model):
+    """The per-target ratio of a segment measured whole to the sum of its ops' isolated costs."""
+    import dataclasses
+
+    from placer.costing import segment_ratio_stats, segment_ratios
+
+    graph = load_graph(squeezenet_model)
+    n = len(graph.ops)
+    groups = [tuple(g) for g in fusion_groups(graph)]
+    base = _table(graph, {"x": [1.0] * n, "y": [2.0] * n, "z": [1.0] * n})
+    segs = {g: {"x": 0.5 * len(g), "y": 3.0 * len(g)} for g in groups}  # x fuses (0.5), y does not (1.5)
+    segs[groups[0]] = {"x": 0.25 * len(groups[0])}
+    table = dataclasses.replace(base, segments=segs)
+    ratios = segment_ratios(table)
+    assert sorted(ratios["x"]) == pytest.approx(sorted([0.25] + [0.5] * (len(groups) - 1)))
+    assert ratios["y"] == pytest.approx([1.5] * (len(groups) - 1)) and ratios["z"] == []
+    stats = segment_ratio_stats(table)
+    assert set(stats) == {"x", "y"}  # z measured no segment
+    assert stats["x"]["n"] == len(groups) and stats["x"]["median"] == pytest.approx(0.5)
+    assert stats["y"]["p10"] == pytest.approx(1.5) and stats["y"]["p90"] == pytest.approx(1.5)

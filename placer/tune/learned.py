@@ -1,0 +1,128 @@
+"""The learned cost model inside ``placer tune``: fit or update it, price a problem with it, feed it.
+
+``placer tune`` keeps one :class:`costmodels.CostModel` per profile store (by default next to it:
+``~/.cache/placer/costmodel/``), so what one run learns is there for the next:
+
+1. :func:`fit_or_update` fits the op models, links and partition correction on everything the
+   store holds for the targets (this model included, its whole-model and segment runs among the
+   partitions) and carries over the partitions earlier ``placer tune`` runs measured (records
+   marked ``origin: "tune"`` in the saved model). A saved model that fails its integrity check is
+   not loaded (skops + hashed card, never a pickle); the tuner says so and refits.
+2. :func:`learned_costs` prices the ops of a problem the way the cost model sees a partition,
+   ``overhead + ratio[target] * sum(net op costs)`` (:mod:`costmodels.partition`): net op costs
+   from the model (the exact measurement where the store has one) times the target's learned
+   partition ratio, and the call overhead as the entry cost of every partition. This is the
+   ``costs = "learned"`` variant of the tuner's cost-model knob (:mod:`placer.tune.space`).
+3. Between trials the tuner feeds each measured partition to
+   :meth:`CostModel.add_partition_measurements` (the ratio is refitted, so the next "learned"
+   trial is priced with it), and :func:`save` writes the updated model at the end.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["default_model_dir", "fit_or_update", "learned_costs", "partition_ratios", "save", "tune_records"]
+
+#: marks a partition record measured by ``placer tune`` (carried over between runs)
+ORIGIN = "tune"
+#: at most this many tune-measured partitions are carried over (the newest): re-measuring the same
+#: single-target plans every run must not grow the model without bound
+MAX_CARRIED = 4000
+
+
+def default_model_dir(db: str | Path | None) -> Path:
+    """The cost model directory that goes with a profile store: ``<store dir>/costmodel``."""
+    from placer.api import DEFAULT_DB
+
+    return Path(db or DEFAULT_DB).resolve().parent / "costmodel"
+
+
+def tune_records(cm) -> list[tuple[dict, float]]:
+    """The partition records of ``cm`` that ``placer tune`` measured (not re-derivable from the store)."""
+    return [(r, m) for r, m in cm.partition_records if r.get("origin") == ORIGIN]
+
+
+def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] = lambda m: None, seed: int = 0):
+    """A CostModel for the real targets of ``ctx`` fitted on its profile store, plus the partitions
+    earlier tune runs measured (from the model saved in ``model_dir``, if any)."""
+    from costmodels import CostModel
+    from costmodels.store import training_data_from_store
+    from costmodels.train import fit_cost_model
+
+    names = [t.name for t in ctx.targets if not getattr(t, "simulated", False)]
+    data = training_data_from_store(ctx.store, graphs=[ctx.graph], targets=names)
+    cm = fit_cost_model(data, names, cv_metrics=False, seed=seed)
+    carried: list[tuple[dict, float]] = []
+    if model_dir is not None and (Path(model_dir) / "card.json").is_file():
+        try:
+            prior = CostModel.load(model_dir)
+        except Exception as exc:  # noqa: BLE001 - integrity, format or version: refit, never trust it
+            say(f"cost model {model_dir}: not loaded ({type(exc).__name__}: {str(exc).splitlines()[0][:160]}); "
+                "refitted from the profile store")
+        else:
+            carried = [(r, m) for r, m in tune_records(prior) if r.get("target") in names][-MAX_CARRIED:]
+    if carried:
+        cm.add_partition_measurements([{**r, "measured_ms": m} for r, m in carried])
+    cm.card["tune_partitions_carried"] = len(carried)
+    say(f"cost model {cm.model_id}: fitted on the profile store ({cm.card.get('fit_seconds', 0):.1f}s), "
+        f"{len(carried)} partition(s) measured by earlier tune runs carried over")
+    return cm
+
+
+def partition_ratios(cm, targets: Sequence[str]) -> dict[str, float]:
+    """Per target: the learned partition ratio (measured / sum of net isolated op costs), 1.0 if unknown."""
+    corr = getattr(cm, "partition", None)
+    out = {}
+    for t in targets:
+        if corr is None:
+            out[t] = 1.0
+        else:
+            out[t] = float(math.exp(corr.median_log_ratio_.get(t, corr.global_log_ratio_)))
+    return out
+
+
+def learned_costs(ctx, cm) -> tuple[np.ndarray, np.ndarray]:
+    """``(cost_ms [ops, targets], entry_ms [targets])`` of ``ctx.problem``'s ops priced by ``cm``.
+
+    A target the model does not know (a simulated one) keeps the problem's costs and entry 0. An
+    op the model calls unsupported where the problem has a finite cost (an op that runs only in
+    context, priced by proxy) keeps the problem's cost.
+    """
+    p = ctx.problem
+    cost = np.array(p.cost_ms, dtype=float)
+    entry = np.zeros(len(p.targets))
+    known = set(cm.targets)
+    ratios = partition_ratios(cm, [t for t in p.targets if t in known])
+    for j, t in enumerate(p.targets):
+        if t not in known:
+            continue
+        net = cm.predict_ops(ctx.graph, [t])[:, 0] * ratios[t]
+        ok = np.isfinite(net) & np.isfinite(cost[:, j])
+        cost[ok, j] = net[ok]
+        entry[j] = cm.overhead_ms(t)
+    return cost, entry
+
+
+def feed(cm, rows: Sequence[Mapping[str, Any]], graph) -> int:
+    """Give ``cm`` the measured partitions of one plan (rows of the tuner's partition feedback)."""
+    if cm is None or not rows:
+        return 0
+    marked = [{**r, "origin": ORIGIN, "model": graph.name} for r in rows
+              if r.get("measured_ms") is not None and math.isfinite(float(r["measured_ms"]))]
+    return cm.add_partition_measurements(marked, graph=graph)
+
+
+def save(cm, model_dir: str | Path, say: Callable[[str], None] = lambda m: None) -> Path | None:
+    """Write the updated model to ``model_dir`` (a failure is said, not raised: the tune result stands)."""
+    try:
+        path = cm.save(model_dir)
+    except Exception as exc:  # noqa: BLE001
+        say(f"cost model not saved to {model_dir}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+        return None
+    say(f"cost model saved to {model_dir} ({len(tune_records(cm))} partition(s) measured by tune runs)")
+    return Path(path)

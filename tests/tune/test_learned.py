@@ -1,0 +1,97 @@
+"""The learned cost model inside `placer tune`: fitted on the store, fed measured partitions between
+trials, saved, carried over to the next run; the `costs` knob prices a problem with it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from placer import api
+from placer.tune import learned, space
+
+TARGETS = ["onnxruntime", "openvino"]
+
+
+@pytest.fixture(scope="module")
+def ctx(tmp_path_factory):
+    db = tmp_path_factory.mktemp("learned") / "profiles.db"
+    return api.prepare("zoo:tiny", targets=TARGETS, db=db)
+
+
+def test_tune_saves_the_model_and_the_next_run_carries_its_partitions(tmp_path):
+    from placer.tune import tune
+
+    db, cm_dir = tmp_path / "profiles.db", tmp_path / "cm"
+    first = tune("zoo:tiny", targets=TARGETS, db=db, out_dir=tmp_path / "a", n_trials=2, cost_model_dir=cm_dir)
+    info = first.extra["cost_model"]
+    assert (cm_dir / "card.json").is_file() and info["dir"] == str(cm_dir)
+    assert info["tune_partitions"] > 0 and info["carried_over"] == 0  # the baselines' partitions at least
+    assert set(info["partition_ratio"]) == {"onnxruntime@cpu:t1", "openvino@cpu:t1"}
+    assert all(r > 0 for r in info["partition_ratio"].values())
+    second = tune("zoo:tiny", targets=TARGETS, db=db, out_dir=tmp_path / "b", n_trials=1, cost_model_dir=cm_dir)
+    assert second.extra["cost_model"]["carried_over"] == info["tune_partitions"]
+    assert second.extra["cost_model"]["tune_partitions"] > info["tune_partitions"]
+    summary = json.loads((tmp_path / "b" / "tune.json").read_text())
+    assert summary["extra"]["cost_model"]["carried_over"] == info["tune_partitions"]
+    report = (tmp_path / "b" / "report.md").read_text()
+    assert "Learned cost model" in report and "Fusion segments" in report
+
+
+def test_no_cost_model_dir_means_no_learned_model(tmp_path):
+    from placer.tune import tune
+
+    res = tune("zoo:tiny", targets=TARGETS, db=tmp_path / "p.db", out_dir=tmp_path / "o", n_trials=1,
+               cost_model_dir=None)
+    assert res.extra["cost_model"] is None
+    assert not (tmp_path / "costmodel").exists()
+
+
+def test_a_corrupt_saved_model_is_refitted_not_loaded(ctx, tmp_path):
+    cm = learned.fit_or_update(ctx, None)
+    learned.feed(cm, [{"partition": "p0", "target": ctx.problem.targets[0], "ops": list(ctx.problem.ops[:2]),
+                       "n_inputs": 1, "predicted_ms": 0.01, "measured_ms": 0.05}], ctx.graph)
+    cm.save(tmp_path / "cm")
+    tables = tmp_path / "cm" / "tables.json"
+    tables.write_text(tables.read_text().replace("0.05", "0.06", 1))  # no longer matches its card's hash
+    said = []
+    again = learned.fit_or_update(ctx, tmp_path / "cm", said.append)
+    assert any("not loaded" in m for m in said), said
+    assert learned.tune_records(again) == []
+
+
+def test_feed_refits_the_partition_ratio(ctx):
+    cm = learned.fit_or_update(ctx, None)
+    t = ctx.problem.targets[1]
+    before = learned.partition_ratios(cm, [t])[t]
+    ops = list(ctx.problem.ops)
+    iso = cm.predict_ops([ctx.graph.op(o) for o in ops], [t], include_overhead=True)[:, 0]
+    slow = float(cm.overhead_ms(t) + 5.0 * (iso - cm.overhead_ms(t)).clip(min=1e-4).sum())
+    rows = [{"partition": f"p{i}", "target": t, "ops": ops, "n_inputs": 1, "predicted_ms": 0.0, "measured_ms": slow}
+            for i in range(40)]
+    assert learned.feed(cm, rows, ctx.graph) == 40
+    assert learned.partition_ratios(cm, [t])[t] > 2 * before
+    assert all(r.get("origin") == "tune" for r, _ in learned.tune_records(cm))
+
+
+def test_costs_knob_prices_with_the_learned_model(ctx):
+    cm = learned.fit_or_update(ctx, None)
+    cost, entry = learned.learned_costs(ctx, cm)
+    assert cost.shape == ctx.problem.cost_ms.shape and np.isfinite(cost).any()
+    assert entry.shape == (len(ctx.problem.targets),) and np.all(entry >= 0)
+    zero = np.zeros(len(ctx.problem.targets))
+    knobs = space.default_knobs(ctx.problem.targets)
+    calibrated = space.latency_problem(ctx, knobs, [], zero)
+    assert np.array_equal(calibrated.cost_ms, ctx.problem.cost_ms)
+    learned_p = space.latency_problem(ctx, {**knobs, "costs": "learned"}, [], zero, (cost, entry))
+    assert np.allclose(learned_p.cost_ms[np.isfinite(cost)], cost[np.isfinite(cost)])
+    assert np.allclose(learned_p.partition_overhead_ms, entry)
+    assert learned_p.provenance["costs"] == "learned"
+    # without a model the learned variant is the isolated one (and says so)
+    fallback = space.latency_problem(ctx, {**knobs, "costs": "learned"}, [], zero, None)
+    isolated = space.latency_problem(ctx, {**knobs, "costs": "isolated"}, [], zero)
+    assert fallback.provenance["costs"] == "isolated"
+    assert np.array_equal(fallback.cost_ms, isolated.cost_ms)
+    with pytest.raises(ValueError, match="costs knob"):
+        space.latency_problem(ctx, {**knobs, "costs": "bogus"}, [], zero)
