@@ -16,6 +16,9 @@ Latency objective
                      the entry cost, refitted on the partitions measured between trials
                      (``"isolated"`` when the tuner has no cost model).
 ``drop:<target>``    exclude a target from the plan (the target subset knob).
+``coarsen``          granularity: 0 places single ops; ``N`` merges chains and single-successor
+                     groups into at most about ``N`` super-ops first (:mod:`placer.solve.coarsen`),
+                     so the plan can only cut between them (fewer, bigger partitions).
 """
 
 from __future__ import annotations
@@ -27,12 +30,15 @@ import numpy as np
 
 from placer.costing import fusion_groups  # noqa: F401  (re-exported: the tuner's fusion knob)
 
+#: the granularity levels of the ``coarsen`` knob (0: none; else about that many super-ops)
+COARSEN_LEVELS = (0, 48, 16)
 #: the cost-model variants of the ``costs`` knob (module docstring)
 COST_VARIANTS = ("calibrated", "isolated", "learned")
 
 
 def default_knobs(targets: Sequence[str]) -> dict[str, Any]:
-    knobs: dict[str, Any] = {"boundary_ms": 0.0, "fuse": True, "transfer_weight": 0.0, "costs": "calibrated"}
+    knobs: dict[str, Any] = {"boundary_ms": 0.0, "fuse": True, "transfer_weight": 0.0, "costs": "calibrated",
+                             "coarsen": 0}
     knobs.update({f"drop:{t}": False for t in targets})
     return knobs
 
@@ -43,12 +49,42 @@ def suggest_latency(trial, targets: Sequence[str]) -> dict[str, Any]:
         "fuse": trial.suggest_categorical("fuse", [True, False]),
         "transfer_weight": trial.suggest_categorical("transfer_weight", [0.0, 0.1, 0.5]),
         "costs": trial.suggest_categorical("costs", list(COST_VARIANTS)),
+        "coarsen": trial.suggest_categorical("coarsen", list(COARSEN_LEVELS)),
     }
     for t in targets:
         knobs[f"drop:{t}"] = trial.suggest_categorical(f"drop:{t}", [False, True])
     if all(knobs[f"drop:{t}"] for t in targets):  # keep at least one target
         knobs[f"drop:{targets[0]}"] = False
     return knobs
+
+
+def solve_trial(problem, knobs: dict[str, Any], *, time_limit: float, seed: int = 0):
+    """Solve a trial's latency problem with CP-SAT at the trial's granularity (``coarsen`` knob).
+
+    ``coarsen = N > 0``: merge into about ``N`` super-ops (each at most ``2 / N`` of the work),
+    solve the coarse problem and expand it, *keeping* the coarse plan: unlike
+    ``solve(coarsen=...)``, which falls back to a finer heuristic plan when that predicts faster,
+    the knob exists because cuts cost more when measured than predicted.
+    """
+    import dataclasses
+
+    from placer.solve import solve
+    from placer.solve.coarsen import coarsen_problem, expand_assignment, expand_order
+    from placer.solve.evaluate import make_latency_plan
+
+    tw = float(knobs.get("transfer_weight", 0.0) or 0.0)
+    level = int(knobs.get("coarsen", 0) or 0)
+    if level <= 0 or level >= problem.n_ops:
+        return solve(problem, "latency", "cpsat", time_limit=time_limit, seed=seed, transfer_weight=tw)
+    coarse, members = coarsen_problem(problem, level, max_share=min(1.0, 2.0 / level))
+    cplan = solve(coarse, "latency", "cpsat", time_limit=time_limit, seed=seed, transfer_weight=tw, coarsen=False)
+    assign = expand_assignment(problem, coarse, members, cplan.assignment)
+    order = expand_order(problem, coarse, members, cplan.start_ms)
+    info = {"n_ops": problem.n_ops, "n_coarse_ops": coarse.n_ops, "level": level,
+            "groups": {problem.ops[m[0]]: [problem.ops[i] for i in m] for m in members if len(m) > 1}}
+    plan = make_latency_plan(problem, assign, "cpsat", order=order, coarsening=info)
+    extra = {**dict(cplan.stats.extra), "granularity": level, "coarse_objective": cplan.stats.objective}
+    return dataclasses.replace(plan, stats=dataclasses.replace(cplan.stats, objective=plan.makespan_ms, extra=extra))
 
 
 def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned_entry_ms: np.ndarray,

@@ -364,8 +364,7 @@ def tune(
                       if knobs["costs"] == "learned" and cost_model is not None else None)
             problem = space.latency_problem(ctx, knobs, fusion, entry, priced)
             t0 = time.monotonic()
-            plan = solve(problem, "latency", "cpsat", time_limit=solver_time_limit, seed=seed,
-                         transfer_weight=knobs["transfer_weight"])
+            plan = space.solve_trial(problem, knobs, time_limit=solver_time_limit, seed=seed)
             solve_s = time.monotonic() - t0
             if plan.makespan_ms > SKIP_BASELINE_FACTOR * best_single.measured_ms and assignment_key(plan) not in by_key:
                 # e.g. everything on untuned TVM: measuring it would eat the budget; tell TPE the prediction

@@ -1,0 +1,46 @@
+"""The tuner's granularity knob: a coarse trial keeps its coarse plan (fewer cuts), valid on the fine problem."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from placer.problem import PlacementProblem, Tensor
+from placer.tune import space
+
+
+def _zigzag_chain(n: int = 30) -> PlacementProblem:
+    """A chain whose ops alternate which target is slightly cheaper: per op, switching wins."""
+    cost = np.array([[1.0, 1.2] if i % 2 == 0 else [1.2, 1.0] for i in range(n)])
+    ops = [f"op{i}" for i in range(n)]
+    tensors = [Tensor(f"t{i}", ops[i], (ops[i + 1],), 1000) for i in range(n - 1)]
+    return PlacementProblem(ops=ops, targets=["a", "b"], cost_ms=cost, tensors=tensors)
+
+
+def _switches(plan, ops) -> int:
+    return sum(plan.assignment[x] != plan.assignment[y] for x, y in zip(ops, ops[1:]))
+
+
+@pytest.mark.parametrize("level", [8, 3])
+def test_coarse_trial_keeps_fewer_cuts_than_the_fine_optimum(level):
+    p = _zigzag_chain()
+    knobs = {**space.default_knobs(p.targets), "coarsen": 0}
+    fine = space.solve_trial(p, knobs, time_limit=5)
+    coarse = space.solve_trial(p, {**knobs, "coarsen": level}, time_limit=5)
+    fine.validate(p)
+    coarse.validate(p)
+    assert _switches(fine, p.ops) == len(p.ops) - 1  # free transfers: every op on its cheaper target
+    assert coarse.coarsening["n_coarse_ops"] <= 2 * level
+    assert _switches(coarse, p.ops) < coarse.coarsening["n_coarse_ops"]  # cuts only between super-ops
+    assert coarse.makespan_ms >= fine.makespan_ms - 1e-9  # a restriction: never predicted faster
+    assert coarse.stats.extra["granularity"] == level
+
+
+def test_default_knobs_are_a_point_of_the_search_space():
+    import optuna
+
+    targets = ["a", "b"]
+    study = optuna.create_study()
+    study.enqueue_trial(space.default_knobs(targets))
+    trial = study.ask()
+    assert space.suggest_latency(trial, targets) == space.default_knobs(targets)
