@@ -221,6 +221,9 @@ def add_run(sub) -> None:
     p.add_argument("--requests", type=int, default=None, help="requests (default 1; 100 with --pipeline)")
     p.add_argument("--executor", choices=("hybrid", "relax"), default="hybrid",
                    help="hybrid: partitions on their runtimes; relax: the Relax module on the TVM VM")
+    p.add_argument("--compiled", action="store_true",
+                   help="with --executor relax: load PLAN_DIR/module.so (native code: only directories you trust; "
+                        "its SHA-256 is checked against compiled.json) instead of compiling")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of the numerics check")
     p.add_argument("--atol", type=float, default=1e-4,
@@ -237,7 +240,7 @@ def cmd_run(args) -> int:
     try:
         res = run_plan(args.plan_dir, args.inputs, executor=args.executor, pipeline=args.pipeline,
                        requests=args.requests, warmup=args.warmup, check=args.check, rtol=args.rtol,
-                       atol=args.atol)
+                       atol=args.atol, compiled=args.compiled)
     except (NumericsMismatch, PartitionError) as exc:
         print(f"placer run: error: {exc}", file=sys.stderr)
         return 1

@@ -24,6 +24,10 @@ PLAN_DIR layout
                           (OpGraph.subgraph_model of its ops)
       module.relax.txt    the Relax module as TVMScript (constants elided), with a header that names
                           each partition function
+      module.so           optional: the Relax module compiled by tvm.compile
+                          (Materialized.export_compiled; placer tune writes it), with
+      compiled.json       its SHA-256, model and assignment hashes and TVM version, checked before
+                          ``placer run --executor relax --compiled`` loads it
 
 Target names are canonicalized (``onnxruntime`` -> ``onnxruntime@cpu:t1``) before partitioning.
 """

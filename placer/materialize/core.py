@@ -28,6 +28,8 @@ STAGE_CONFIG_FILE = "stage_config.json"
 MODEL_FILE = "model.onnx"
 PARTITIONS_DIR = "partitions"
 RELAX_FILE = "module.relax.txt"
+COMPILED_FILE = "module.so"
+COMPILED_INFO_FILE = "compiled.json"
 ASSIGNMENT_FORMAT = "placer.assignment"
 
 
@@ -147,6 +149,55 @@ class Materialized:
 
     def summary(self) -> str:
         return self.stage_config.summary()
+
+    def export_compiled(self, out_dir: str | Path | None = None) -> Path:
+        """Compile the Relax module (``tvm.compile``) and write it to ``OUT/module.so`` with
+        ``OUT/compiled.json`` (its SHA-256, the model and assignment hashes, the TVM version), the
+        deployable artifact ``placer run --compiled`` loads. ``out_dir`` defaults to the directory
+        this plan was saved to."""
+        import hashlib
+
+        import tvm
+
+        out = Path(out_dir) if out_dir is not None else self.out_dir
+        if out is None:
+            raise PlanError("export_compiled: the plan was not saved to a directory; pass out_dir")
+        compiled = self.relax_program().compile()
+        try:
+            compiled.export(out / COMPILED_FILE)
+        finally:
+            compiled.close()
+        digest = hashlib.sha256((out / COMPILED_FILE).read_bytes()).hexdigest()
+        info = {"format": "placer.compiled", "version": 1, "file": COMPILED_FILE, "sha256": digest,
+                "model_hash": self.stage_config.model_hash, "assignment_hash": self.stage_config.assignment_hash,
+                "tvm": tvm.__version__, "compile_s": round(compiled.compile_s, 3)}
+        (out / COMPILED_INFO_FILE).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+        return out / COMPILED_FILE
+
+    def compiled_path(self) -> Path:
+        """``module.so`` of the plan directory, after checking it against ``compiled.json`` and the plan
+        (PlanError naming the file otherwise)."""
+        import hashlib
+
+        if self.out_dir is None:
+            raise PlanError("this plan has no directory, so no compiled module")
+        info_file, lib = self.out_dir / COMPILED_INFO_FILE, self.out_dir / COMPILED_FILE
+        try:
+            info = json.loads(info_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise PlanError(f"{info_file}: no usable compiled-module record ({type(exc).__name__}: {exc}); "
+                            "write one with Materialized.export_compiled or placer tune") from None
+        if not isinstance(info, dict) or info.get("format") != "placer.compiled":
+            raise PlanError(f"{info_file}: not a placer.compiled record")
+        for key in ("model_hash", "assignment_hash"):
+            if info.get(key) != getattr(self.stage_config, key):
+                raise PlanError(f"{info_file}: {key} {str(info.get(key))[:24]!r} does not match the plan's "
+                                f"{str(getattr(self.stage_config, key))[:24]!r}: the module was compiled for another plan")
+        if not lib.is_file():
+            raise PlanError(f"{lib}: missing (named by {info_file})")
+        if hashlib.sha256(lib.read_bytes()).hexdigest() != info.get("sha256"):
+            raise PlanError(f"{lib}: SHA-256 differs from {info_file}: the file changed, refusing to load it")
+        return lib
 
     def save(self, out_dir: str | Path, *, relax: bool = True) -> Path:
         """Write the PLAN_DIR layout (see placer.materialize)."""

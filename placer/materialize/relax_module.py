@@ -194,6 +194,29 @@ class RelaxProgram:
         return RelaxCompiled(self, ex, vm, callouts, compile_s)
 
 
+def load_compiled(program: RelaxProgram, path) -> "RelaxCompiled":
+    """A compiled module exported by :meth:`RelaxCompiled.export`, loaded with its callouts.
+
+    The library is native code: load only files you trust (``placer run --compiled`` checks its
+    SHA-256 against the plan directory's ``compiled.json`` first). The VM resolves the external
+    partitions' packed functions from the registry at init, so they are registered first.
+    """
+    import tvm
+    import tvm_ffi
+    from tvm import relax
+
+    callouts = {sym: Callout(ext) for sym, ext in program.externals.items()}
+    with _COMPILE_LOCK:
+        try:
+            lib = tvm.runtime.load_module(str(path))
+        except Exception as exc:
+            raise TargetError(f"{path}: cannot load the compiled Relax module: {_first_line(exc)}") from exc
+        for sym, c in callouts.items():
+            tvm_ffi.register_global_func(sym, c, override=True)
+        vm = relax.VirtualMachine(lib, tvm.cpu(0))
+    return RelaxCompiled(program, lib, vm, callouts, 0.0)
+
+
 class RelaxCompiled:
     """A compiled Relax program: ``run(feeds) -> outputs`` through ``relax.VirtualMachine``."""
 
@@ -209,6 +232,10 @@ class RelaxCompiled:
         self.main = vm["main"]
         self.input_names = program.input_names
         self.output_names = program.output_names
+
+    def export(self, path) -> None:
+        """Write the compiled module as a shared library (``tvm.runtime.load_module`` reads it back)."""
+        self.executable.export_library(str(path))
 
     def build_sessions(self) -> None:
         """Build every external partition's session now (else on its first call)."""

@@ -84,6 +84,9 @@ def write_tune_report(result, ctx) -> Path:
                               "plans and partitions: predicted vs measured")
         doc.image("predicted_vs_measured.png", "predicted vs measured")
     doc.h2("Files")
-    doc.p("plan.json (the plan), stage_config.json, module.relax.txt (the Relax module), partitions/*.onnx, "
-          "model.onnx, trials.json, study.db (Optuna).")
+    compiled = (f"{result.extra['compiled_module']} + compiled.json (the Relax module compiled by tvm.compile: "
+                "`placer run DIR --executor relax --compiled`), " if result.extra.get("compiled_module") else
+                f"no compiled module ({result.extra.get('compiled_module_error', 'not exported')}), ")
+    doc.p("plan.json (the plan), stage_config.json, module.relax.txt (the Relax module), " + compiled +
+          "partitions/*.onnx, model.onnx, trials.json, tune.json, study.db (Optuna).")
     return doc.write(out)

@@ -30,6 +30,7 @@ def run_plan(
     atol: float = DEFAULT_ATOL,
     tolerances: Mapping[str, tuple[float, float]] | None = None,
     queue_size: int = 2,
+    compiled: bool = False,
 ) -> RunResult:
     """Run a plan (a PLAN_DIR path or a :class:`~placer.materialize.Materialized`).
 
@@ -37,7 +38,8 @@ def run_plan(
     defaults to 1 (100 with ``pipeline=True`` when inputs come from a seed). ``numerics`` compares
     every completed request with the whole model in ONNX Runtime; ``check`` raises
     :class:`NumericsMismatch` naming the first output outside tolerance, and re-raises the first
-    failed request's error.
+    failed request's error. ``compiled`` (Relax executor only) loads the plan directory's exported
+    ``module.so`` (after checking its SHA-256 against ``compiled.json``) instead of compiling.
     """
     import math
 
@@ -66,7 +68,9 @@ def run_plan(
         with PipelineExecutor(mat, queue_size=queue_size) as pe:
             result = pe.run(reqs, warmup=warmup)
     else:
-        ex = make_executor(mat, executor)
+        if compiled and executor != "relax":
+            raise PlacerError("compiled=True loads the exported Relax module: it needs executor='relax'")
+        ex = make_executor(mat, executor, **({"compiled": True} if compiled else {}))
         try:
             ex.compile()
             result = ex.measure(reqs, warmup=warmup)

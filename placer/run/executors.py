@@ -263,17 +263,23 @@ class RelaxExecutor(_Executor):
     name = "relax"
     time_requests_with_partitions = False
 
-    def __init__(self, mat):
+    def __init__(self, mat, *, compiled: bool = False):
         super().__init__(mat)
         self.program = None
         self.rc = None
+        self.use_compiled = bool(compiled)
 
     def compile(self) -> None:
         if self.compiled_s is not None:
             return
         t0 = time.perf_counter()
         self.program = self.mat.relax_program()
-        self.rc = self.program.compile()
+        if self.use_compiled:  # the exported module.so of the plan directory, checked against compiled.json
+            from placer.materialize.relax_module import load_compiled
+
+            self.rc = load_compiled(self.program, self.mat.compiled_path())
+        else:
+            self.rc = self.program.compile()
         self.rc.build_sessions()
         self.compiled_s = time.perf_counter() - t0
 

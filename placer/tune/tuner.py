@@ -419,6 +419,10 @@ def _write_outputs(result: TuneResult, ctx, mat) -> None:
     from placer.report import write_tune_report
 
     out = result.out_dir
+    try:  # the deployable artifact: the Relax module compiled (placer run --executor relax --compiled)
+        result.extra["compiled_module"] = mat.export_compiled(out).name
+    except PlacerError as exc:
+        result.extra["compiled_module_error"] = str(exc).splitlines()[0][:300]
     (out / "trials.json").write_text(json.dumps([r.to_dict() for r in result.records], indent=1, default=str))
     summary = {"format": "placer.tune", "version": 1, "objective": result.objective, "best": result.best.key,
                "best_label": result.best.label, "best_single": result.best_single.key, "fell_back": result.fell_back,

@@ -115,3 +115,35 @@ def test_compare_scales_atol_with_output_magnitude_and_names_mismatches():
     out["idx"] = np.array([0, 1, 2, 4])
     assert [o.name for o in compare(out, ref).failures()] == ["idx"]
     assert not compare({"big": ref["big"][:2]}, {"big": ref["big"]}).passed
+
+
+def test_exported_compiled_module_runs_and_a_changed_one_is_refused(tmp_path):
+    """module.so (tvm.compile's output, TVM partitions compiled in, the others called back) runs the
+    plan like a fresh compile; a changed file or one compiled for another plan is refused, by name."""
+    from placer.errors import PlanError
+    from placer.materialize import load_plan_dir
+
+    g = graph_of(diamond_model())
+    asg = {"a": "tvm-llvm", "b": "openvino", "c": "tvm-llvm", "d": "onnxruntime", "e": "tvm-llvm", "f": "openvino"}
+    mat = materialize(g, asg, tmp_path / "plan")
+    lib = mat.export_compiled()
+    assert lib.name == "module.so" and json.loads((tmp_path / "plan" / "compiled.json").read_text())["sha256"]
+    loaded = load_plan_dir(tmp_path / "plan")
+    feeds = random_inputs(g, 4)
+    with HybridExecutor(loaded) as h, RelaxExecutor(loaded, compiled=True) as r:
+        assert compare(r.run(feeds), h.run(feeds), rtol=1e-6, atol=1e-7).passed
+    res = run_plan(tmp_path / "plan", "seed:1", executor="relax", compiled=True, check=True)
+    assert res.numerics.passed
+    with pytest.raises(Exception, match="executor='relax'"):
+        run_plan(tmp_path / "plan", "seed:1", compiled=True)
+    # a module compiled for another assignment is not this plan's
+    other = materialize(g, {**asg, "a": "onnxruntime"}, tmp_path / "other")
+    (tmp_path / "other" / "module.so").write_bytes(lib.read_bytes())
+    (tmp_path / "other" / "compiled.json").write_text((tmp_path / "plan" / "compiled.json").read_text())
+    with pytest.raises(PlanError, match="assignment_hash"):
+        other.compiled_path()
+    # a changed library is refused before it is loaded
+    with open(lib, "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(PlanError, match="SHA-256 differs"):
+        RelaxExecutor(load_plan_dir(tmp_path / "plan"), compiled=True).compile()
