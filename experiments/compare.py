@@ -31,6 +31,9 @@ MODELS = {
     "shufflenet": "zoo:shufflenet",
     "bert-tiny": "zoo:bert-tiny",
     "bert-small": "zoo:bert-small",
+    "gpt-tiny": "zoo:gpt-tiny",  # exported from torch (pip install torch)
+    "gpt-small": "zoo:gpt-small",
+    "resnet-mini": "zoo:resnet-mini",
 }
 
 

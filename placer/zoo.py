@@ -8,9 +8,12 @@
 * :func:`tiny_branchy`: an 8-op model with a fork/join, for fast tests.
 * :func:`model_with_op_tvm_rejects`: a 6-op conv net with ``LpNormalization`` (no TVM converter).
 
+* :mod:`placer.zoo_torch`: ``gpt-tiny``, ``gpt-small`` (GPT-style decoders) and ``resnet-mini``,
+  exported from PyTorch when it is installed.
+
 References for :func:`resolve` / :func:`available`: ``"zoo:tiny"``, ``"zoo:bert-tiny"``, ``"zoo:lpnorm"``,
 ``"zoo:<light name>"`` (re-weighted, seed 0), ``"zoo:light-<light name>"`` (the original light
-model), or a file path.
+model), ``"zoo:gpt-tiny"`` (torch), or a file path.
 """
 
 from __future__ import annotations
@@ -84,7 +87,10 @@ def light_model_path(name: str) -> Path:
 
 def available() -> list[str]:
     """Names accepted after ``zoo:`` by :func:`resolve`."""
-    return ["tiny", "bert-tiny", "bert-small", "lpnorm", *LIGHT_MODELS, *(f"light-{n}" for n in LIGHT_MODELS)]
+    from placer.zoo_torch import TORCH_MODELS
+
+    return ["tiny", "bert-tiny", "bert-small", "lpnorm", *LIGHT_MODELS, *(f"light-{n}" for n in LIGHT_MODELS),
+            *TORCH_MODELS]
 
 
 def resolve(ref: str | os.PathLike) -> onnx.ModelProto:
@@ -103,6 +109,10 @@ def resolve(ref: str | os.PathLike) -> onnx.ModelProto:
             return model_with_op_tvm_rejects()
         if name in LIGHT_MODELS:
             return reweighted(name)
+        from placer.zoo_torch import TORCH_MODELS, torch_model
+
+        if name in TORCH_MODELS:
+            return torch_model(name)
         if name.startswith("light-") and name[6:] in LIGHT_MODELS:
             return onnx.load(str(light_model_path(name[6:])))
         raise GraphError(f"unknown zoo model '{text}'; available: {', '.join('zoo:' + n for n in available())}")
