@@ -29,6 +29,7 @@ import json
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -37,6 +38,7 @@ import numpy as np
 
 from placer.costing import segment_ratio_stats
 from placer.errors import PlacerError
+
 
 
 @dataclass
@@ -170,13 +172,22 @@ def tell_trial(study, trial, rec: TrialRecord, value: float | None, say: Callabl
     return True
 
 
-def open_storage(url: str):
+#: a running trial records a heartbeat this often (s); one silent for GRACE_PERIOD_S is failed
+HEARTBEAT_INTERVAL_S = 10
+GRACE_PERIOD_S = 60
+
+
+def open_storage(url: str, *, heartbeat_interval: int = HEARTBEAT_INTERVAL_S, grace_period: int = GRACE_PERIOD_S):
     """The Optuna RDB storage at ``url``, safe when several ``placer tune`` workers open a fresh one at once.
 
     Optuna creates its schema on first use without a lock, so two processes starting on an empty
     database race ("table ... already exists", "UNIQUE constraint failed: alembic_version";
     optuna#1092, #4621). The loser retries and then finds the schema. SQLite waits up to 60 s for
     the write lock instead of the default 5 s (trials of several workers commit concurrently).
+
+    Heartbeats: a worker records one every ``heartbeat_interval`` s while it runs a trial
+    (:func:`trial_heartbeat`); :func:`fail_stale` marks FAIL a RUNNING trial silent for
+    ``grace_period`` s, i.e. one whose worker was killed, so the study does not keep it forever.
     """
     import random
 
@@ -186,12 +197,47 @@ def open_storage(url: str):
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     for attempt in range(8):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_interval,
+                                                  grace_period=grace_period)
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
             if attempt == 7:
                 raise
             time.sleep(0.1 + 0.4 * random.random())
     raise AssertionError("unreachable")
+
+
+def ask(study):
+    """``study.ask()`` without Optuna's warning that heartbeats are meant for ``optimize``: with
+    ask/tell placer records them itself (:func:`trial_heartbeat`)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed", category=UserWarning)
+        return study.ask()
+
+
+def trial_heartbeat(study, trial):
+    """Context manager: a thread records the trial's heartbeat while the block runs (ask/tell has
+    none of its own; ``study.optimize`` does this internally)."""
+    from optuna.storages._heartbeat import get_heartbeat_thread
+
+    return get_heartbeat_thread(trial._trial_id, study._storage)
+
+
+def fail_stale(study, say: Callable[[str], None] = lambda m: None) -> int:
+    """Mark FAIL the RUNNING trials whose worker stopped sending heartbeats; returns how many."""
+    import optuna
+
+    before = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
+    if not before:
+        return 0
+    optuna.storages.fail_stale_trials(study)
+    after = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
+    failed = sorted(before - after)
+    if failed:
+        say(f"trial(s) {', '.join(map(str, failed))}: their worker stopped (no heartbeat for "
+            f"{GRACE_PERIOD_S} s): marked failed")
+    return len(failed)
 
 
 def sampler_seed(seed: int, *, shared: bool) -> int:
@@ -350,14 +396,9 @@ def tune(
         fusion = space.fusion_groups(graph)
         default_knobs = space.default_knobs(names)
         study.enqueue_trial(default_knobs, skip_if_exists=True)
-        n_done = 0
-        while True:
-            elapsed = time.monotonic() - t_start
-            if n_trials is not None and n_done >= n_trials:
-                break
-            if n_trials is None and elapsed > budget_s * 0.85:
-                break
-            trial = study.ask()
+
+        def run_trial(trial) -> bool:
+            """Solve, measure and tell one trial; False if another worker had finished it."""
             knobs = space.suggest_latency(trial, names)
             entry = learned_entry_ms(feedback_rows, names)
             priced = (learned.learned_costs(ctx, cost_model)
@@ -374,13 +415,23 @@ def tune(
                                         "slower than the best single target")
                 records.append(rec)
                 by_key[rec.key] = rec
-                n_done += int(tell_trial(study, trial, rec, plan.makespan_ms, say, rec.error))
-                continue
+                return tell_trial(study, trial, rec, plan.makespan_ms, say, rec.error)
             rec = measure_plan(plan, f"trial {trial.number}", "trial", knobs, problem, solve_s)
-            told = tell_trial(study, trial, rec, rec.measured_ms, say,
+            return tell_trial(study, trial, rec, rec.measured_ms, say,
                               f"{rec.n_partitions} partitions, predicted {rec.predicted_ms:.3f} ms, "
                               f"measured {rec.measured_ms or math.nan:.3f} ms (best single {best_single.measured_ms:.3f})")
-            n_done += int(told)
+
+        n_done = 0
+        while True:
+            elapsed = time.monotonic() - t_start
+            if n_trials is not None and n_done >= n_trials:
+                break
+            if n_trials is None and elapsed > budget_s * 0.85:
+                break
+            fail_stale(study, say)
+            trial = ask(study)
+            with trial_heartbeat(study, trial):  # a killed worker's trial is failed, not RUNNING forever
+                n_done += int(run_trial(trial))
 
         # ---- the measured guard: best measured wins; re-measure the finalists together ------
         measured = [r for r in records if r.measured_ms is not None]

@@ -111,3 +111,36 @@ def test_sampler_seed(shared):
     s = sampler_seed(7, shared=shared)
     assert (s == 7) is (not shared)
     assert 0 <= s < 2**32
+
+
+def test_a_killed_workers_running_trial_is_failed_after_its_heartbeat_stops(tmp_path):
+    """A worker killed mid-trial leaves its trial RUNNING; once its heartbeat is older than the grace
+    period, the next worker's `fail_stale` marks it FAIL (and leaves live trials alone)."""
+    import time
+
+    import optuna
+
+    from placer.tune.tuner import fail_stale, open_storage, trial_heartbeat
+
+    url = f"sqlite:///{tmp_path / 'hb.db'}"
+    code = textwrap.dedent(f"""
+        import os, time, optuna
+        from placer.tune.tuner import open_storage, trial_heartbeat
+        study = optuna.create_study(storage=open_storage({url!r}, heartbeat_interval=1, grace_period=2),
+                                    study_name="hb")
+        trial = study.ask()
+        with trial_heartbeat(study, trial):
+            time.sleep(1.5)
+            os._exit(9)  # killed mid-trial: no tell, no cleanup
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 9, p.stderr[-2000:]
+    study = optuna.load_study(study_name="hb", storage=open_storage(url, heartbeat_interval=1, grace_period=2))
+    live = study.ask()
+    said = []
+    with trial_heartbeat(study, live):
+        time.sleep(3.0)  # the dead trial's heartbeat is now older than the grace period; ours is fresh
+        assert fail_stale(study, said.append) == 1
+    states = {t.number: t.state.name for t in study.get_trials(deepcopy=False)}
+    assert states == {0: "FAIL", 1: "RUNNING"}, states
+    assert said and "0" in said[0] and "heartbeat" in said[0]
