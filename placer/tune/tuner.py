@@ -40,7 +40,6 @@ from placer.costing import segment_ratio_stats
 from placer.errors import PlacerError
 
 
-
 @dataclass
 class TrialRecord:
     """One measured candidate (a baseline or a trial)."""
@@ -303,14 +302,14 @@ def tune(
     say(f"model {graph.name}: {len(graph.ops)} ops, {len(graph.unique_signatures())} unique signatures")
     ctx = api.prepare(graph, targets=targets, db=db, cost_model=cost_model, progress=False)
     say(f"profiled on {', '.join(t.name for t in ctx.targets)} ({time.monotonic() - t_start:.1f}s)")
-    model_dir = learned.default_model_dir(db) if cost_model_dir is True else (cost_model_dir or None)
-    if cost_model is None and model_dir is not None and any(not getattr(t, "simulated", False) for t in ctx.targets):
-        cost_model = learned.fit_or_update(ctx, model_dir, say, seed=seed)
-    if objective == "throughput":
+    if objective == "throughput":  # per-core pipeline stages, measured; the learned model is a latency-mode knob
         from placer.tune.pipeline_tuner import tune_throughput
 
         return tune_throughput(ctx, budget_s=budget_s, out=out, storage=storage, seed=seed, t_start=t_start,
                                solver_time_limit=solver_time_limit, say=say, n_trials=n_trials)
+    model_dir = learned.default_model_dir(db) if cost_model_dir is True else (cost_model_dir or None)
+    if cost_model is None and model_dir is not None and any(not getattr(t, "simulated", False) for t in ctx.targets):
+        cost_model = learned.fit_or_update(ctx, model_dir, say, seed=seed)
 
     feeds = load_inputs("seed:0", graph, 4)
     records: list[TrialRecord] = []
