@@ -17,7 +17,8 @@ PLAN_DIR layout
       plan.json           the solver's Plan JSON (or {"format": "placer.assignment", "version": 1,
                           "assignment": {op: target}, "stage_of": {op: stage} | null} for a plain
                           assignment)
-      stage_config.json   placer.stage_config v1: stages, partitions (ops, inputs, outputs, target,
+      stage_config.json   placer.stage_config v1 (v2 when a stage has replicas): stages (with their
+                          optional replicas' cores), partitions (ops, inputs, outputs, target,
                           symbol, file), tensor connections, model hash
       model.onnx          the folded model (OpGraph.model) the plan was made for
       partitions/         one ONNX sub-model per partition: p<index>_<target kind>.onnx

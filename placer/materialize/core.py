@@ -243,6 +243,7 @@ def materialize(
     *,
     stage_of: Mapping[str, int] | None = None,
     relax: bool | None = None,
+    replicas: Mapping[int, Any] | None = None,
 ) -> Materialized:
     """Partition a plan, cut its sub-models, build its stage config (and Relax module).
 
@@ -259,6 +260,13 @@ def materialize(
         ``{op_id: stage}`` for pipeline plans given as a plain mapping (overrides the plan's).
     relax : bool, optional
         Build the Relax program now (default: when writing ``out_dir``; otherwise on first use).
+    replicas : Mapping[int, list[list[int]]], optional
+        ``{stage_index: [[cores of worker 0], [cores of worker 1], ...]}``: run that stage as several
+        data-parallel workers in the pipeline executor (stage config version 2, see
+        :mod:`placer.materialize.stage_config`). Not part of the plan: ``plan.json`` and the
+        assignment hash are the same with or without. E.g. the whole model on one runtime, one
+        worker per core: ``materialize(g, {op.id: "openvino:t1" for op in g.ops},
+        replicas={0: [[0], [1]]})``.
 
     Example
     -------
@@ -300,7 +308,7 @@ def materialize(
                       file=f"{PARTITIONS_DIR}/{pid}_{kind}.onnx")
         partitions.append(p)
         submodels[pid] = sub
-    cfg = build_stage_config(graph, partitions, mode=spec.mode, assignment_hash=ahash)
+    cfg = build_stage_config(graph, partitions, mode=spec.mode, assignment_hash=ahash, replicas=replicas)
     check_stage_config(cfg, graph, spec.assignment, spec.stage_of)
     mat = Materialized(graph=graph, plan=spec, partitions=tuple(partitions), stage_config=cfg,
                        submodels=submodels)

@@ -1,12 +1,13 @@
 """The stage config: a versioned JSON description of how a materialized plan runs.
 
-Format ``placer.stage_config`` version 1 (schema: ``placer/schemas/stage_config.schema.json``)::
+Format ``placer.stage_config`` version 2 (schema: ``placer/schemas/stage_config.schema.json``)::
 
-    {"format": "placer.stage_config", "version": 1,
+    {"format": "placer.stage_config", "version": 1 | 2,
      "model": {"name", "hash", "inputs": [...], "outputs": [...]},
      "plan": {"mode": "latency"|"pipeline", "assignment_hash", "n_partitions",
               "n_boundary_tensors", "boundary_bytes", "relax_vdevice"},
      "stages": [{"index", "target" (null when mixed), "targets", "cores" (null = unpinned), "threads",
+                 "replicas" (version 2, optional): [[core, ...], ...],
                  "partitions": [{"id": "p0", "index", "target", "runtime", "stage", "ops",
                                  "inputs", "outputs", "symbol", "file"}]}],
      "tensors": {name: {"shape", "dtype", "nbytes"}},
@@ -17,11 +18,27 @@ A latency plan has one stage (index 0) holding every partition; a pipeline plan 
 plan stage. Connections list every tensor hand-off: model input -> partition input, partition
 output -> partition input (inside a stage or across stages), and -> model output.
 
+**Replicas** (version 2). A stage may list ``replicas``: one entry per worker, each the cores that
+worker is pinned to. The pipeline executor then runs that many data-parallel copies of the stage
+(same partitions, each worker with its own runtime sessions) pulling requests from the stage's one
+input queue. Absent (or ``null``) means one worker pinned to the stage's ``cores``, the version 1
+behaviour. Rules, checked on build and load (PlanError naming the stage): at least one replica,
+each with at least one core and at least as many cores as the stage's ``threads``, no core twice
+in a stage's replicas, every core available to this process, and, when the stage's targets pin
+cores (``cores`` not null), every replica's cores among them. Replicas are a resource of the stage
+config, not of the plan: the plan (``plan.json``, ``assignment_hash``) is the same with or without
+them. Give them with ``materialize(..., replicas={stage_index: [[cores], ...]})``.
+
+Versions: the writer emits the lowest version that can express the config (1 when no stage has
+replicas, so older readers still load it; 2 otherwise). The reader accepts 1 and 2; a version 1
+config with ``replicas`` is rejected by the schema.
+
 Loading (:func:`load_stage_config`) validates the JSON against the schema (``jsonschema`` when it
 is installed, else a small structural check), then :func:`check_stage_config` checks it against
 the model (hash, tensors exist, partitions cover every op once, partition I/O, every model output
-produced, producers ordered before consumers, stages non-decreasing) and against the plan
-(each op's target and stage), raising :class:`PlanError` naming the first mismatch.
+produced, producers ordered before consumers, stages non-decreasing, stage resources and replicas)
+and against the plan (each op's target and stage), raising :class:`PlanError` naming the first
+mismatch.
 """
 
 from __future__ import annotations
@@ -42,7 +59,8 @@ from placer.materialize.partition import (
 )
 
 FORMAT = "placer.stage_config"
-VERSION = 1
+VERSION = 2  # the newest version this module reads and writes (see the module docstring)
+READ_VERSIONS = (1, 2)
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "stage_config.schema.json"
 
 
@@ -54,9 +72,16 @@ class Stage:
     cores: tuple[int, ...] | None
     threads: int
     partitions: tuple[Partition, ...]
+    #: one entry per data-parallel worker, the cores it is pinned to; None = one worker on ``cores``
+    replicas: tuple[tuple[int, ...], ...] | None = None
+
+    @property
+    def workers(self) -> tuple[tuple[int, ...] | None, ...]:
+        """The cores of each worker the pipeline executor starts for this stage (None = unpinned)."""
+        return tuple(self.replicas) if self.replicas else (self.cores,)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "index": self.index,
             "target": self.target,
             "targets": list(self.targets),
@@ -64,6 +89,9 @@ class Stage:
             "threads": self.threads,
             "partitions": [p.to_dict() for p in self.partitions],
         }
+        if self.replicas is not None:
+            d["replicas"] = [list(r) for r in self.replicas]
+        return d
 
 
 @dataclass(frozen=True)
@@ -85,10 +113,15 @@ class StageConfig:
     def partitions(self) -> tuple[Partition, ...]:
         return tuple(sorted((p for s in self.stages for p in s.partitions), key=lambda p: p.index))
 
+    @property
+    def version(self) -> int:
+        """The format version this config is written as: 2 when a stage has replicas, else 1."""
+        return 2 if any(s.replicas is not None for s in self.stages) else 1
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
-            "version": VERSION,
+            "version": self.version,
             "model": {
                 "name": self.model_name,
                 "hash": self.model_hash,
@@ -122,6 +155,8 @@ class StageConfig:
                 cores=tuple(s["cores"]) if s["cores"] is not None else None,
                 threads=int(s.get("threads", 1)),
                 partitions=tuple(Partition.from_dict(p) for p in s["partitions"]),
+                replicas=(tuple(tuple(int(c) for c in r) for r in s["replicas"])
+                          if s.get("replicas") is not None else None),
             )
             for s in d["stages"]
         )
@@ -148,7 +183,9 @@ class StageConfig:
         ]
         for s in self.stages:
             cores = ",".join(map(str, s.cores)) if s.cores else "any"
-            lines.append(f"stage {s.index}: target {s.target or 'mixed'} cores {cores} threads {s.threads}")
+            reps = (f" replicas {len(s.replicas)} (cores " + " | ".join(",".join(map(str, r)) for r in s.replicas)
+                    + ")") if s.replicas else ""
+            lines.append(f"stage {s.index}: target {s.target or 'mixed'} cores {cores} threads {s.threads}{reps}")
             for p in s.partitions:
                 lines.append(
                     f"  {p.id:>4} {p.target:<24} {len(p.ops):>4} ops  "
@@ -193,10 +230,15 @@ def build_stage_config(
     mode: str,
     assignment_hash: str,
     relax_vdevice: str = "",
+    replicas: Mapping[int, Sequence[Sequence[int]]] | None = None,
 ) -> StageConfig:
+    """The stage config of ``partitions``; ``replicas`` = ``{stage_index: [[cores], ...]}`` gives a
+    stage that many data-parallel workers (see the module docstring; checked by
+    :func:`check_stage_config`)."""
     by_stage: dict[int, list[Partition]] = {}
     for p in partitions:
         by_stage.setdefault(p.stage, []).append(p)
+    reps = _normalize_replicas(replicas, sorted(by_stage))
     stages = []
     for idx in sorted(by_stage):
         parts = tuple(by_stage[idx])
@@ -210,6 +252,7 @@ def build_stage_config(
                 cores=cores,
                 threads=threads,
                 partitions=parts,
+                replicas=reps.get(idx),
             )
         )
     model_inputs = graph_input_names(graph)
@@ -253,6 +296,59 @@ def build_stage_config(
     )
 
 
+def _normalize_replicas(replicas: Mapping[int, Sequence[Sequence[int]]] | None,
+                        stage_indices: Sequence[int]) -> dict[int, tuple[tuple[int, ...], ...]]:
+    """``{stage: ((cores), ...)}`` from what a caller gave; PlanError naming a stage the plan lacks or
+    a value that is not a list of core lists (the rules are checked by :func:`_check_replicas`)."""
+    if not replicas:
+        return {}
+    out: dict[int, tuple[tuple[int, ...], ...]] = {}
+    for key, value in replicas.items():
+        try:
+            idx = int(key)
+        except (TypeError, ValueError):
+            raise PlanError(f"replicas: stage {key!r} is not a stage index") from None
+        if idx not in stage_indices:
+            raise PlanError(f"replicas given for stage {idx}, but the plan has stages {list(stage_indices)}")
+        try:
+            reps = tuple(tuple(int(c) for c in r) for r in value)
+        except (TypeError, ValueError):
+            raise PlanError(f"replicas of stage {idx}: expected a list of core lists, e.g. [[0], [1]], "
+                            f"got {value!r}") from None
+        out[idx] = reps
+    return out
+
+
+def _check_replicas(s: Stage) -> None:
+    """A stage's replicas follow the rules of the module docstring (PlanError naming the stage)."""
+    import os
+
+    if s.replicas is None:
+        return
+    where = f"stage config, stage {s.index}: replicas"
+    if len(s.replicas) < 1:
+        raise PlanError(f"{where}: an empty list (leave replicas out for one worker)")
+    avail = os.sched_getaffinity(0)
+    seen: dict[int, int] = {}
+    for j, r in enumerate(s.replicas):
+        if not r:
+            raise PlanError(f"{where}: replica {j} has no cores")
+        if len(set(r)) != len(r):
+            raise PlanError(f"{where}: replica {j} lists a core twice ({list(r)})")
+        if len(r) < s.threads:
+            raise PlanError(f"{where}: replica {j} has {len(r)} core(s) {list(r)} for {s.threads} threads")
+        for c in r:
+            if c in seen:
+                raise PlanError(f"{where}: core {c} is in replica {seen[c]} and replica {j}")
+            seen[c] = j
+            if c not in avail:
+                raise PlanError(f"{where}: replica {j}'s core {c} is not available (have {sorted(avail)})")
+            if s.cores is not None and c not in s.cores:
+                raise PlanError(f"{where}: replica {j}'s core {c} is not one of the stage's cores {list(s.cores)} "
+                                "(its targets pin it there; use unpinned targets, e.g. 'openvino:t1', to "
+                                "place replicas freely)")
+
+
 # ---- loading and checking -----------------------------------------------------------------------
 def load_schema() -> dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text())
@@ -264,9 +360,10 @@ def validate_schema(d: Any) -> None:
         raise PlanError("stage config: expected a JSON object")
     if d.get("format") != FORMAT:
         raise PlanError(f"stage config: format is {d.get('format')!r}, expected {FORMAT!r}")
-    if d.get("version") != VERSION:
+    if d.get("version") not in READ_VERSIONS:
         raise PlanError(
-            f"stage config: version {d.get('version')!r} is not supported (this placer reads {VERSION})")
+            f"stage config: version {d.get('version')!r} is not supported (this placer reads "
+            f"{', '.join(map(str, READ_VERSIONS))})")
     try:
         import jsonschema
     except ImportError:  # pragma: no cover - jsonschema is present here; keep a structural fallback
@@ -288,6 +385,13 @@ def _structural_check(d: Mapping[str, Any]) -> None:  # pragma: no cover - fallb
         for key in ("index", "target", "targets", "cores", "partitions"):
             if key not in s:
                 raise PlanError(f"stage config does not match its schema: stage missing {key!r}")
+        if s.get("replicas") is not None:
+            if d.get("version") == 1:
+                raise PlanError(f"stage config does not match its schema: stage {s.get('index')} has replicas "
+                                "in a version 1 config")
+            if not isinstance(s["replicas"], list) or not all(isinstance(r, list) and r for r in s["replicas"]):
+                raise PlanError(f"stage config does not match its schema: stage {s.get('index')}'s replicas "
+                                "must be a list of non-empty core lists")
         for p in s["partitions"]:
             for key in ("id", "index", "target", "runtime", "stage", "ops", "inputs", "outputs"):
                 if key not in p:
@@ -327,6 +431,7 @@ def _check_stage_resources(cfg: StageConfig) -> None:
         if (tuple(s.cores) if s.cores is not None else None) != cores or s.threads != threads:
             raise PlanError(f"stage config, stage {s.index}: cores {s.cores} / threads {s.threads} do not match "
                             f"its targets {list(targets)} (cores {list(cores) if cores else None}, threads {threads})")
+        _check_replicas(s)
         for p in s.partitions:
             rt = runtimes[p.target]
             if rt and p.runtime != rt:

@@ -20,9 +20,11 @@ def write_tune_report(result, ctx) -> Path:
                                        if result.fell_back else "")
     )
     if tp:
+        limit = result.extra.get('core_limit_rps', math.nan)
         doc.p(f"{verdict}. Measured {best.throughput_rps:.1f} req/s vs best single runtime {single.label} "
               f"{single.throughput_rps:.1f} req/s ({result.speedup_vs_best_single:.2f}x); "
-              f"{len(ctx.targets)}-runtime, {result.extra.get('core_limit_rps', math.nan):.1f} req/s core limit.")
+              f"{len(ctx.targets)}-runtime, {limit:.1f} req/s core limit "
+              f"({best.throughput_rps / limit if limit else math.nan:.0%} of it).")
     else:
         doc.p(f"{verdict}. Measured median {best.measured_ms:.3f} ms vs best single target {single.label} "
               f"{single.measured_ms:.3f} ms: {result.speedup_vs_best_single:.2f}x.")
@@ -36,6 +38,20 @@ def write_tune_report(result, ctx) -> Path:
                      r.error or ""])
     doc.table(["candidate", "kind", "partitions", "predicted ms", "measured p50 ms", "p10", "p90", "req/s",
                "numerics ok", "error"], rows)
+    final = result.extra.get("final_candidates")
+    if tp and final:
+        doc.h2("Final comparison (interleaved rounds)")
+        doc.p("Only these were measured side by side at the end (the best candidates, the best replicated one "
+              "and the baselines, in alternating order); the choice is made among them. Other candidates keep "
+              "the figure of their own, earlier rounds.")
+        by_key = {r.key: r for r in result.records}
+        rounds = result.extra.get("final_rounds", {})
+        limit = result.extra.get("core_limit_rps") or math.nan
+        doc.table(["candidate", "kind", "req/s", "of core limit", "rounds req/s"],
+                  [[by_key[k].label, by_key[k].kind, by_key[k].throughput_rps,
+                    f"{(by_key[k].throughput_rps or math.nan) / limit:.0%}",
+                    ", ".join(f"{v:.0f}" for v in rounds.get(k, [])) or "-"]
+                   for k in sorted(final, key=lambda k: -(by_key[k].throughput_rps or 0)) if k in by_key])
     prov = result.extra.get("problem_provenance", {})
     if prov.get("fusion_scale"):
         doc.h2("Cost calibration")
@@ -73,6 +89,12 @@ def write_tune_report(result, ctx) -> Path:
             stage_ms = {f"stage {i} {s.target}": measured.get(s.target, s.total_ms) for i, s in enumerate(best.plan.stages)}
             stage_utilization(stage_ms, out / "stages.png")
             doc.image("stages.png", "stage utilization (measured partition times per stage)")
+    elif result.extra.get("chosen_layout"):
+        doc.h2("Chosen layout")
+        if best.kind == "replicas":
+            doc.p("The whole model as one stage, one replica per core: each core runs whole requests on its own "
+                  "single-thread session (data parallelism; stage config `replicas`).")
+        doc.code(result.extra["chosen_layout"])
     pts = [{"label": r.label, "predicted_ms": r.predicted_ms, "measured_ms": r.measured_ms}
            for r in result.records if not tp]
     for r in result.records:

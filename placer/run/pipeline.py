@@ -1,25 +1,46 @@
-"""Pipeline executor: one worker thread per stage, bounded queues between stages, request order kept.
+"""Pipeline executor: worker threads per stage (replicas), bounded queues between stages, request order kept.
 
-* **Workers.** Stage ``s`` runs in its own thread. The thread pins itself to the stage's cores
-  (``os.sched_setaffinity(0, cores)``, Linux: the calling thread) *before* it builds its sessions,
-  so runtime threads created while compiling inherit the pinning; then it builds every partition
-  of the stage on its target and serves requests: it runs the stage's partitions in order, drops
-  tensors no later stage or model output needs, and passes the rest on. Threads (not processes):
-  ONNX Runtime, OpenVINO and TVM release the GIL inside their kernels (measured in
+* **Workers.** Stage ``s`` runs in its own thread, or, when its stage config lists ``replicas``
+  (stage config version 2), in one thread per replica: data-parallel copies of the stage, each
+  pinned to its own cores and holding its own runtime sessions, all taking requests from the same
+  place and passing results to the same place. A worker pins itself (``os.sched_setaffinity(0,
+  cores)``, Linux: the calling thread; the replica's cores, else the stage's) *before* it builds its
+  sessions, so runtime threads created while compiling inherit the pinning; then it builds every
+  partition of the stage on its target and serves requests: it runs the stage's partitions in
+  order, drops tensors no later stage or model output needs, and passes the rest on. Threads (not
+  processes): ONNX Runtime, OpenVINO and TVM release the GIL inside their kernels (measured in
   ``experiments/bench_executor.py``).
-* **Queues.** ``queue.Queue(maxsize=queue_size)`` between feeder, stages and collector:
-  back-pressure, no unbounded buffering. Every queue operation polls an abort flag, so nothing
-  can block forever.
-* **Order.** Each stage is FIFO, so results leave in request order; the collector indexes them by
-  request id anyway.
+* **Hand-offs.** :meth:`PipelineExecutor.run` publishes the batch and puts one batch token per
+  first-stage worker into the first stage's control queue; first-stage workers then *pull*
+  requests from the batch (a shared cursor under a lock: the next request id) while they are free,
+  so there is no feeder thread and no queue in front of the first stage. Between stages:
+  ``queue.Queue(maxsize=queue_size)`` (at least one slot per worker of the consuming stage):
+  back-pressure, no unbounded buffering. The last stage's workers write each result straight into
+  the batch (by request id) and the caller's thread waits for the batch to complete, so there is no
+  collector queue either: a single-stage plan (e.g. the whole model replicated on every core) has
+  no thread hand-off per request at all. Every blocking wait polls an abort flag, so nothing can
+  block forever.
+* **Order.** A stage with one worker is FIFO; a replicated stage is not (replica B may finish
+  request 5 before replica A finishes request 4), so requests may reach later stages and the end
+  out of order. Nothing depends on arrival order: items carry their request id, results are stored
+  by it, and the outputs are returned in request order.
 * **Errors.** A stage that raises fails that request with a :class:`StageError` naming the stage,
-  the partition and the target. Policy (deterministic): requests *before* the first failed one
-  complete normally; the failed request gets its StageError; every later request is failed with
-  :class:`PipelineStopped` (not run where it had not been started, results discarded where it had),
-  and the executor shuts down: the workers drain, receive a stop token and are joined. A stage that
-  cannot build its sessions fails every request with a StageError the same way.
-* **Latency** of a request runs from when the feeder's put into the first queue returns to when the
-  collector receives its result; throughput = completed requests / wall time.
+  the partition and the target. Policy (deterministic, replicas or not): requests *before* the
+  first failed one (lowest request id that failed) complete normally; the failed request gets its
+  StageError; every later request is failed with :class:`PipelineStopped` (not run where it had not
+  been started, results discarded where it had: with replicas a later request may already have
+  finished), and the executor shuts down: the workers receive stop tokens and are joined. A stage
+  that cannot build its sessions (in any of its replicas) fails every request with a StageError the
+  same way, whichever replica serves it.
+* **Shutdown.** :meth:`PipelineExecutor.close` puts one stop token per worker of the first stage
+  into its control queue; each worker takes exactly one and exits, and the *last* worker of a stage
+  to stop forwards one token per worker of the next stage. Every item a stage's workers produced
+  is therefore queued before the next stage's tokens.
+* **Timings.** Per-partition times (every replica's calls) and per-stage times are recorded for
+  the measured batch; ``extra["replica_requests"]`` counts the requests each worker served.
+* **Latency** of a request runs from when a first-stage worker takes it to when its result is
+  stored (time waiting for a free first-stage worker is not counted; the bounded queues between
+  stages are); throughput = completed requests / wall time of the batch.
 """
 
 from __future__ import annotations
@@ -28,7 +49,6 @@ import os
 import queue
 import threading
 import time
-from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -57,8 +77,50 @@ class _Aborted(Exception):
     pass
 
 
+class _Batch:
+    """The requests of one :meth:`PipelineExecutor.run` call and their results, by request id."""
+
+    def __init__(self, requests: Sequence[Mapping[str, np.ndarray]], output_names: Sequence[str]):
+        self.requests = requests
+        self.n = len(requests)
+        self.output_names = tuple(output_names)
+        self.lock = threading.Lock()
+        self.cursor = 0
+        self.done = 0
+        self.finished = threading.Event()
+        self.outputs: list[dict[str, np.ndarray] | None] = [None] * self.n
+        self.errors: list[BaseException | None] = [None] * self.n
+        self.t_enter = [0] * self.n
+        self.t_done = [0] * self.n
+        if self.n == 0:
+            self.finished.set()
+
+    def take(self) -> int:
+        """The next request id for a first-stage worker, or -1 when every request is taken."""
+        with self.lock:
+            rid = self.cursor
+            if rid >= self.n:
+                return -1
+            self.cursor = rid + 1
+        self.t_enter[rid] = time.perf_counter_ns()
+        return rid
+
+    def deliver(self, kind: str, rid: int, payload: Any) -> None:
+        """A request leaves the last stage: its outputs, its error, or nothing (cancelled)."""
+        if kind == "req":
+            self.outputs[rid] = {t: payload[t] for t in self.output_names}
+        elif kind == "err":
+            self.errors[rid] = payload
+        self.t_done[rid] = time.perf_counter_ns()
+        with self.lock:
+            self.done += 1
+            if self.done == self.n:
+                self.finished.set()
+
+
 class PipelineExecutor:
-    """One worker per stage of a materialized plan (see module docstring).
+    """One worker per stage (or per replica of a replicated stage) of a materialized plan (see the
+    module docstring).
 
     Use as a context manager, or call :meth:`start` / :meth:`close`::
 
@@ -81,11 +143,18 @@ class PipelineExecutor:
         self._started = False
         self._closed = False
         self._failed_at: int | None = None
-        self._compile_errors: dict[int, BaseException] = {}
+        self._compile_errors: dict[int, tuple[int, BaseException]] = {}  # stage -> (replica, error)
         self._ready: list[threading.Event] = []
-        self._ptimes: dict[str, list[float]] = defaultdict(list)
-        self._stage_times: dict[int, list[float]] = defaultdict(list)
+        self._workers: list[tuple[tuple[int, ...] | None, ...]] = [tuple(s.workers) for s in self.stages]
+        self._stops_seen = [0] * len(self.stages)
+        # filled for every partition / stage / worker up front: workers only append (no dict inserts
+        # from several threads)
+        self._ptimes: dict[str, list[float]] = {p.id: [] for s in self.stages for p in s.partitions}
+        self._stage_times: dict[int, list[float]] = {i: [] for i in range(len(self.stages))}
+        self._served: dict[tuple[int, int], list[int]] = {
+            (i, j): [0] for i, w in enumerate(self._workers) for j in range(len(w))}
         self._worker_crash: BaseException | None = None
+        self._current: _Batch | None = None  # the batch in flight (one run() at a time)
         self.compiled_s: float | None = None
         # tensors each stage must pass on: read by a later stage, or a model output
         needed: list[set[str]] = []
@@ -110,12 +179,20 @@ class PipelineExecutor:
         self._started = True
         t0 = time.perf_counter()
         n = len(self.stages)
-        self._queues = [queue.Queue(maxsize=self.queue_size) for _ in range(n + 1)]
-        self._ready = [threading.Event() for _ in range(n)]
-        for i in range(n):
-            th = threading.Thread(target=self._worker, args=(i,), name=f"placer-stage{i}", daemon=True)
-            th.start()
-            self._threads.append(th)
+        # queue 0: control tokens (batches, stops) for the first stage, one per worker at most in flight;
+        # queue i > 0: requests into stage i, at least one slot per worker so every replica can be busy
+        sizes = [max(self.queue_size, len(w)) for w in self._workers]
+        sizes[0] = max(sizes[0], 2 * len(self._workers[0]))
+        self._queues = [queue.Queue(maxsize=m) for m in sizes]
+        self._ready = []
+        for i, workers in enumerate(self._workers):
+            for j, cores in enumerate(workers):
+                ev = threading.Event()
+                self._ready.append(ev)
+                name = f"placer-stage{i}" if len(workers) == 1 else f"placer-stage{i}.{j}"
+                th = threading.Thread(target=self._worker, args=(i, j, cores, ev), name=name, daemon=True)
+                th.start()
+                self._threads.append(th)
         deadline = time.monotonic() + self.start_timeout_s
         for ev in self._ready:
             if not ev.wait(max(0.0, deadline - time.monotonic())):
@@ -124,22 +201,19 @@ class PipelineExecutor:
         self.compiled_s = time.perf_counter() - t0
 
     def close(self) -> None:
-        """Stop the workers (stop token through every queue) and join them."""
+        """Stop the workers (one stop token per worker, passed on stage by stage) and join them."""
         if self._closed:
             return
         self._closed = True
         if self._threads:
             try:
-                self._put(self._queues[0], _STOP, timeout_s=5.0)
+                for _ in self._workers[0]:
+                    self._put(self._queues[0], _STOP, timeout_s=5.0)
             except _Aborted:
                 pass
-            # drain the last queue so the stop token can travel
             deadline = time.monotonic() + 30.0
-            while any(t.is_alive() for t in self._threads) and time.monotonic() < deadline:
-                try:
-                    self._queues[-1].get(timeout=_POLL_S)
-                except queue.Empty:
-                    pass
+            for t in self._threads:
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
             if any(t.is_alive() for t in self._threads):
                 self._abort.set()
             for t in self._threads:
@@ -178,42 +252,74 @@ class PipelineExecutor:
                 self._failed_at = rid
 
     # ---- the stage worker -------------------------------------------------------------------------
-    def _worker(self, i: int) -> None:
+    def _worker(self, i: int, j: int, cores: tuple[int, ...] | None, ready: threading.Event) -> None:
         st = self.stages[i]
         compiled: dict[str, Any] = {}
         try:
-            if st.cores:
-                os.sched_setaffinity(0, set(st.cores))
+            if cores:
+                os.sched_setaffinity(0, set(cores))
             from placer.devices import make_target
 
             for p in st.partitions:
                 compiled[p.id] = make_target(p.target).compile(self.mat.submodels[p.id])
         except BaseException as exc:  # reported per request, below
-            self._compile_errors[i] = exc
+            with self._lock:
+                self._compile_errors.setdefault(i, (j, exc))
         finally:
-            self._ready[i].set()
-        q_in, q_out = self._queues[i], self._queues[i + 1]
+            ready.set()
+        last_stage = i == len(self.stages) - 1
+        q_in = self._queues[i]
+        q_out = None if last_stage else self._queues[i + 1]
         keep = self._needed_after[i]
+        served = self._served[(i, j)]
+
+        def handle(rid: int, payload: Any) -> None:
+            failed_at = self._failed_at
+            if failed_at is not None and rid > failed_at:
+                item = ("cancel", rid, None)
+            elif i in self._compile_errors:
+                rj, exc = self._compile_errors[i]
+                self._note_failure(rid)
+                who = f" replica {rj}" if len(self._workers[i]) > 1 else ""
+                item = ("err", rid, StageError(
+                    f"stage {i}{who} ({st.target or 'mixed'}) could not build its sessions: {_line(exc)}",
+                    i, request=rid))
+            else:
+                item = self._serve(i, st, compiled, rid, payload, keep)
+                served[0] += 1
+            if last_stage:
+                self._current.deliver(*item)
+            else:
+                self._put(q_out, item)
+
         try:
             while True:
                 item = self._get(q_in)
                 if item is _STOP:
-                    self._put(q_out, _STOP)
+                    with self._lock:
+                        self._stops_seen[i] += 1
+                        last = self._stops_seen[i] == len(self._workers[i])
+                    if last and not last_stage:  # every sibling has put its last item: one token per next worker
+                        for _ in self._workers[i + 1]:
+                            self._put(q_out, _STOP)
                     return
-                kind, rid, payload = item
-                if kind == "req":
-                    failed_at = self._failed_at
-                    if failed_at is not None and rid > failed_at:
-                        item = ("cancel", rid, None)
-                    elif i in self._compile_errors:
-                        exc = self._compile_errors[i]
-                        self._note_failure(rid)
-                        item = ("err", rid, StageError(
-                            f"stage {i} ({st.target or 'mixed'}) could not build its sessions: {_line(exc)}",
-                            i, request=rid))
+                if i == 0:  # a batch token: pull requests while there are any
+                    batch = item
+                    while True:
+                        if self._abort.is_set():
+                            raise _Aborted()
+                        rid = batch.take()
+                        if rid < 0:
+                            break
+                        handle(rid, dict(batch.requests[rid]))
+                else:
+                    kind, rid, payload = item
+                    if kind == "req":
+                        handle(rid, payload)
+                    elif last_stage:
+                        self._current.deliver(kind, rid, payload)
                     else:
-                        item = self._serve(i, st, compiled, rid, payload, keep)
-                self._put(q_out, item)
+                        self._put(q_out, item)
         except _Aborted:
             return
         except BaseException as exc:  # pragma: no cover - a bug in the loop itself
@@ -248,60 +354,24 @@ class PipelineExecutor:
 
     # ---- running ----------------------------------------------------------------------------------
     def _batch(self, requests: Sequence[Mapping[str, np.ndarray]]):
-        n = len(requests)
-        t_enter: dict[int, int] = {}
-        feed_error: list[BaseException] = []
-
-        def feeder():
-            try:
-                for rid, feeds in enumerate(requests):
-                    if self._failed_at is not None and rid > self._failed_at:
-                        self._put(self._queues[0], ("cancel", rid, None))
-                    else:
-                        self._put(self._queues[0], ("req", rid, dict(feeds)))
-                    t_enter[rid] = time.perf_counter_ns()
-            except _Aborted:
-                pass
-            except BaseException as exc:  # pragma: no cover
-                feed_error.append(exc)
-                self._abort.set()
-
-        outputs: list[dict[str, np.ndarray] | None] = [None] * n
-        errors: list[BaseException | None] = [None] * n
-        t_done: dict[int, int] = {}
+        batch = _Batch(requests, self.output_names)
+        self._current = batch
+        n = batch.n
         t0 = time.perf_counter()
-        fth = threading.Thread(target=feeder, name="placer-feeder", daemon=True)
-        fth.start()
-        received = 0
         try:
-            while received < n:
-                if self._worker_crash is not None or feed_error:
-                    raise self._worker_crash or feed_error[0]
-                try:
-                    item = self._queues[-1].get(timeout=_POLL_S)
-                except queue.Empty:
-                    if not all(t.is_alive() for t in self._threads):
-                        raise PlacerError(
-                            "pipeline: a stage worker exited unexpectedly") from self._worker_crash
-                    continue
-                if item is _STOP:  # pragma: no cover - only close() sends it
-                    continue
-                kind, rid, payload = item
-                t_done[rid] = time.perf_counter_ns()
-                if kind == "req":
-                    outputs[rid] = {t: payload[t] for t in self.output_names}
-                elif kind == "err":
-                    errors[rid] = payload
-                else:
-                    errors[rid] = None  # filled below
-                received += 1
+            for _ in self._workers[0]:
+                self._put(self._queues[0], batch)
+            while not batch.finished.wait(_POLL_S):
+                if self._worker_crash is not None:
+                    raise self._worker_crash
+                if not all(t.is_alive() for t in self._threads):
+                    raise PlacerError("pipeline: a stage worker exited unexpectedly") from self._worker_crash
         except BaseException:
             self._abort.set()
-            fth.join(timeout=5.0)
             self.close()
             raise
         wall = time.perf_counter() - t0
-        fth.join()
+        outputs, errors = batch.outputs, batch.errors
         failed_at = self._failed_at
         if failed_at is not None:
             first = errors[failed_at]
@@ -312,7 +382,7 @@ class PipelineExecutor:
                     f"request {rid} not completed: the pipeline stopped after stage {stage} failed "
                     f"on request {failed_at}"
                 )
-        lat = [(t_done[r] - t_enter[r]) / 1e6 for r in range(n) if outputs[r] is not None and r in t_enter]
+        lat = [(batch.t_done[r] - batch.t_enter[r]) / 1e6 for r in range(n) if outputs[r] is not None]
         return outputs, errors, lat, wall
 
     def run(self, requests: Sequence[Mapping[str, np.ndarray]], *, warmup: int = 2) -> RunResult:
@@ -330,8 +400,10 @@ class PipelineExecutor:
                     PipelineStopped("not run: the pipeline failed during warm-up") for _ in requests[1:]]
                 m = summarize(self.name, [], 0.0, n_failed=len(requests))
                 return RunResult(outputs=[None] * len(requests), measurement=m, errors=errors)
-        self._ptimes.clear()
-        self._stage_times.clear()
+        for v in (*self._ptimes.values(), *self._stage_times.values()):
+            v.clear()
+        for c in self._served.values():
+            c[0] = 0
         outputs, errors, lat, wall = self._batch(requests)
         if self._failed_at is not None:
             self.close()
@@ -341,8 +413,12 @@ class PipelineExecutor:
             self.name, lat, wall, parts, dict(self._ptimes), n_failed=sum(e is not None for e in errors),
             extra={"compile_s": self.compiled_s, "queue_size": self.queue_size, "warmup": warmup,
                    "stage_median_ms": stage_med,
+                   "replica_requests": {str(i): [self._served[(i, j)][0] for j in range(len(w))]
+                                        for i, w in enumerate(self._workers)},
                    "stages": [{"index": s.index, "target": s.target,
-                               "cores": list(s.cores) if s.cores else None} for s in self.stages]},
+                               "cores": list(s.cores) if s.cores else None,
+                               "replicas": [list(r) for r in s.replicas] if s.replicas else None}
+                              for s in self.stages]},
         )
         return RunResult(outputs=outputs, measurement=m, errors=errors)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from mz_models import chain_model, diamond_model, graph_of
@@ -135,3 +136,86 @@ def test_load_rejects_a_config_for_another_model(tmp_path):
     other = graph_of(chain_model(5))
     with pytest.raises(PlanError, match="model hash"):
         load_plan_dir(root, graph=other)
+
+
+# ---- replicas (stage config version 2) ----------------------------------------------------------
+two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="replicas on cores 0 and 1 need 2 cores")
+
+
+def _whole(g, target="onnxruntime:t1", **kw):
+    return materialize(g, {op.id: target for op in g.ops}, stage_of={op.id: 0 for op in g.ops}, **kw)
+
+
+@two_cores
+def test_replicas_round_trip_through_schema_and_plan_dir(tmp_path, diamond):
+    mat = materialize(diamond, {o: "openvino:t1" for o in ASG}, tmp_path / "plan",
+                      stage_of={o: 0 for o in ASG}, replicas={0: [[1], [0]]})
+    cfg = mat.stage_config
+    assert cfg.stages[0].replicas == ((1,), (0,)) and cfg.stages[0].workers == ((1,), (0,))
+    d = cfg.to_dict()
+    assert d["version"] == 2 and d["stages"][0]["replicas"] == [[1], [0]]
+    validate_schema(d)
+    back = StageConfig.from_dict(json.loads(json.dumps(d)))
+    assert back == cfg and back.to_dict() == d
+    assert "replicas 2 (cores 1 | 0)" in cfg.summary()
+    # replicas are not part of the plan: same assignment hash as without them
+    assert cfg.assignment_hash == _whole(diamond, "openvino:t1").stage_config.assignment_hash
+    loaded = load_plan_dir(tmp_path / "plan")
+    assert loaded.stage_config.stages[0].replicas == ((1,), (0,))
+
+
+def test_a_config_without_replicas_is_written_as_version_1_and_old_configs_load(tmp_path, diamond):
+    root = tmp_path / "plan"
+    mat = materialize(diamond, ASG, root)
+    d = json.loads((root / "stage_config.json").read_text())
+    assert d["version"] == 1 and all("replicas" not in s for s in d["stages"])
+    assert mat.stage_config.stages[0].replicas is None and mat.stage_config.stages[0].workers == (None,)
+    # exactly what the placer before replicas wrote (version 1, no key) loads and checks
+    cfg = load_stage_config(root / "stage_config.json")
+    assert cfg.version == 1 and cfg.stages[0].replicas is None
+    assert load_plan_dir(root).stage_config == mat.stage_config
+    # a version 2 config may leave replicas out, or give null
+    d2 = {**d, "version": 2}
+    d2["stages"] = [{**d["stages"][0], "replicas": None}]
+    assert StageConfig.from_dict(d2).stages[0].replicas is None
+
+
+@two_cores
+def test_replicas_are_rejected_in_a_version_1_config_and_when_malformed(diamond):
+    d = _whole(diamond, replicas={0: [[0], [1]]}).stage_config.to_dict()
+    with pytest.raises(PlanError, match="stages/0"):
+        validate_schema({**d, "version": 1})
+    for bad, where in (([], "stages/0/replicas"), ([[]], "stages/0/replicas/0"), ([[0, 0]], "stages/0/replicas/0"),
+                       ([[-1]], "stages/0/replicas/0/0"), ([0, 1], "stages/0/replicas/0")):
+        e = json.loads(json.dumps(d))
+        e["stages"][0]["replicas"] = bad
+        with pytest.raises(PlanError, match=where):
+            validate_schema(e)
+
+
+@two_cores
+def test_replica_rules_name_the_stage(diamond):
+    stage_of = {"a": 0, "b": 0, "c": 0, "d": 1, "e": 1, "f": 1}
+    asg = {o: ("onnxruntime@cpu0:t1" if s == 0 else "openvino:t1") for o, s in stage_of.items()}
+    with pytest.raises(PlanError, match="replicas given for stage 2, but the plan has stages \\[0, 1\\]"):
+        materialize(diamond, asg, stage_of=stage_of, replicas={2: [[0], [1]]})
+    with pytest.raises(PlanError, match="stage 1: replicas: core 0 is in replica 0 and replica 1"):
+        materialize(diamond, asg, stage_of=stage_of, replicas={1: [[0], [0, 1]]})
+    with pytest.raises(PlanError, match="stage 0: replicas: replica 1's core 1 is not one of the stage's cores \\[0\\]"):
+        materialize(diamond, asg, stage_of=stage_of, replicas={0: [[0], [1]]})
+    with pytest.raises(PlanError, match="stage 1: replicas: replica 0's core 999 is not available"):
+        materialize(diamond, asg, stage_of=stage_of, replicas={1: [[999]]})
+    t2 = {o: ("onnxruntime:t1" if s == 0 else "openvino:t2") for o, s in stage_of.items()}
+    with pytest.raises(PlanError, match="stage 1: replicas: replica 0 has 1 core\\(s\\) \\[0\\] for 2 threads"):
+        materialize(diamond, t2, stage_of=stage_of, replicas={1: [[0], [1]]})
+    with pytest.raises(PlanError, match="replicas of stage 1: expected a list of core lists"):
+        materialize(diamond, asg, stage_of=stage_of, replicas={1: [0, 1]})
+    # a stage pinned to both cores may split them among its replicas
+    both = {o: "openvino@cpu0,1:t1" for o in stage_of}
+    mat = materialize(diamond, both, stage_of={o: 0 for o in stage_of}, replicas={0: [[0], [1]]})
+    assert mat.stage_config.stages[0].cores == (0, 1)
+    # an edited stage config is checked on load as well
+    d = mat.stage_config.to_dict()
+    d["stages"][0]["replicas"] = [[0], [0]]
+    with pytest.raises(PlanError, match="stage config, stage 0: replicas: core 0 is in replica 0 and replica 1"):
+        check_stage_config(StageConfig.from_dict(d), diamond)

@@ -743,7 +743,7 @@ def build_corpus(root: Path, base: Base, seed: int = SEED) -> list[Case]:
     (p / "stage_config.json").write_bytes(b"\x80\xff" + rng.bytes(200))
     add("stage_config", "binary", run_cmd(p), expect=["stage_config.json"])
     cfg_edit("bad-format", lambda d: d.update(format="something.else"), ["format"])
-    cfg_edit("version-2", lambda d: d.update(version=2), ["version"])
+    cfg_edit("version-99", lambda d: d.update(version=99), ["version"])
     cfg_edit("model-hash", lambda d: d["model"].update(hash="deadbeef"), ["hash"])
     cfg_edit("partition-input-renamed", rename_tensor, ["t9_ghost"])
     cfg_edit("tensor-shape-edited", tensor_shape, ["'x'"])

@@ -1,12 +1,21 @@
-"""Pipeline executor: order, numerics over 100 requests, clean failure of a stage."""
+"""Pipeline executor: order, numerics over 100 requests, clean failure of a stage, replicated stages."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
 import pytest
-from mz_models import FAIL_VALUE, chain_model, graph_of, lpnorm_model, register_test_targets, zoo_graph
+from mz_models import (
+    FAIL_VALUE,
+    SLEEP_S,
+    chain_model,
+    graph_of,
+    lpnorm_model,
+    register_test_targets,
+    zoo_graph,
+)
 
 from placer.errors import PlacerError
 from placer.materialize import materialize
@@ -99,3 +108,111 @@ def test_single_stage_pipeline_matches_sequential_outputs():
     ref = ReferenceRunner(g.model)
     assert all(compare(o, ref.run(r)).passed for o, r in zip(res.outputs, reqs))
     assert np.isfinite(res.measurement.latency_p90_ms)
+
+
+# ---- replicated stages (stage config ``replicas``) ---------------------------------------------------
+two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="replicas on cores 0 and 1 need 2 cores")
+REPLICAS = {0: [[0], [1]]}
+
+
+def _whole(g, target, **kw):
+    return materialize(g, {op.id: target for op in g.ops}, stage_of={op.id: 0 for op in g.ops}, **kw)
+
+
+@two_cores
+@pytest.mark.parametrize("target", ["onnxruntime:t1", "openvino:t1"])
+def test_replicated_stage_returns_every_output_in_request_order(target):
+    g = zoo_graph("squeezenet") if target.startswith("openvino") else graph_of(chain_model(6))
+    mat = _whole(g, target, replicas=REPLICAS)
+    assert mat.stage_config.stages[0].workers == ((0,), (1,))
+    n = 60 if target.startswith("openvino") else 200
+    reqs = [random_inputs(g, seed) for seed in range(n)]
+    with PipelineExecutor(mat, queue_size=1) as pe:
+        assert sorted(_placer_threads()) == ["placer-stage0.0", "placer-stage0.1"]
+        res = pe.run(reqs, warmup=2)
+    assert res.ok and len(res.outputs) == n
+    ref = ReferenceRunner(g.model)
+    for i, (feeds, out) in enumerate(zip(reqs, res.outputs)):  # distinct inputs: a swap would show
+        rep = compare(out, ref.run(feeds))
+        assert rep.passed, f"request {i}: {rep.summary()}"
+    m = res.measurement
+    assert m.n_requests == n and m.throughput_rps > 0 and m.latency_p50_ms > 0
+    served = m.extra["replica_requests"]["0"]
+    assert len(served) == 2 and sum(served) == n
+    assert m.extra["stages"][0]["replicas"] == [[0], [1]]
+    # per-partition timings: every call of either replica
+    assert [(p.partition, p.n) for p in m.partitions] == [("p0", n)]
+    assert not _placer_threads()
+
+
+@two_cores
+def test_replicated_later_stage_keeps_order_and_closes_all_workers():
+    g = graph_of(chain_model(6))
+    stage_of = {op.id: int(op.index >= 3) for op in g.ops}
+    asg = {op.id: ("onnxruntime" if stage_of[op.id] == 0 else "openvino") for op in g.ops}
+    mat = materialize(g, asg, stage_of=stage_of, replicas={1: [[0], [1]]})
+    reqs = [random_inputs(g, seed) for seed in range(80)]
+    pe = PipelineExecutor(mat, queue_size=2)
+    pe.start()
+    assert pe.alive_threads == 3 and sorted(_placer_threads()) == ["placer-stage0", "placer-stage1.0",
+                                                                      "placer-stage1.1"]
+    ref = ReferenceRunner(g.model)
+    for _ in range(2):  # two batches on the same workers
+        res = pe.run(reqs, warmup=1)
+        assert res.ok and all(compare(o, ref.run(r)).passed for o, r in zip(res.outputs, reqs))
+    assert sum(res.measurement.extra["replica_requests"]["1"]) == 80
+    pe.close()  # a stop token per worker, passed on stage by stage: every thread joins
+    assert pe.alive_threads == 0 and not _placer_threads()
+    with pytest.raises(PlacerError, match="closed"):
+        pe.run(reqs[:2])
+
+
+@two_cores
+def test_replicas_serve_requests_at_once():
+    """Loose sanity: two replicas of a stage that sleeps 50 ms per call overlap their calls."""
+    register_test_targets()
+    g = graph_of(chain_model(2))
+    reqs = [random_inputs(g, s) for s in range(12)]
+    with PipelineExecutor(_whole(g, "sleepy", replicas=REPLICAS)) as pe:
+        res = pe.run(reqs, warmup=0)
+    assert res.ok and all(n > 0 for n in res.measurement.extra["replica_requests"]["0"])
+    assert res.measurement.wall_s < 0.85 * 12 * SLEEP_S  # serial would take 12 x 50 ms
+
+
+@two_cores
+def test_a_failing_replica_follows_the_error_policy():
+    register_test_targets()
+    g = graph_of(chain_model(6, shape=(1, 4, 8, 8)))
+    stage_of = {op.id: int(op.index >= 3) for op in g.ops}
+    asg = {op.id: ("flaky" if stage_of[op.id] == 0 else "onnxruntime") for op in g.ops}
+    mat = materialize(g, asg, stage_of=stage_of, replicas={0: [[0], [1]]})
+    reqs = [random_inputs(g, s) for s in range(40)]
+    reqs[10]["x"][0, 0, 0, 0] = FAIL_VALUE
+    reqs[13]["x"][0, 0, 0, 0] = FAIL_VALUE  # a later failure (possibly seen first by the other replica)
+    pe = PipelineExecutor(mat, queue_size=2)
+    res = pe.run(reqs, warmup=1)
+    err = res.errors[10]
+    assert isinstance(err, StageError) and err.stage == 0 and err.request == 10 and "injected failure" in str(err)
+    ref = ReferenceRunner(g.model)
+    for i in range(10):
+        assert res.errors[i] is None and compare(res.outputs[i], ref.run(reqs[i])).passed
+    for i in range(11, 40):
+        assert res.outputs[i] is None and isinstance(res.errors[i], PipelineStopped)
+        assert "stage 0 failed on request 10" in str(res.errors[i])
+    assert res.measurement.n_failed == 30
+    assert pe.alive_threads == 0 and not _placer_threads()
+
+
+@two_cores
+def test_a_replicated_stage_that_cannot_build_its_sessions_fails_every_request():
+    g = graph_of(lpnorm_model())
+    stage_of = {op.id: (0 if op.index < 2 else 1) for op in g.ops}
+    asg = {op.id: ("onnxruntime" if stage_of[op.id] == 0 else "tvm-llvm") for op in g.ops}
+    mat = materialize(g, asg, stage_of=stage_of, replicas={1: [[0], [1]]})
+    reqs = [random_inputs(g, s) for s in range(6)]
+    with PipelineExecutor(mat) as pe:
+        res = pe.run(reqs, warmup=0)
+    assert isinstance(res.errors[0], StageError) and res.errors[0].stage == 1
+    assert "could not build its sessions" in str(res.errors[0]) and "replica" in str(res.errors[0])
+    assert all(isinstance(e, PipelineStopped) for e in res.errors[1:])
+    assert not _placer_threads()

@@ -120,7 +120,7 @@ def test_a_killed_workers_running_trial_is_failed_after_its_heartbeat_stops(tmp_
 
     import optuna
 
-    from placer.tune.tuner import fail_stale, open_storage, trial_heartbeat
+    from placer.tune.tuner import ask, fail_stale, open_storage, trial_heartbeat
 
     url = f"sqlite:///{tmp_path / 'hb.db'}"
     code = textwrap.dedent(f"""
@@ -136,7 +136,7 @@ def test_a_killed_workers_running_trial_is_failed_after_its_heartbeat_stops(tmp_
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 9, p.stderr[-2000:]
     study = optuna.load_study(study_name="hb", storage=open_storage(url, heartbeat_interval=1, grace_period=2))
-    live = study.ask()
+    live = ask(study)
     said = []
     with trial_heartbeat(study, live):
         time.sleep(3.0)  # the dead trial's heartbeat is now older than the grace period; ours is fresh

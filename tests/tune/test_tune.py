@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import optuna
 import pytest
@@ -95,6 +96,49 @@ def test_api_tune_throughput_pipeline(tmp_path, db):
     assert trials and all(r.numerics_ok for r in trials)
     assert all(len(set(r.plan.stage.values())) >= 1 for r in trials)
     assert "req/s" in (tmp_path / "report.md").read_text()
+    # the replicated candidates: the whole model on one runtime, one replica per core, measured and checked
+    reps = {r.key: r for r in res.records if r.kind == "replicas"}
+    n_cores = len(os.sched_getaffinity(0))
+    assert set(reps) == {f"replicas:{k}:t1x{n_cores}" for k in ("onnxruntime", "openvino")}
+    for r in reps.values():
+        assert r.throughput_rps > 0 and r.numerics_ok and r.error is None, r
+        assert r.knobs["replicas"] == [[c] for c in sorted(os.sched_getaffinity(0))]
+        assert len(res.extra["throughput_rounds"][r.key]) >= 2
+    # the measured guard: the chosen candidate is the best of those measured side by side at the end
+    # (finalists and baselines, interleaved rounds), and its plan dir runs
+    final = [r for r in res.records if r.key in res.extra["final_candidates"]]
+    assert res.best in final and {r.kind for r in final} >= {"baseline", "replicas"}
+    assert res.best.throughput_rps == max(r.throughput_rps for r in final)
+    assert all(len(res.extra["final_rounds"][r.key]) >= 1 for r in final if r.kind != "baseline")
+    assert res.extra["core_limit_fraction"] == pytest.approx(res.best.throughput_rps / res.extra["core_limit_rps"])
+    saved = json.loads((tmp_path / "trials.json").read_text())
+    assert {r["key"] for r in saved if r["kind"] == "replicas"} == set(reps)
+    assert main(["run", str(tmp_path), "--pipeline", "--requests", "8", "--check"]) == 0
+
+
+def test_throughput_tune_writes_a_replicated_plan_dir_when_it_wins(tmp_path, db, monkeypatch):
+    """A replicated winner is saved with its replicas (stage config version 2) and runs: no study
+    trials, and the baselines made to look 100x slower, so a replicated candidate wins."""
+    from placer.tune import bench as bench_mod
+    from placer.tune import tune
+
+    class SlowBench(bench_mod.PlanBench):  # every baseline sample taken 100x slower than measured
+        def measure(self, keys, *, rounds=None):
+            before = {k: len(self.candidates[k].samples_ms) for k in keys}
+            super().measure(keys, rounds=rounds)
+            for k in keys:
+                s = self.candidates[k].samples_ms
+                s[before[k]:] = [x * 100 for x in s[before[k]:]]
+            return {k: self.stats(k) for k in keys}
+
+    monkeypatch.setattr(bench_mod, "PlanBench", SlowBench)
+    res = tune("zoo:tiny", targets=TARGETS.split(","), db=db, out_dir=tmp_path, objective="throughput", n_trials=0)
+    assert res.best.kind == "replicas" and not res.fell_back
+    cfg = json.loads((tmp_path / "stage_config.json").read_text())
+    assert cfg["version"] == 2 and cfg["stages"][0]["replicas"] == res.best.knobs["replicas"]
+    assert "Chosen layout" in (tmp_path / "report.md").read_text()
+    assert main(["run", str(tmp_path), "--pipeline", "--requests", "8", "--check"]) == 0
+    assert main(["report", str(tmp_path)]) == 0  # the saved records load back
 
 
 def test_tune_rejects_bad_objective_and_budget(capsys):
