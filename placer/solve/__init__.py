@@ -43,7 +43,7 @@ from placer.solve import cpsat as _cpsat  # noqa: F401
 from placer.solve import dp as _dp  # noqa: F401
 from placer.solve.base import MODES, SolveContext, Solver, available_solvers, get_solver, register_solver
 from placer.solve.coarsen import coarsen_problem, expand_assignment, expand_order
-from placer.solve.evaluate import better, make_latency_plan, make_pipeline_plan
+from placer.solve.evaluate import assignment_indices, better, make_latency_plan, make_pipeline_plan
 
 __all__ = [
     "AUTO_COARSEN_OPS",
@@ -153,20 +153,32 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
 
     For exact solvers the fine heuristics (HEFT, LP + list scheduling, ...) run first, within 30 %
     of the time limit; the coarse problem gets the rest (minus a reserve for the expansion).
+    In latency mode (options ``dynamic``, ``window_bound``, ``lns`` of ``cpsat``) the fine
+    heuristics include :class:`~placer.solve.heuristics.DynamicListSearch`; the window LP bound
+    follows (at most a tenth of the time left); the coarse solve is skipped when the best fine plan
+    is already within ``lns_skip_coarse_gap`` of that bound and otherwise gets half of the time
+    left; the rest goes to CP-SAT window LNS (:mod:`placer.solve.lns`) on the best plan so far
+    (after up to half of it lets the dynamic search finish two passes per portfolio member).
     """
-    from placer.solve.bounds import latency_bound, pipeline_bound
+    from placer.solve.bounds import latency_bound, pipeline_bound, window_load_bound
     from placer.solve.cpsat_latency import latency_candidates
     from placer.solve.cpsat_pipeline import pipeline_candidates
-    from placer.solve.evaluate import latency_schedule, pipeline_eval
+    from placer.solve.evaluate import Costs, latency_schedule, pipeline_eval
+    from placer.solve.heuristics import DynamicListSearch
+    from placer.solve.lns import LatencyLNS
 
     t0 = time.monotonic()
     p = problem
     pipeline = ctx.mode == "pipeline"
     opts = ctx.plan_options()
     k = ctx.max_stages(p)
+    opts_all = {**impl.options, **ctx.options}
+    fine_latency = impl.exact and not pipeline and p.n_targets > 1  # the latency extras apply
     # fine heuristics first (they are the fallback and the yardstick)
     fine_best = None
+    best_val = math.inf
     lb_info: dict[str, float] = {}
+    search = DynamicListSearch(p) if fine_latency and opts_all.get("dynamic", False) else None
     if impl.exact:
         heuristic_deadline = t0 + 0.3 * ctx.time_limit
         if pipeline:
@@ -176,44 +188,86 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
                 if best_key is None or (ev.bottleneck, ev.latency) < best_key:
                     best_key, fine_best = (ev.bottleneck, ev.latency), (name, a, o)
         else:
-            best_val = math.inf
-            for name, a, o in latency_candidates(p, heuristic_deadline, lb_info):
+            span = heuristic_deadline - time.monotonic()
+            for name, a, o in latency_candidates(p, heuristic_deadline, lb_info, search, 0.8 * span):
                 val = float(latency_schedule(p, a, o)[1].max())
                 if val < best_val:
                     best_val, fine_best = val, (name, a, o)
-    coarse, members = coarsen_problem(p, target, contiguous=pipeline and ctx.contiguous)
-    info = {"n_ops": p.n_ops, "n_coarse_ops": coarse.n_ops,
-            "groups": {p.ops[m[0]]: [p.ops[i] for i in m] for m in members if len(m) > 1}}
+    bound = None
+    if not pipeline:
+        bound = latency_bound(p, load=lb_info.get("load_bound"))
+        if fine_latency and opts_all.get("window_bound", False):
+            bound = window_load_bound(p, Costs.of(p), bound, deadline=time.monotonic() + 0.1 * ctx.remaining())
+    use_lns = fine_latency and opts_all.get("lns", False) and fine_best is not None
+    skip_coarse = use_lns and best_val - bound <= float(opts_all.get("lns_skip_coarse_gap", 0.02)) * best_val
     # keep time for expansion and bounds (linear-ish in the number of ops)
     reserve = min(0.25 * ctx.time_limit, 0.1 + 3e-4 * p.n_ops * max(1, p.n_targets // 2))
-    sub = dataclasses.replace(ctx, deadline=ctx.deadline - reserve)
-    try:
-        cplan = impl.solve(coarse, sub)
-    except ProblemError:
-        # merging can make a feasible problem infeasible (e.g. a pipeline with pins): solve it whole
-        return impl.solve(p, ctx)
-    assign = expand_assignment(p, coarse, members, cplan.assignment)
-    if pipeline:
-        order = [p.target_index[d] for d in cplan.stage_targets]
-        plan = make_pipeline_plan(p, assign, ctx.name, order=order, options=opts, coarsening=info)
-        bound = pipeline_bound(p, num_stages=k)
-    else:
-        order = expand_order(p, coarse, members, cplan.start_ms)
-        plan = make_latency_plan(p, assign, ctx.name, order=order, options=opts, coarsening=info)
-        bound = latency_bound(p, load=lb_info.get("load_bound"))
-    source = "coarse " + str(cplan.stats.extra.get("source", impl.name))
+    plan = None
+    source = ""
+    coarse_stats = None
+    info = None
+    if not skip_coarse:
+        coarse, members = coarsen_problem(p, target, contiguous=pipeline and ctx.contiguous)
+        info = {"n_ops": p.n_ops, "n_coarse_ops": coarse.n_ops,
+                "groups": {p.ops[m[0]]: [p.ops[i] for i in m] for m in members if len(m) > 1}}
+        sub_deadline = ctx.deadline - reserve
+        if use_lns:  # half of what is left, the LNS gets the rest
+            now = time.monotonic()
+            sub_deadline = now + 0.5 * max(0.0, sub_deadline - now)
+        sub = dataclasses.replace(ctx, deadline=sub_deadline)
+        try:
+            cplan = impl.solve(coarse, sub)
+        except ProblemError:
+            # merging can make a feasible problem infeasible (e.g. a pipeline with pins): solve it whole
+            return impl.solve(p, ctx)
+        coarse_stats = cplan.stats
+        assign = expand_assignment(p, coarse, members, cplan.assignment)
+        if pipeline:
+            order = [p.target_index[d] for d in cplan.stage_targets]
+            plan = make_pipeline_plan(p, assign, ctx.name, order=order, options=opts, coarsening=info)
+        else:
+            order = expand_order(p, coarse, members, cplan.start_ms)
+            plan = make_latency_plan(p, assign, ctx.name, order=order, options=opts, coarsening=info)
+        source = "coarse " + str(cplan.stats.extra.get("source", impl.name))
     if fine_best is not None:
         name, a, o = fine_best
         fb = (make_pipeline_plan(p, a, ctx.name, order=o, options=opts) if pipeline
               else make_latency_plan(p, a, ctx.name, order=o, options=opts))
-        if better(plan, fb) is fb:
+        if plan is None or better(plan, fb) is fb:
             plan, source = fb, f"fine heuristic {name}"
+    assert plan is not None
+    margin = 0.1 + 1e-4 * p.n_ops  # building, comparing and returning the plan
+    if use_lns and search is not None and search.passes < 2 * len(search.PORTFOLIO):
+        # big problems: let every member of the portfolio have two passes first (half the time left)
+        now = time.monotonic()
+        best = search.run(now + 0.5 * max(0.0, ctx.deadline - margin - now), max_passes=2 * len(search.PORTFOLIO))
+        if best is not None and best[0] < plan.makespan_ms - 1e-9:
+            plan, source = make_latency_plan(p, best[1], ctx.name, order=best[2], options=opts), "fine heuristic dynamic"
+    if use_lns:
+        a = assignment_indices(p, plan.assignment)
+        o = sorted(range(p.n_ops), key=lambda i: (plan.start_ms[p.ops[i]], i))
+        lns = LatencyLNS(p, a, o, opts_all, ctx.seed)
+        lns.run(ctx.deadline - margin, window_ops=max(30, 280 // p.n_targets))
+        if lns.improved:
+            coarsening = plan.coarsening if source.startswith("coarse") else None
+            plan = make_latency_plan(p, lns.assign, ctx.name, order=lns.order, options=opts, coarsening=coarsening)
+            source += f" + lns ({lns.improved}/{lns.steps} windows)"
+    elif search is not None:  # no LNS: the fine search goes on with what is left
+        best = search.run(ctx.deadline - margin, 0.8 * ctx.time_limit)
+        if best is not None and best[0] < plan.makespan_ms - 1e-9:
+            plan, source = make_latency_plan(p, best[1], ctx.name, order=best[2], options=opts), "fine heuristic dynamic"
+    if pipeline:
+        bound = pipeline_bound(p, num_stages=k)
     objective = plan.bottleneck_ms if pipeline else plan.makespan_ms
     gap = 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
-    status = "HEURISTIC" if cplan.stats.status == "HEURISTIC" else ("OPTIMAL" if gap <= 1e-9 else "FEASIBLE")
+    heuristic = coarse_stats is not None and coarse_stats.status == "HEURISTIC"
+    status = "HEURISTIC" if heuristic else ("OPTIMAL" if gap <= 1e-9 else "FEASIBLE")
+    extra: dict[str, Any] = {"source": source}
+    if coarse_stats is None:
+        extra["coarse_status"] = "SKIPPED"
+    else:
+        extra.update({"coarse_status": coarse_stats.status, "coarse_objective": coarse_stats.objective,
+                      "coarse_best_bound": coarse_stats.best_bound, "coarse_gap": coarse_stats.gap})
     stats = SolverStats(status=status, objective=objective, best_bound=bound, gap=gap,
-                        wall_s=time.monotonic() - t0,
-                        extra={"source": source, "coarse_status": cplan.stats.status,
-                               "coarse_objective": cplan.stats.objective,
-                               "coarse_best_bound": cplan.stats.best_bound, "coarse_gap": cplan.stats.gap})
+                        wall_s=time.monotonic() - t0, extra=extra)
     return dataclasses.replace(plan, stats=stats)

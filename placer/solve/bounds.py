@@ -10,6 +10,15 @@ Latency mode
     * load: the LP relaxation of the assignment, ``min M  s.t.  sum_d x[v,d] = 1,
       sum_v c[v,d] x[v,d] <= M,  x >= 0`` over allowed pairs (colocation groups as one unit):
       every target runs one op at a time so its busy time is a lower bound on the makespan.
+    * per-target heads / tails (:func:`target_heads_tails`): ``H[v,d]`` earliest start of ``v``
+      if it runs on ``d`` and ``Q[v,d]`` least time from its end to the makespan, minimizing over
+      the targets of the other ops (with the actual pairwise delays, so a transfer into ``d`` counts).
+    * window load (:func:`window_load_bound`): the load LP where each target must also pay for the
+      idle time it cannot avoid at the start and at the end. In ``[0, tau]`` an op can run at most
+      ``min(c[v,d], (tau - H[v,d])+)`` on ``d`` and in ``[M - tau, M]`` at most
+      ``min(c[v,d], (tau - Q[v,d])+)``, so ``load_d + (tau - that work) + (tau' - that work)
+      <= M`` for windows with ``tau + tau' <= M`` (``tau, tau' <= LB / 2`` for a proven ``LB``);
+      rows are added as cutting planes. It sees, e.g., the targets idle while a lone source op runs.
 Pipeline mode
     * the same LP with ``sum_d sum_v c[v,d] x[v,d] <= K * B`` added (at most K stages), and
       ``B >= min_d c[unit, d]`` for every unit.
@@ -27,6 +36,7 @@ __all__ = [
     "critical_path_bound",
     "dual_load",
     "dual_load_bound",
+    "edge_delays",
     "edge_min_delay",
     "heads_tails",
     "latency_bound",
@@ -34,6 +44,8 @@ __all__ = [
     "minmax_load_lp",
     "pipeline_bound",
     "shave",
+    "target_heads_tails",
+    "window_load_bound",
 ]
 
 
@@ -253,3 +265,163 @@ def pipeline_bound(problem: PlacementProblem, costs: Costs | None = None, num_st
     c = costs or Costs.of(problem)
     uc = _unit_costs(problem, c)
     return max(float(uc.min(axis=1).max()), load_bound(problem, c, num_stages))
+
+
+# ---------------------------------------------------------------------- per-target heads and the window LP
+def edge_delays(problem: PlacementProblem, costs: Costs) -> dict[tuple[int, int], np.ndarray]:
+    """Delay matrix ``(T, T)`` of every precedence edge ``(u, v)``: ``[a, b]`` = max over the edge's
+    tensors of ``link + entry[b]``, 0 on the diagonal (the delays of the CP-SAT model)."""
+    p = problem
+    out: dict[tuple[int, int], np.ndarray] = {}
+    for k, (u, cs) in enumerate(zip(p.tensor_producer, p.tensor_consumers)):
+        if u < 0:
+            continue
+        m = costs.link[k] + costs.entry[None, :]
+        for v in cs:
+            prev = out.get((u, v))
+            out[(u, v)] = m if prev is None else np.maximum(prev, m)
+    diag = np.arange(p.n_targets)
+    for key, m in out.items():
+        m = np.array(m, dtype=float)
+        m[diag, diag] = 0.0
+        out[key] = m
+    return out
+
+
+def target_heads_tails(problem: PlacementProblem, costs: Costs,
+                       delays: dict[tuple[int, int], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-target heads and tails, ``(n_ops, T)`` arrays, ``inf`` where ``v`` may not go.
+
+    ``H[v, d]``: earliest start of ``v`` if it runs on ``d``, ``max`` over predecessors ``u`` of
+    ``min_a H[u, a] + c[u, a] + delay_uv[a, d]``. ``Q[v, d]``: least time between the end of ``v``
+    on ``d`` and the makespan, ``max`` over successors ``w`` of ``min_b delay_vw[d, b] + c[w, b] +
+    Q[w, b]`` (0 for sinks). Whatever targets the other ops get, these hold in every schedule.
+    """
+    p = problem
+    n, t = p.n_ops, p.n_targets
+    cost = np.where(p.allowed, costs.cost, np.inf)
+    dl = delays if delays is not None else edge_delays(p, costs)
+    preds: list[list[int]] = [[] for _ in range(n)]
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for (u, v) in dl:
+        preds[v].append(u)
+        succs[u].append(v)
+    head = np.zeros((n, t))
+    for v in range(n):  # topological order
+        for u in preds[v]:
+            arrive = ((head[u] + cost[u])[:, None] + dl[(u, v)]).min(axis=0)
+            np.maximum(head[v], arrive, out=head[v])
+    after = np.zeros((n, t))
+    for u in range(n - 1, -1, -1):
+        for w in succs[u]:
+            need = (dl[(u, w)] + (cost[w] + after[w])[None, :]).min(axis=1)
+            np.maximum(after[u], need, out=after[u])
+    ok = p.allowed
+    return np.where(ok, head, np.inf), np.where(ok, after, np.inf)
+
+
+def window_load_bound(problem: PlacementProblem, costs: Costs, lower: float = 0.0, *,
+                      deadline: float | None = None, max_rounds: int = 8, n_windows: int = 48,
+                      max_pairs: int = 40000) -> float:
+    """The load LP strengthened with the idle time each target must have at the start and the end.
+
+    With ``H``, ``Q`` of :func:`target_heads_tails`, an op ``v`` on ``d`` can run at most
+    ``a_v(tau) = min(c[v,d], (tau - H[v,d])+)`` of its time inside ``[0, tau]`` and at most
+    ``b_v(tau') = min(c[v,d], (tau' - Q[v,d])+)`` inside ``[M - tau', M]``; the rest of ``[0, M]``
+    holds at most ``M - tau - tau'`` of busy time when ``tau + tau' <= M``. So for every target
+    ``load_d + (tau - sum_v a_v(tau) x[v,d]) + (tau' - sum_v b_v(tau') x[v,d]) <= M``: the LP
+    ``min M  s.t.  sum_d x[u,d] = 1,  sum_u c[u,d] x[u,d] + S_d + E_d <= M,
+    S_d >= tau - sum_u a_u(tau) x[u,d],  E_d >= tau - sum_u b_u(tau) x[u,d],  S, E, x >= 0``
+    (units: colocation groups, their members' terms summed) is a lower bound on the makespan for
+    windows ``tau, tau' <= lower / 2`` when ``lower`` is already a proven bound. Window rows are
+    added as cutting planes (the most violated ``tau`` per target and side, over ``n_windows``
+    candidates, at most ``max_rounds`` rounds). Returns ``lower`` when the LP is too big
+    (``max_pairs`` allowed (unit, target) pairs), fails, or runs past ``deadline`` (the last solved
+    value if any, which is valid too). Solved with GLOP (as the other LPs here); the LP value
+    is shaved by ``1e-7`` (relative and absolute) to stay valid within the solver's tolerances.
+    """
+    import time
+
+    from ortools.linear_solver import pywraplp
+
+    p = problem
+    t = p.n_targets
+    if lower <= 0 or int(p.allowed.sum()) > max_pairs:
+        return lower
+    head, after = target_heads_tails(p, costs)
+    cost = np.where(p.allowed, costs.cost, 0.0)
+    taus = 0.5 * lower * (np.arange(1, n_windows + 1) / n_windows) ** 2
+    # per (op, target, window): time that can fall inside the window
+    h = np.where(p.allowed, head, np.inf)
+    q = np.where(p.allowed, after, np.inf)
+    units = p.units
+    ui = np.empty(p.n_ops, dtype=int)
+    for i, unit in enumerate(units):
+        ui[list(unit)] = i
+    n_u = len(units)
+
+    def per_unit(ops_val: np.ndarray) -> np.ndarray:  # (n_ops, T, W) -> (units, T, W)
+        out = np.zeros((n_u,) + ops_val.shape[1:])
+        np.add.at(out, ui, ops_val)
+        return out
+
+    a = per_unit(np.minimum(cost[:, :, None], np.maximum(taus[None, None, :] - h[:, :, None], 0.0)))
+    b = per_unit(np.minimum(cost[:, :, None], np.maximum(taus[None, None, :] - q[:, :, None], 0.0)))
+    uc = _unit_costs(p, costs)
+    solver = pywraplp.Solver.CreateSolver("GLOP")  # GLOP: one unexplained crash was seen around CLP
+    inf = solver.infinity()
+    m = solver.NumVar(0, inf, "M")
+    s_var = [solver.NumVar(0, inf, f"S{d}") for d in range(t)]
+    e_var = [solver.NumVar(0, inf, f"E{d}") for d in range(t)]
+    xs = np.empty((n_u, t), dtype=object)
+    loads = []
+    for d in range(t):
+        ct = solver.Constraint(-inf, 0.0)
+        ct.SetCoefficient(m, -1.0)
+        ct.SetCoefficient(s_var[d], 1.0)
+        ct.SetCoefficient(e_var[d], 1.0)
+        loads.append(ct)
+    for i in range(n_u):
+        one = solver.Constraint(1.0, 1.0)
+        for d in range(t):
+            if not np.isfinite(uc[i, d]):
+                continue
+            x = solver.NumVar(0.0, 1.0, "")
+            xs[i, d] = x
+            one.SetCoefficient(x, 1.0)
+            if uc[i, d] > 0:
+                loads[d].SetCoefficient(x, float(uc[i, d]))
+    objective = solver.Objective()
+    objective.SetCoefficient(m, 1.0)
+    objective.SetMinimization()
+    best = lower
+    added: set[tuple[int, int, int]] = set()
+    for _ in range(max_rounds + 1):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        if solver.Solve() != pywraplp.Solver.OPTIMAL:
+            break
+        best = max(best, m.solution_value() * (1 - 1e-7) - 1e-7)  # LP tolerances: keep it valid
+        frac = np.zeros((n_u, t))
+        for (i, d), x in np.ndenumerate(xs):
+            if x is not None:
+                frac[i, d] = x.solution_value()
+        slack = [np.array([x.solution_value() for x in var]) for var in (s_var, e_var)]
+        rows = []
+        for side, coef, var in ((0, a, s_var), (1, b, e_var)):
+            cover = np.einsum("ud,udw->dw", frac, coef)  # (T, W)
+            for d in range(t):
+                viol = taus - cover[d] - slack[side][d]
+                w = int(np.argmax(viol))
+                if viol[w] > 1e-7 * max(1.0, lower) and (side, d, w) not in added:
+                    rows.append((side, d, w, coef, var))
+        new = len(rows)
+        for side, d, w, coef, var in rows:
+            added.add((side, d, w))
+            row = solver.Constraint(float(taus[w]), inf)
+            row.SetCoefficient(var[d], 1.0)
+            for i in np.flatnonzero(coef[:, d, w] > 0):
+                row.SetCoefficient(xs[i, d], float(coef[i, d, w]))
+        if not new:
+            break
+    return best

@@ -24,6 +24,19 @@ hint : bool, default True
 heuristic_fraction : float, default 0.3
     Share of the remaining time after which no further heuristic candidate is started (HEFT
     always runs).
+dynamic : bool, default True
+    Latency mode: also search with price-guided dynamic list scheduling
+    (:class:`~placer.solve.heuristics.DynamicListSearch`) for the hint; above ``AUTO_COARSEN_OPS``
+    ops it goes on after the coarse solve until every portfolio member had two passes (with
+    ``lns``; without it, with whatever time is left).
+lns : bool, default True; lns_skip_coarse_gap : float, default 0.02
+    Latency mode above ``AUTO_COARSEN_OPS`` ops: re-optimize windows of the best plan with CP-SAT
+    (:mod:`placer.solve.lns`) in the time the coarse solve leaves; the coarse solve gets half of
+    the time after the fine heuristics, none when the best fine plan is already within
+    ``lns_skip_coarse_gap`` (relative) of the lower bound.
+window_bound : bool, default True
+    Latency mode: strengthen the lower bound with the start / end window LP
+    (:func:`~placer.solve.bounds.window_load_bound`).
 symmetry_breaking, redundant, pool_identical : bool, default True
     Model strengthening (interchangeable targets; load and cumulative constraints; one
     cumulative resource for a pool of identical targets, latency mode).
@@ -67,6 +80,7 @@ class CpSat(Solver):
         "num_workers": 2, "deterministic": True, "dtime_per_s": 0.3, "transfer_weight": 0.0, "time_resolution_ms": "auto",
         "hint": True, "heuristic_fraction": 0.3, "symmetry_breaking": True, "redundant": True, "gap_limit": 0.0,
         "phase1_fraction": 0.7, "contiguous_warm_start": True, "warm_start_fraction": 0.25, "log": False, "cumulative_max_ops": 3000, "pool_identical": True, "edge_finding": True, "probing_max_size": 1000, "cpsat_params": None,
+        "dynamic": True, "window_bound": True, "lns": True, "lns_skip_coarse_gap": 0.02,
     }
 
     def solve(self, problem: PlacementProblem, ctx: SolveContext) -> Plan:

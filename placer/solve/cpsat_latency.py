@@ -36,10 +36,16 @@ Objective
     ``minimize M`` (+ ``transfer_weight * sum_{k,a,b} z[k,a,b] (link[k,a,b] + entry[b])`` where
     ``z[k,a,b] >= x[prod(k),a] + need[k,b] - 1``, ``need[k,b] >= x[v,b]`` for consumers ``v``:
     one term per (tensor, destination) copy).
+Lower bound
+    ``LB`` = the best of the critical path, the load LP and the window load LP
+    (:func:`~placer.solve.bounds.window_load_bound`, option ``window_bound``; it gets at most a
+    tenth of the time left), all on the rounded costs.
 Hint and fallback
-    The best of HEFT, LP-rounding + list scheduling, greedy and every single-target plan (by the
-    rounded objective; computed within ``heuristic_fraction`` of the time limit) is the hint
-    and sets ``UB``; the returned plan is the best (float-evaluated) of CP-SAT's solution,
+    The best of HEFT, LP-rounding + list scheduling, greedy and every single-target plan, and the
+    price-guided dynamic list scheduling search (:class:`~placer.solve.heuristics.DynamicListSearch`,
+    option ``dynamic``; it runs last, until a deterministic effort of 80 % of the heuristic time) —
+    by the rounded objective; computed within ``heuristic_fraction`` of the time limit — is the
+    hint and sets ``UB``; the returned plan is the best (float-evaluated) of CP-SAT's solution,
     re-timed, and those heuristic plans, so it is never worse than HEFT.
 """
 
@@ -56,7 +62,7 @@ from placer.errors import ProblemError
 from placer.plan import Plan, SolverStats
 from placer.problem import PlacementProblem
 from placer.solve.base import SolveContext
-from placer.solve.bounds import heads_tails, load_bound
+from placer.solve.bounds import heads_tails, load_bound, window_load_bound
 from placer.solve.cpsat_util import (
     add_first_use_order,
     build_seconds,
@@ -70,7 +76,7 @@ from placer.solve.cpsat_util import (
     to_int,
 )
 from placer.solve.evaluate import Costs, latency_schedule, make_latency_plan, needed_transfers, order_by_start
-from placer.solve.heuristics import HeuristicError, heft, lp_list, priority_assign
+from placer.solve.heuristics import DynamicListSearch, HeuristicError, heft, lp_list, priority_assign
 
 __all__ = ["latency_candidates", "solve_latency"]
 
@@ -80,10 +86,13 @@ def _transfer_total(problem: PlacementProblem, assign: np.ndarray, costs: Costs)
 
 
 def latency_candidates(problem: PlacementProblem, deadline: float | None = None,
-                       info: dict | None = None) -> list[tuple[str, np.ndarray, Any]]:
+                       info: dict | None = None, search: DynamicListSearch | None = None,
+                       search_dtime: float | None = None) -> list[tuple[str, np.ndarray, Any]]:
     """Heuristic ``(name, assign, order)`` candidates: HEFT, LP-rounding + list scheduling (iterated
-    with idle compensation), then single-target and greedy assignments for every target while
-    time remains before ``deadline`` (HEFT always runs). ``info`` receives ``load_bound``."""
+    with idle compensation), single-target and greedy assignments for every target, then the best
+    plan of ``search`` (a :class:`~placer.solve.heuristics.DynamicListSearch`, run until its
+    deterministic effort reaches ``search_dtime``), each while time remains before ``deadline``
+    (HEFT always runs, and the search at least one pass). ``info`` receives ``load_bound``."""
     p = problem
     out: list[tuple[str, np.ndarray, Any]] = []
 
@@ -105,11 +114,15 @@ def latency_candidates(problem: PlacementProblem, deadline: float | None = None,
         pref = [d] + [x for x in range(p.n_targets) if x != d]
         for name, fast in ((f"single:{p.targets[d]}", False), (f"greedy:{p.targets[d]}", True)):
             if late():
-                return out
+                break
             try:
                 out.append((name, priority_assign(p, pref, fastest_fallback=fast), None))
             except HeuristicError:
                 pass
+    if search is not None:
+        best = search.run(deadline, search_dtime)
+        if best is not None:
+            out.append(("dynamic", best[1], best[2]))
     return out
 
 
@@ -128,7 +141,11 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
 
     # ---------------------------------------------------------------- heuristics: hint and fallback
     share = float(options.get("heuristic_fraction", 0.3))
-    cands = latency_candidates(p, t0 + share * max(0.0, ctx.deadline - t0)) if options.get("hint", True) else []
+    cands = []
+    if options.get("hint", True):
+        span = share * max(0.0, ctx.deadline - t0)
+        search = DynamicListSearch(p, fc) if options.get("dynamic", True) and t > 1 else None
+        cands = latency_candidates(p, t0 + span, search=search, search_dtime=0.8 * span)
     best_plan: Plan | None = None
     best_name = ""
     best_val = math.inf
@@ -149,6 +166,9 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     head, tail = heads_tails(p, ci)
     minc = np.where(p.allowed, ci.cost, np.inf).min(axis=1)
     lb = max(float((head + tail).max()), math.ceil(load_bound(p, ci) - 1e-6))
+    if options.get("window_bound", True) and t > 1:
+        lb = max(lb, math.ceil(window_load_bound(p, ci, lb, deadline=time.monotonic() + 0.1 * ctx.remaining())
+                               - 1e-6))
     lb = round(lb)
     if best_plan is not None and ctx.remaining() < 2 * build_seconds(p, "latency") + 0.2:
         return skipped_stats_plan(best_plan, ctx, t0, lb * r, r, best_name, "not enough time left to build the model")
@@ -323,7 +343,7 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
                 model.add_hint(z, int(h_assign[u] == a and any(h_assign[v] == b for v in p.tensor_consumers[k])))
 
     # ---------------------------------------------------------------- solve
-    margin = 0.05 + 2e-5 * n
+    margin = 0.1 + 5e-5 * n  # model hand-over, CP-SAT overrunning on a loaded machine, re-timing
     size = int(p.allowed.sum())
     solver = make_solver(options, ctx.remaining() - margin, ctx.seed, size)
     status = solver.solve(model)

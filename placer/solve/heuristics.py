@@ -15,6 +15,13 @@
   target's observed idle time added to its load until the makespan stops improving.
 * :func:`schedule_fixed`: for a fixed assignment, insertion list scheduling in decreasing
   upward rank computed with the assigned costs and the actual transfer delays.
+* :class:`DynamicList`: time-driven list scheduling that places and orders at once, guided by the
+  load LP's prices: the target free first takes the ready op with the best ratio of its LP value
+  to the target time it uses (its cost plus part of the wait for its inputs), plus a rank bonus.
+  :class:`DynamicListSearch` iterates it over a small portfolio of scoring parameters, re-pricing
+  the targets that finish late; :func:`dynamic_list` is the one-call form. On wide graphs where
+  load balance decides the makespan it keeps targets busy through the ramp-up where LP rounding
+  leaves them idle.
 * :func:`repair_pipeline`: turn any assignment into a monotone pipeline with at most K stages
   (optionally contiguous in op order), greedily, keeping each op on its target when it can.
 * :func:`split_pipeline`: a fast pipeline heuristic: for each candidate stage order, cut the op
@@ -32,11 +39,15 @@ import numpy as np
 
 from placer.errors import ProblemError
 from placer.problem import PlacementProblem
+from placer.solve.bounds import edge_delays
 from placer.solve.evaluate import Costs, pipeline_eval, stage_order
 
 __all__ = [
+    "DynamicList",
+    "DynamicListSearch",
     "HeuristicError",
     "best_pipeline",
+    "dynamic_list",
     "fixed_rank",
     "heft",
     "lp_assign",
@@ -509,4 +520,245 @@ def lp_list(problem: PlacementProblem, costs: Costs | None = None, deadline: flo
         new_idle = np.maximum(finish - target_busy_ms(p, assign, c), 0.0)
         idle = new_idle if it == 0 else 0.5 * (idle + new_idle)
     assert best is not None
+    return best[1], best[2]
+
+
+# ---------------------------------------------------------------------- price-guided dynamic list scheduling
+class DynamicList:
+    """Time-driven list scheduling guided by the load LP's prices (one pass: :meth:`schedule`).
+
+    ``lam[d] >= 0`` prices a millisecond of target ``d`` (the multipliers of the min-max-load LP,
+    :func:`~placer.solve.bounds.dual_load`); ``value[v] = min_d lam[d] c[v,d]`` is what op ``v``
+    is worth wherever it runs. The target that becomes free first picks, among the ops whose
+    predecessors are all scheduled, the one maximizing
+    ``(value[v] / (lam[d] (c[v,d] + beta * wait)))**gamma + alpha * rank[v] / max(rank)``
+    (``wait``: idle time until its inputs arrive on ``d``; ``rank``: HEFT's upward rank), and
+    starts it as early as it can. A target that can run none of them waits for the next decision.
+    An op that costs 0 somewhere runs there the moment its inputs are ready (it occupies nothing).
+    Colocation groups follow their first placed member; memory caps are checked when a unit is
+    placed (:class:`HeuristicError` if a unit fits nowhere).
+    """
+
+    def __init__(self, problem: PlacementProblem, costs: Costs | None = None) -> None:
+        p = problem
+        c = costs or Costs.of(p)
+        self.p, self.c = p, c
+        n, t = p.n_ops, p.n_targets
+        self.cost = np.where(p.allowed, c.cost, np.inf)
+        delays = edge_delays(p, c)
+        self.succ: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(n)]
+        self.npred = np.zeros(n, dtype=int)
+        for (u, v), m in sorted(delays.items()):
+            self.succ[u].append((v, m))
+            self.npred[v] += 1
+        rank = upward_rank(p, c)
+        self.rank = rank / rank.max() if rank.max() > 0 else rank
+        self.zero = (self.cost == 0).any(axis=1)
+        self.finite = np.isfinite(self.cost)
+        self.unit_of = np.empty(n, dtype=int)
+        for ui, unit in enumerate(p.units):
+            self.unit_of[list(unit)] = ui
+        self.unit_w = np.array([_unit_weight(p, u) for u in p.units])
+        self.capped = bool(np.isfinite(p.memory_cap_bytes).any() and self.unit_w.any())
+        self.grouped = any(len(u) > 1 for u in p.units)
+        self.t = t
+
+    def schedule(self, lam: np.ndarray, alpha: float = 0.05, beta: float = 0.5, gamma: float = 1.0,
+                 who: str = "dynamic") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One pass. Returns ``(assign, start, end)`` (float costs of the constructor's ``costs``)."""
+        p, cost, t = self.p, self.cost, self.t
+        n = p.n_ops
+        lam = np.maximum(np.asarray(lam, dtype=float), 1e-9)
+        lam = lam / lam.sum()
+        value = np.where(np.isfinite(cost), cost * lam[None, :], np.inf).min(axis=1)
+        arr = np.zeros((n, t))
+        npred = self.npred.copy()
+        cand = np.zeros(n, dtype=bool)
+        assign = np.full(n, -1, dtype=int)
+        start = np.zeros(n)
+        end = np.zeros(n)
+        avail = [0.0] * t
+        unit_target = np.full(len(p.units), -1, dtype=int)
+        mem_free = np.array(p.memory_cap_bytes, dtype=float)
+        succ, unit_of, unit_w, rank = self.succ, self.unit_of, self.unit_w, self.rank
+        todo: list[int] = []
+        placed = [0]
+
+        def ok_targets(v: int) -> np.ndarray:
+            ok = np.isfinite(cost[v])
+            ut = unit_target[unit_of[v]]
+            if ut >= 0:
+                ok = ok & (np.arange(t) == ut)
+            elif self.capped:
+                ok = ok & (mem_free >= unit_w[unit_of[v]])
+            return ok
+
+        def place(v: int, d: int, s: float) -> None:
+            e = s + cost[v, d]
+            assign[v], start[v], end[v] = d, s, e
+            placed[0] += 1
+            ui = unit_of[v]
+            if unit_target[ui] < 0:
+                unit_target[ui] = d
+                mem_free[d] -= unit_w[ui]
+            for w, m in succ[v]:
+                npred[w] -= 1
+                np.maximum(arr[w], e + m[d], out=arr[w])
+                if npred[w] == 0:
+                    todo.append(w)
+
+        def release() -> None:
+            while todo:
+                w = todo.pop()
+                if self.zero[w]:
+                    ok = ok_targets(w) & (cost[w] == 0)
+                    if ok.any():
+                        d = int(np.flatnonzero(ok)[np.argmin(arr[w][ok])])
+                        place(w, d, float(arr[w, d]))
+                        continue
+                cand[w] = True
+
+        todo.extend(int(v) for v in np.flatnonzero(npred == 0)[::-1])
+        release()
+        finite = self.finite
+        simple = not (self.grouped or self.capped)
+        lam_l = lam.tolist()
+        scanned = 0
+        while placed[0] < n:
+            idx = np.flatnonzero(cand)
+            scanned += len(idx)
+            if not len(idx):  # pragma: no cover - only with a cycle
+                raise HeuristicError(f"{who}: no op is ready")
+            okm = finite[idx]
+            if not simple:
+                ut = unit_target[unit_of[idx]]
+                okm = okm & ((ut[:, None] < 0) | (ut[:, None] == np.arange(t)[None, :]))
+                if self.capped:
+                    okm &= (ut[:, None] >= 0) | (unit_w[unit_of[idx]][:, None] <= mem_free[None, :])
+            runnable = okm.any(axis=0).tolist()
+            d = -1
+            for e_ in range(t):
+                if runnable[e_] and (d < 0 or avail[e_] < avail[d]):
+                    d = e_
+            if d < 0:
+                raise HeuristicError(f"{who}: no target has memory room for {p.ops[int(idx[0])]!r}")
+            tau = avail[d]
+            sel = idx[okm[:, d]]
+            wait = arr[sel, d] - tau
+            np.maximum(wait, 0.0, out=wait)
+            wait *= beta
+            wait += cost[sel, d]
+            score = value[sel] / (wait * lam_l[d] + 1e-300)
+            if gamma != 1.0:
+                score **= gamma
+            if alpha:
+                score += alpha * rank[sel]
+            v = int(sel[int(np.argmax(score))])
+            s = max(tau, float(arr[v, d]))
+            cand[v] = False
+            place(v, d, s)
+            if end[v] > s:
+                avail[d] = end[v]
+            release()
+        self.work = n + scanned  # deterministic measure of the pass's effort (see DynamicListSearch)
+        return assign, start, end
+
+
+class DynamicListSearch:
+    """Iterated :class:`DynamicList` with price re-balancing (resumable: call :meth:`run` again).
+
+    A small portfolio of scoring parameters ``(alpha, beta, gamma)`` takes turns; each keeps its own
+    prices, starting from the load LP's multipliers and multiplied after each of its passes by
+    ``exp(eta (F_d - mean F) / mean F)`` (``F_d``: when target ``d`` finishes), so targets that
+    finish late get dearer. Every pass is re-timed with :func:`~placer.solve.evaluate.latency_schedule`
+    and the best ``(makespan, assign, order)`` is kept in :attr:`best`. :attr:`dtime` adds up a
+    deterministic estimate of each pass's wall time (per op and per scored candidate), so budgets
+    given in it make the search reproducible; see :meth:`run`.
+    """
+
+    #: calibration of :attr:`dtime`: wall seconds per op and per scored candidate of a pass
+    SECONDS_PER_OP = 2.3e-5
+    SECONDS_PER_SCAN = 5.3e-8
+    PORTFOLIO = ((0.05, 0.4, 2.0), (0.02, 0.5, 1.0), (0.05, 0.3, 1.0), (0.3, 0.3, 1.0), (0.05, 0.5, 2.0),
+                 (0.1, 0.5, 1.0))
+
+    def __init__(self, problem: PlacementProblem, costs: Costs | None = None, lam: np.ndarray | None = None,
+                 eta: float = 1.0, who: str = "dynamic", max_passes: int = 96) -> None:
+        from placer.solve.bounds import _unit_costs, dual_load
+
+        p = problem
+        self.p = p
+        self.c = costs or Costs.of(p)
+        self.engine = DynamicList(p, self.c)
+        if lam is None:
+            lam = dual_load(_unit_costs(p, self.c))[1] if p.n_targets > 1 else np.ones(1)
+        lam = np.maximum(np.asarray(lam, dtype=float), 1e-6)
+        self.lams = [lam / lam.sum() for _ in self.PORTFOLIO]
+        self.eta = eta
+        self.who = who
+        self.passes = 0
+        self.max_passes = max_passes  # cap over all calls (more passes rarely help: prices settle)
+        self.pass_s = 0.0  # slowest pass so far (wall seconds)
+        self.dtime = 0.0  # deterministic effort so far (about seconds on a 2-core x86 machine)
+        self.best: tuple[float, np.ndarray, list[int]] | None = None
+        self.failures = 0  # consecutive failed passes
+        self.failed = False
+
+    def step(self) -> float | None:
+        """One pass of the next portfolio member; returns its makespan (None if it failed)."""
+        from placer.solve.evaluate import latency_schedule
+
+        p = self.p
+        k = self.passes % len(self.PORTFOLIO)
+        alpha, beta, gamma = self.PORTFOLIO[k]
+        t0 = time.monotonic()
+        self.passes += 1
+        try:
+            assign, start, end = self.engine.schedule(self.lams[k], alpha, beta, gamma, who=self.who)
+        except HeuristicError:  # memory caps defeated this pass; give up after a round of failures
+            self.dtime += self.SECONDS_PER_OP * p.n_ops
+            self.failures += 1
+            self.failed = self.failures >= len(self.PORTFOLIO)
+            return None
+        self.failures = 0
+        self.dtime += self.SECONDS_PER_OP * p.n_ops + self.SECONDS_PER_SCAN * (self.engine.work - p.n_ops)
+        order = sorted(range(p.n_ops), key=lambda i: (start[i], i))
+        makespan = float(latency_schedule(p, assign, order, self.c)[1].max())
+        if self.best is None or makespan < self.best[0] - 1e-12:
+            self.best = (makespan, assign, order)
+        finish = np.zeros(p.n_targets)
+        np.maximum.at(finish, assign, end)
+        mean = float(finish.mean())
+        if mean > 0:
+            lam = self.lams[k] * np.exp(np.clip(self.eta * (finish - mean) / mean, -5.0, 5.0))
+            lam = np.maximum(lam, 1e-6)
+            self.lams[k] = lam / lam.sum()
+        self.pass_s = max(self.pass_s, time.monotonic() - t0)
+        return makespan
+
+    def run(self, deadline: float | None = None, max_dtime: float | None = None,
+            max_passes: int | None = None) -> tuple[float, np.ndarray, list[int]] | None:
+        """Passes until :attr:`dtime` reaches ``max_dtime`` or :attr:`passes` reaches ``max_passes``
+        (or the constructor's cap) — deterministic budgets, cumulative over calls — or until the
+        next pass would end after ``deadline`` (a wall-clock backstop; the first pass always runs).
+        Returns :attr:`best`."""
+        cap = self.max_passes if max_passes is None else min(max_passes, self.max_passes)
+        while not self.failed:
+            if self.passes >= cap:
+                break
+            if max_dtime is not None and self.passes and self.dtime >= max_dtime:
+                break
+            if deadline is not None and self.passes and time.monotonic() + 1.5 * self.pass_s > deadline:
+                break
+            self.step()
+        return self.best
+
+
+def dynamic_list(problem: PlacementProblem, costs: Costs | None = None, deadline: float | None = None,
+                 max_passes: int = 24) -> tuple[np.ndarray, list[int]]:
+    """Best plan ``(assign, order)`` of a :class:`DynamicListSearch` of at most ``max_passes``
+    passes; :class:`HeuristicError` if no pass succeeded (memory caps)."""
+    best = DynamicListSearch(problem, costs).run(deadline, max_passes=max_passes)
+    if best is None:
+        raise HeuristicError("dynamic: no feasible placement found (memory caps)")
     return best[1], best[2]

@@ -1,0 +1,260 @@
+r"""Large-neighbourhood search for latency mode: re-optimize one time window of a plan with CP-SAT.
+
+A plan is an assignment plus a priority order (ops by start time); :func:`~placer.solve.evaluate.
+latency_schedule` turns it into the earliest schedule that keeps each target's op sequence. One
+LNS step takes the ops starting inside a window ``[t1, t2)`` of that schedule (they are closed
+under predecessors from ``t1`` on) and lets CP-SAT re-assign and re-time them, everything else
+staying as it is:
+
+* ops before the window keep their target, start and end (constants): a window op on ``d`` starts
+  after the last of them on ``d`` ends, and after its inputs from them arrive;
+* ops after the window keep their target and their order on it. Their schedule is then a longest
+  path from the window: with ``L[w]`` = cost of ``w`` plus the longest path after it (next op on
+  its target, or a successor plus the delay of the pair of targets), the makespan is exactly
+  ``max(F_d + L[first later op on d], end_v + delay(d(v), d(w)) + L[w] for edges v -> w into
+  the later ops, ends of sinks)``, ``F_d`` being when target ``d`` is done with the earlier and
+  window ops. The window model minimizes that expression: the true makespan of the new plan.
+
+Window ops are optional intervals on their allowed targets (no-overlap per target, instantaneous
+ops occupy nothing), with the edge delays of :mod:`placer.solve.cpsat_latency`; colocation groups
+with members outside the window stay where they are, memory caps count the fixed ops' weights.
+Times are rounded to the CP-SAT resolution (:func:`~placer.solve.cpsat_util.choose_resolution`);
+a step is kept only if the float re-timed makespan improves. :meth:`LatencyLNS.run` sweeps windows
+of about ``window_ops`` ops from the start of the schedule (where ramp-up idle time lives), starting
+over with another window size when a sweep stops paying, until the deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from placer.problem import PlacementProblem
+from placer.solve.bounds import edge_delays
+from placer.solve.cpsat_util import choose_resolution, make_solver
+from placer.solve.evaluate import Costs, latency_schedule
+
+__all__ = ["LatencyLNS", "improve_latency"]
+
+
+class LatencyLNS:
+    """Window re-optimization of one latency plan (see the module docstring)."""
+
+    def __init__(self, problem: PlacementProblem, assign: np.ndarray, order: list[int],
+                 options: dict[str, Any] | None = None, seed: int = 0) -> None:
+        p = problem
+        self.p = p
+        self.options = dict(options or {})
+        self.seed = seed
+        self.fc = Costs.of(p)
+        self.r = choose_resolution(p, self.options.get("time_resolution_ms", "auto"))
+        self.ci = Costs.rounded(p, self.r)
+        self.dly = edge_delays(p, self.ci)  # integer units
+        n = p.n_ops
+        self.succ: list[list[int]] = [[] for _ in range(n)]
+        self.pred: list[list[int]] = [[] for _ in range(n)]
+        for (u, v) in sorted(self.dly):
+            self.succ[u].append(v)
+            self.pred[v].append(u)
+        self.assign = np.asarray(assign, dtype=int).copy()
+        self.order = list(order)
+        self.makespan = float(latency_schedule(p, self.assign, self.order, self.fc)[1].max())
+        self.steps = 0
+        self.improved = 0
+        self.last_status = ""  # CP-SAT status of the last window
+        self.last_objective_ms = float("nan")  # its model makespan (rounded units, in ms)
+
+    # ------------------------------------------------------------------ one window
+    def step(self, t1: float, t2: float, time_s: float) -> bool:
+        """Re-optimize the ops starting in ``[t1, t2)`` (float ms) for at most ``time_s`` seconds;
+        returns True if the plan improved."""
+        p, ci, dly = self.p, self.ci, self.dly
+        n, t = p.n_ops, p.n_targets
+        assign, order = self.assign, self.order
+        start, end = latency_schedule(p, assign, order, ci)  # integer units, same sequences
+        fstart = latency_schedule(p, assign, order, self.fc)[0]
+        cost = ci.cost
+        win = [v for v in order if t1 <= fstart[v] < t2]
+        if len(win) < 2:
+            return False
+        in_win = np.zeros(n, dtype=bool)
+        in_win[win] = True
+        before = np.array([fstart[v] < t1 for v in range(n)])
+        later = [v for v in order if not before[v] and not in_win[v]]
+        # L over the later ops (reverse order): own cost + longest path after it
+        tail = np.zeros(n)
+        nxt: list[int | None] = [None] * t
+        for w in reversed(later):
+            d = assign[w]
+            cw = float(cost[w, d])
+            m = 0.0
+            for x in self.succ[w]:
+                m = max(m, float(dly[(w, x)][d, assign[x]]) + tail[x])
+            if cw > 0:
+                if nxt[d] is not None:
+                    m = max(m, tail[nxt[d]])
+                nxt[d] = w
+            tail[w] = cw + m
+        first_later = nxt
+        avail = np.zeros(t)
+        for v in range(n):
+            if before[v] and cost[v, assign[v]] > 0:
+                avail[assign[v]] = max(avail[assign[v]], end[v])
+        const = 0.0  # what the fixed ops alone force on the makespan
+        for u in range(n):
+            if not before[u]:
+                continue
+            if not self.succ[u]:
+                const = max(const, end[u])
+            for w in self.succ[u]:
+                if not before[w] and not in_win[w]:
+                    const = max(const, end[u] + float(dly[(u, w)][assign[u], assign[w]]) + tail[w])
+        for d in range(t):
+            if first_later[d] is not None:
+                const = max(const, avail[d] + tail[first_later[d]])
+        horizon = int(max(end.max(), const)) + 1
+        model = cp_model.CpModel()
+        mk = model.new_int_var(int(const), horizon, "makespan")
+        fin = [model.new_int_var(int(avail[d]), horizon, f"F{d}") for d in range(t)]
+        # units: free if every member is in the window
+        lits: list[tuple[tuple[int, ...], dict[int, Any]]] = []  # free units and their literals
+        free = np.zeros(n, dtype=bool)
+        x: list[dict[int, Any]] = [{} for _ in range(n)]
+        for unit in p.units:
+            members = list(unit)
+            if not any(in_win[v] for v in members):
+                continue
+            if not all(in_win[v] for v in members):  # a colocation group reaching outside: stays
+                for v in members:
+                    if in_win[v]:
+                        lit = model.new_bool_var("")
+                        model.add(lit == 1)
+                        x[v] = {int(assign[v]): lit}
+                continue
+            u_lits = {int(d): model.new_bool_var("") for d in np.flatnonzero(p.allowed[members[0]])}
+            model.add_exactly_one(u_lits.values())
+            lits.append((unit, u_lits))
+            free[members] = True
+            for v in members:
+                x[v] = u_lits
+        s: dict[int, Any] = {}
+        per_target: list[list[Any]] = [[] for _ in range(t)]
+        for v in win:
+            lo = 0
+            for u in self.pred[v]:
+                if before[u]:
+                    lo = max(lo, int(end[u] + min(dly[(u, v)][assign[u], d] for d in x[v])))
+            s[v] = model.new_int_var(lo, horizon, f"s{v}")
+            for d, lit in x[v].items():
+                c_ = int(cost[v, d])
+                e_v = s[v] + c_
+                if c_ > 0:
+                    iv = model.new_optional_fixed_size_interval_var(s[v], c_, lit, f"I{v}_{d}") \
+                        if len(x[v]) > 1 else model.new_fixed_size_interval_var(s[v], c_, f"I{v}_{d}")
+                    per_target[d].append(iv)
+                    model.add(s[v] >= int(avail[d])).only_enforce_if(lit)
+                    model.add(fin[d] >= e_v).only_enforce_if(lit)
+                for u in self.pred[v]:
+                    if before[u]:
+                        model.add(s[v] >= int(end[u] + dly[(u, v)][assign[u], d])).only_enforce_if(lit)
+                for w in self.succ[v]:
+                    if not in_win[w]:
+                        model.add(mk >= e_v + int(dly[(v, w)][d, assign[w]] + tail[w])).only_enforce_if(lit)
+                if not self.succ[v]:
+                    model.add(mk >= e_v).only_enforce_if(lit)
+        for d in range(t):
+            if len(per_target[d]) > 1:
+                model.add_no_overlap(per_target[d])
+            if first_later[d] is not None:
+                model.add(mk >= fin[d] + int(tail[first_later[d]]))
+        for v in win:  # precedence inside the window, with the delay of the pair of targets
+            for w in self.succ[v]:
+                if not in_win[w]:
+                    continue
+                dm = dly[(v, w)]
+                for a, la in x[v].items():
+                    for b, lb in x[w].items():
+                        model.add(s[w] >= s[v] + int(cost[v, a] + dm[a, b])).only_enforce_if([la, lb])
+        for d in range(t):
+            cap = p.memory_cap_bytes[d]
+            if not np.isfinite(cap):
+                continue
+            fixed = float(p.weight_bytes[(assign == d) & ~free].sum())
+            terms = [(float(p.weight_bytes[list(unit)].sum()), u_lits[d]) for unit, u_lits in lits if d in u_lits]
+            terms = [(w_, lit) for w_, lit in terms if w_ > 0]
+            if terms and sum(w_ for w_, _ in terms) > cap - fixed:
+                if any(w_ != round(w_) for w_, _ in terms):  # fractional bytes: leave them where they are
+                    for unit, u_lits in lits:
+                        if d in u_lits:
+                            model.add(u_lits[d] == int(assign[unit[0]] == d))
+                    continue
+                model.add(sum(round(w_) * lit for w_, lit in terms) <= int(np.floor(cap - fixed)))
+        model.minimize(mk)
+        for v in win:
+            model.add_hint(s[v], int(start[v]))
+        for unit, u_lits in lits:
+            for d, lit in u_lits.items():
+                model.add_hint(lit, int(assign[unit[0]] == d))
+        solver = make_solver({**self.options, "log": False}, time_s, self.seed, 0)
+        status = solver.solve(model)
+        self.steps += 1
+        self.last_status = solver.status_name(status)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return False
+        self.last_objective_ms = solver.objective_value * self.r
+        new_assign = assign.copy()
+        new_start = {}
+        for v in win:
+            new_assign[v] = next(d for d, lit in x[v].items() if solver.boolean_value(lit))
+            new_start[v] = solver.value(s[v])
+        head = [v for v in order if before[v]]
+        new_order = head + sorted(win, key=lambda v: (new_start[v], v)) + later
+        makespan = float(latency_schedule(p, new_assign, new_order, self.fc)[1].max())
+        if makespan < self.makespan - 1e-9:
+            self.assign, self.order, self.makespan = new_assign, new_order, makespan
+            self.improved += 1
+            return True
+        return False
+
+    # ------------------------------------------------------------------ sweep
+    def run(self, deadline: float, window_ops: int = 70, step_s: float = 0.7, min_step_s: float = 0.25,
+            patience: int = 2) -> float:
+        """Sweep windows of about ``window_ops`` ops (half overlapping) from the start of the
+        schedule until ``deadline``; each CP-SAT call gets at most ``step_s`` seconds. After
+        ``patience`` windows in a row without improvement the sweep starts again from the
+        beginning with another window size (x1.5, x0.75, x1). Returns the makespan."""
+        p = self.p
+        n = p.n_ops
+        sizes = [window_ops, max(8, int(1.5 * window_ops)), max(8, int(0.75 * window_ops))]
+        size_i, pos, misses = 0, 0, 0
+        while True:
+            left = deadline - time.monotonic()
+            if left < min_step_s:
+                break
+            size = sizes[size_i % len(sizes)]
+            if pos >= n - 1 or misses >= patience:
+                size_i += 1
+                size = sizes[size_i % len(sizes)]
+                pos, misses = 0, 0
+            fstart = latency_schedule(p, self.assign, self.order, self.fc)[0]
+            ops = sorted(range(n), key=lambda i: (fstart[i], i))
+            hi = min(n - 1, pos + size)
+            t1 = float(fstart[ops[pos]]) if pos else -1.0
+            t2 = float(fstart[ops[hi]]) if hi < n - 1 else np.inf
+            if t2 > t1:
+                better = self.step(t1, t2, min(step_s, left - 0.15))
+                misses = 0 if better else misses + 1
+            pos += max(1, size // 2)
+        return self.makespan
+
+
+def improve_latency(problem: PlacementProblem, assign: np.ndarray, order: list[int], deadline: float,
+                    options: dict[str, Any] | None = None, seed: int = 0,
+                    **kw: Any) -> tuple[np.ndarray, list[int], float]:
+    """Run :class:`LatencyLNS` until ``deadline``; returns ``(assign, order, makespan)``."""
+    lns = LatencyLNS(problem, assign, order, options, seed)
+    lns.run(deadline, **kw)
+    return lns.assign, lns.order, lns.makespan
