@@ -59,6 +59,8 @@ __all__ = [
 AUTO_COARSEN_OPS = 1000
 #: Target number of super-ops when coarsening without an explicit size.
 COARSE_OPS = 400
+#: A coarse solve gets at least this many seconds, or is skipped when a fine plan exists.
+MIN_COARSE_S = 0.3
 
 
 def solve(problem: PlacementProblem, mode: str = "latency", solver: str = "cpsat", *,
@@ -206,14 +208,16 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
     source = ""
     coarse_stats = None
     info = None
+    sub_deadline = ctx.deadline - reserve
+    if use_lns:  # half of what is left, the LNS gets the rest
+        now = time.monotonic()
+        sub_deadline = now + 0.5 * max(0.0, sub_deadline - now)
+    if fine_best is not None and sub_deadline - time.monotonic() < MIN_COARSE_S:
+        skip_coarse = True  # no time left for a coarse solve worth having: keep the fine plan, stay in time
     if not skip_coarse:
         coarse, members = coarsen_problem(p, target, contiguous=pipeline and ctx.contiguous)
         info = {"n_ops": p.n_ops, "n_coarse_ops": coarse.n_ops,
                 "groups": {p.ops[m[0]]: [p.ops[i] for i in m] for m in members if len(m) > 1}}
-        sub_deadline = ctx.deadline - reserve
-        if use_lns:  # half of what is left, the LNS gets the rest
-            now = time.monotonic()
-            sub_deadline = now + 0.5 * max(0.0, sub_deadline - now)
         sub = dataclasses.replace(ctx, deadline=sub_deadline)
         try:
             cplan = impl.solve(coarse, sub)

@@ -348,6 +348,8 @@ def window_load_bound(problem: PlacementProblem, costs: Costs, lower: float = 0.
     t = p.n_targets
     if lower <= 0 or int(p.allowed.sum()) > max_pairs:
         return lower
+    if deadline is not None and time.monotonic() >= deadline:  # no time: the arrays below are not free
+        return lower
     head, after = target_heads_tails(p, costs)
     cost = np.where(p.allowed, costs.cost, 0.0)
     taus = 0.5 * lower * (np.arange(1, n_windows + 1) / n_windows) ** 2
@@ -397,8 +399,11 @@ def window_load_bound(problem: PlacementProblem, costs: Costs, lower: float = 0.
     best = lower
     added: set[tuple[int, int, int]] = set()
     for _ in range(max_rounds + 1):
-        if deadline is not None and time.monotonic() > deadline:
-            break
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            solver.SetTimeLimit(max(1, int(1000 * left)))  # one Solve() cannot be interrupted otherwise
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
             break
         best = max(best, m.solution_value() * (1 - 1e-7) - 1e-7)  # LP tolerances: keep it valid

@@ -271,7 +271,8 @@ def tune(
     ``budget_s`` bounds the whole call; profiling counts against it.
 
     The learned cost model (:mod:`placer.tune.learned`): ``cost_model`` (a fitted
-    :class:`costmodels.CostModel`) is used and updated as given; otherwise one is fitted on the
+    :class:`costmodels.CostModel`) is used and updated as given (saved only to an explicit
+    ``cost_model_dir``); otherwise one is fitted on the
     profile store, with the partitions earlier runs measured carried over from
     ``cost_model_dir`` (``True``: next to the profile store; ``None``/``False``: no learned
     model at all, measured costs only). Measured partitions are fed to it between trials (it prices the
@@ -310,6 +311,8 @@ def tune(
         return tune_throughput(ctx, budget_s=budget_s, out=out, storage=storage, seed=seed, t_start=t_start,
                                solver_time_limit=solver_time_limit, say=say, n_trials=n_trials)
     model_dir = learned.default_model_dir(db) if cost_model_dir is True else (cost_model_dir or None)
+    if cost_model is not None and cost_model_dir is True:
+        model_dir = None  # a model the caller passed is saved only where the caller says, never over the default
     if cost_model is None and model_dir is not None and any(not getattr(t, "simulated", False) for t in ctx.targets):
         cost_model = learned.fit_or_update(ctx, model_dir, say, seed=seed)
 
@@ -408,15 +411,17 @@ def tune(
             t0 = time.monotonic()
             plan = space.solve_trial(problem, knobs, time_limit=solver_time_limit, seed=seed)
             solve_s = time.monotonic() - t0
-            if plan.makespan_ms > SKIP_BASELINE_FACTOR * best_single.measured_ms and assignment_key(plan) not in by_key:
+            cached = by_key.get(assignment_key(plan))
+            if cached is None and plan.makespan_ms > SKIP_BASELINE_FACTOR * best_single.measured_ms:
                 # e.g. everything on untuned TVM: measuring it would eat the budget; tell TPE the prediction
-                rec = TrialRecord(assignment_key(plan), f"trial {trial.number}", "trial", knobs, plan,
-                                  plan.makespan_ms, solve_s=solve_s,
-                                  error=f"not measured: predicted {plan.makespan_ms / best_single.measured_ms:.0f}x "
-                                        "slower than the best single target")
-                records.append(rec)
-                by_key[rec.key] = rec
-                return tell_trial(study, trial, rec, plan.makespan_ms, say, rec.error)
+                cached = TrialRecord(assignment_key(plan), f"trial {trial.number}", "trial", knobs, plan,
+                                     plan.makespan_ms, solve_s=solve_s,
+                                     error=f"not measured: predicted {plan.makespan_ms / best_single.measured_ms:.0f}x "
+                                           f"slower than the best single target")
+                records.append(cached)
+                by_key[cached.key] = cached
+            if cached is not None and cached.measured_ms is None and (cached.error or "").startswith("not measured"):
+                return tell_trial(study, trial, cached, cached.predicted_ms, say, cached.error)  # same value each time
             rec = measure_plan(plan, f"trial {trial.number}", "trial", knobs, problem, solve_s)
             return tell_trial(study, trial, rec, rec.measured_ms, say,
                               f"{rec.n_partitions} partitions, predicted {rec.predicted_ms:.3f} ms, "

@@ -34,6 +34,9 @@ def test_coarse_trial_keeps_fewer_cuts_than_the_fine_optimum(level):
     assert _switches(coarse, p.ops) < coarse.coarsening["n_coarse_ops"]  # cuts only between super-ops
     assert coarse.makespan_ms >= fine.makespan_ms - 1e-9  # a restriction: never predicted faster
     assert coarse.stats.extra["granularity"] == level
+    # the coarse proof is not a fine one: the reported bound is a fine bound, below the fine makespan
+    assert coarse.stats.best_bound <= coarse.makespan_ms + 1e-9 and coarse.stats.objective == coarse.makespan_ms
+    assert coarse.stats.gap == pytest.approx((coarse.makespan_ms - coarse.stats.best_bound) / coarse.makespan_ms)
 
 
 def test_default_knobs_are_a_point_of_the_search_space():
