@@ -210,7 +210,8 @@ class CostModel:
             return float(overhead + net_isolated_ms(rec["isolated_ms"], overhead).sum())
         return float(self.partition.predict([rec])[0])
 
-    def add_partition_measurements(self, records: Iterable[Mapping[str, Any]], graph: Any = None) -> int:
+    def add_partition_measurements(self, records: Iterable[Mapping[str, Any]], graph: Any = None,
+                                   refit: bool = True) -> int:
         """Learn from measured partitions and refit the partition correction; returns how many were used.
 
         Each record has ``target``, ``measured_ms`` (the partition's own run time, its call
@@ -220,6 +221,8 @@ class CostModel:
         measurement are skipped, and so are records naming ops by id when no ``graph`` is given
         (with a warning: the tuner's rows name op ids). Optional ``model`` (groups the
         correction's cross-validation) and ``origin`` (who measured it) are kept with the record.
+        ``refit=False`` only records them; :meth:`refit_partition` fits later (the fit costs ~1 s
+        per few hundred records, so a caller adding rows often refits when it needs the model).
         """
         added = 0
         skipped_ids = 0
@@ -251,11 +254,17 @@ class CostModel:
         if skipped_ids:
             warnings.warn(f"add_partition_measurements: {skipped_ids} record(s) name ops by id but no graph was "
                           "given (pass graph=...); they were not used", stacklevel=2)
-        if added:
-            base = self.partition if self.partition is not None else PartitionCorrection()
-            X = [r for r, _ in self.partition_records]
-            self.partition = clone(base).fit(X, [m for _, m in self.partition_records])
+        if added and refit:
+            self.refit_partition()
         return added
+
+    def refit_partition(self) -> None:
+        """Fit the partition correction on every recorded partition (no-op without records)."""
+        if not self.partition_records:
+            return
+        base = self.partition if self.partition is not None else PartitionCorrection()
+        X = [r for r, _ in self.partition_records]
+        self.partition = clone(base).fit(X, [m for _, m in self.partition_records])
 
     # ---- persistence ---------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:

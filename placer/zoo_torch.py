@@ -11,7 +11,8 @@ and a ResNet-style CNN, built with seeded random weights and exported to ONNX op
 Exports use the TorchScript exporter (``dynamo=False``: the torch.export-based one needs
 ``onnxscript``, which is not installed here) in eval mode, so BatchNorm uses running statistics
 (seeded non-trivial ones are set). Exported files are cached under ``~/.cache/placer/zoo/``
-(``PLACER_ZOO_CACHE``), keyed by name, seed and torch version, and written atomically.
+(``PLACER_ZOO_CACHE``), keyed by name, builder version, seed and torch version, and written
+atomically.
 """
 
 from __future__ import annotations
@@ -27,11 +28,16 @@ from placer.errors import GraphError
 
 __all__ = ["TORCH_MODELS", "cache_dir", "torch_model"]
 
-CACHE = Path(os.environ.get("PLACER_ZOO_CACHE", str(Path.home() / ".cache" / "placer" / "zoo")))
+#: where exports are cached; None: ``PLACER_ZOO_CACHE`` or ``~/.cache/placer/zoo``, read at each call
+CACHE: Path | None = None
+#: bumped whenever a builder below changes, so a stale cached export is not reused
+BUILDERS_VERSION = 1
 
 
 def cache_dir() -> Path:
-    return CACHE
+    if CACHE is not None:
+        return Path(CACHE)
+    return Path(os.environ.get("PLACER_ZOO_CACHE", str(Path.home() / ".cache" / "placer" / "zoo")))
 
 
 def _torch():
@@ -132,17 +138,19 @@ def torch_model(name: str, seed: int = 0) -> onnx.ModelProto:
     if name not in TORCH_MODELS:
         raise GraphError(f"unknown torch zoo model {name!r}; known: {', '.join(TORCH_MODELS)}")
     torch = _torch()
-    path = CACHE / f"{name}-s{seed}-torch{torch.__version__.replace('+', '_')}.onnx"
+    cache = cache_dir()
+    path = cache / f"{name}-v{BUILDERS_VERSION}-s{seed}-torch{torch.__version__.replace('+', '_')}.onnx"
     if path.is_file():
         return onnx.load(str(path))
     import warnings
 
-    torch.manual_seed(seed)
-    module, args, in_names, out_names = TORCH_MODELS[name]()
-    _seeded(module, seed)
+    with torch.random.fork_rng(devices=[]):  # seeded weights without touching the caller's RNG
+        torch.manual_seed(seed)
+        module, args, in_names, out_names = TORCH_MODELS[name]()
+        _seeded(module, seed)
     module.eval()
-    CACHE.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=CACHE, suffix=".onnx.tmp")
+    cache.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache, suffix=".onnx.tmp")
     os.close(fd)
     try:
         with warnings.catch_warnings(), torch.no_grad():

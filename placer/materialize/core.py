@@ -196,6 +196,11 @@ class Materialized:
             if info.get(key) != getattr(self.stage_config, key):
                 raise PlanError(f"{info_file}: {key} {str(info.get(key))[:24]!r} does not match the plan's "
                                 f"{str(getattr(self.stage_config, key))[:24]!r}: the module was compiled for another plan")
+        import tvm
+
+        if info.get("tvm") != tvm.__version__:  # a library built by another TVM may crash instead of failing
+            raise PlanError(f"{info_file}: compiled with TVM {info.get('tvm')!r}, this is TVM {tvm.__version__}: "
+                            "recompile it (Materialized.export_compiled)")
         if not lib.is_file():
             raise PlanError(f"{lib}: missing (named by {info_file})")
         if hashlib.sha256(lib.read_bytes()).hexdigest() != info.get("sha256"):

@@ -14,8 +14,9 @@
    partition ratio, and the call overhead as the entry cost of every partition. This is the
    ``costs = "learned"`` variant of the tuner's cost-model knob (:mod:`placer.tune.space`).
 3. Between trials the tuner feeds each measured partition to
-   :meth:`CostModel.add_partition_measurements` (the ratio is refitted, so the next "learned"
-   trial is priced with it), and :func:`save` writes the updated model at the end.
+   :meth:`CostModel.add_partition_measurements` (:func:`feed`); the correction is refitted when
+   the next "learned" trial is priced (:func:`refresh`) and before :func:`save` writes the
+   updated model at the end.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["default_model_dir", "fit_or_update", "learned_costs", "partition_ratios", "save", "tune_records"]
+__all__ = ["default_model_dir", "feed", "fit_or_update", "learned_costs", "partition_ratios", "refresh", "save",
+           "tune_records"]
 
 #: marks a partition record measured by ``placer tune`` (carried over between runs)
 ORIGIN = "tune"
@@ -76,6 +78,7 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
 
 def partition_ratios(cm, targets: Sequence[str]) -> dict[str, float]:
     """Per target: the learned partition ratio (measured / sum of net isolated op costs), 1.0 if unknown."""
+    refresh(cm)
     corr = getattr(cm, "partition", None)
     out = {}
     for t in targets:
@@ -114,12 +117,23 @@ def feed(cm, rows: Sequence[Mapping[str, Any]], graph) -> int:
         return 0
     marked = [{**r, "origin": ORIGIN, "model": graph.name} for r in rows
               if r.get("measured_ms") is not None and math.isfinite(float(r["measured_ms"]))]
-    return cm.add_partition_measurements(marked, graph=graph)
+    added = cm.add_partition_measurements(marked, graph=graph, refit=False)
+    if added:
+        cm._placer_stale = True  # refitted when next priced or saved (see refresh)
+    return added
+
+
+def refresh(cm) -> None:
+    """Refit ``cm``'s partition correction if partitions were fed since the last fit."""
+    if getattr(cm, "_placer_stale", False):
+        cm.refit_partition()
+        cm._placer_stale = False
 
 
 def save(cm, model_dir: str | Path, say: Callable[[str], None] = lambda m: None) -> Path | None:
     """Write the updated model to ``model_dir`` (a failure is said, not raised: the tune result stands)."""
     try:
+        refresh(cm)
         path = cm.save(model_dir)
     except Exception as exc:  # noqa: BLE001
         say(f"cost model not saved to {model_dir}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")

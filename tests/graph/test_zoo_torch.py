@@ -47,7 +47,7 @@ def test_export_is_cached_and_listed(tmp_path):
     import placer.zoo_torch as zt
 
     a = zoo.resolve("zoo:gpt-tiny")
-    files = list(zt.CACHE.glob("gpt-tiny-s0-torch*.onnx"))
+    files = list(zt.cache_dir().glob("gpt-tiny-v*-s0-torch*.onnx"))
     assert len(files) == 1
     mtime = files[0].stat().st_mtime_ns
     b = zoo.resolve("zoo:gpt-tiny")

@@ -142,6 +142,13 @@ def test_exported_compiled_module_runs_and_a_changed_one_is_refused(tmp_path):
     (tmp_path / "other" / "compiled.json").write_text((tmp_path / "plan" / "compiled.json").read_text())
     with pytest.raises(PlanError, match="assignment_hash"):
         other.compiled_path()
+    # a module built by another TVM is refused (it could crash the process instead of failing)
+    info_file = tmp_path / "plan" / "compiled.json"
+    good = info_file.read_text()
+    info_file.write_text(good.replace(json.loads(good)["tvm"], "0.0.0-other"))
+    with pytest.raises(PlanError, match="compiled with TVM"):
+        load_plan_dir(tmp_path / "plan").compiled_path()
+    info_file.write_text(good)
     # a changed library is refused before it is loaded
     with open(lib, "ab") as f:
         f.write(b"\0")
