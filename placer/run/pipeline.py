@@ -386,12 +386,17 @@ class PipelineExecutor:
         return outputs, errors, lat, wall
 
     def run(self, requests: Sequence[Mapping[str, np.ndarray]], *, warmup: int = 2) -> RunResult:
-        """Push requests through the stages; outputs in request order (see the error policy above)."""
+        """Push requests through the stages; outputs in request order (see the error policy above).
+
+        ``warmup`` requests (at least two per worker of the widest stage when nonzero) run first, untimed."""
         if self._closed:
             raise PlacerError("pipeline executor is closed (a stage failed earlier, or close() was called)")
         self.start()
         requests = list(requests)
         if warmup:
+            # every replica of every stage should have made its (cold) first call before timing starts:
+            # with pulled work one replica can take them all, so warm with a few requests per worker
+            warmup = max(warmup, 2 * max(len(w) for w in self._workers))
             w_out, w_err, _, _ = self._batch([requests[i % len(requests)] for i in range(warmup)])
             if any(w_err):
                 err = next(e for e in w_err if e is not None)

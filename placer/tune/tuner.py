@@ -113,14 +113,18 @@ def _partition_feedback(problem, plan, mat, measured: Mapping[str, float]) -> li
         if p.id in measured:
             rows.append({"partition": p.id, "target": plan.assignment[p.ops[0]], "ops": list(p.ops),
                          "n_inputs": len(p.inputs), "predicted_ms": predicted, "measured_ms": measured[p.id],
-                         "overhead_ms": float(overheads.get(plan.assignment[p.ops[0]], 0.0))})
+                         "overhead_ms": float(overheads.get(plan.assignment[p.ops[0]], 0.0)),
+                         "costs": problem.provenance.get("costs", "calibrated")})
     return rows
 
 
-def learned_entry_ms(rows: Sequence[Mapping[str, Any]], targets: Sequence[str]) -> np.ndarray:
+def learned_entry_ms(rows: Sequence[Mapping[str, Any]], targets: Sequence[str], costs: str | None = None) -> np.ndarray:
     """Per target: median of (measured - predicted) per received tensor over measured partitions,
-    clipped at 0. This is the partition entry cost later trials are charged (feedback step)."""
+    clipped at 0. This is the partition entry cost later trials are charged (feedback step).
+    ``costs``: only rows predicted with that cost-model variant (their predictions differ in scale)."""
     out = np.zeros(len(targets))
+    if costs is not None:
+        rows = [r for r in rows if r.get("costs", "calibrated") == costs]
     for j, t in enumerate(targets):
         excess = [(r["measured_ms"] - r["predicted_ms"]) / max(r["n_inputs"], 1) for r in rows if r["target"] == t]
         if excess:
@@ -404,7 +408,7 @@ def tune(
         def run_trial(trial) -> bool:
             """Solve, measure and tell one trial; False if another worker had finished it."""
             knobs = space.suggest_latency(trial, names)
-            entry = learned_entry_ms(feedback_rows, names)
+            entry = learned_entry_ms(feedback_rows, names, knobs["costs"])
             priced = (learned.learned_costs(ctx, cost_model)
                       if knobs["costs"] == "learned" and cost_model is not None else None)
             problem = space.latency_problem(ctx, knobs, fusion, entry, priced)

@@ -47,3 +47,14 @@ def test_default_knobs_are_a_point_of_the_search_space():
     study.enqueue_trial(space.default_knobs(targets))
     trial = study.ask()
     assert space.suggest_latency(trial, targets) == space.default_knobs(targets)
+
+
+def test_entry_cost_feedback_uses_rows_of_the_same_cost_variant():
+    from placer.tune.tuner import learned_entry_ms
+
+    rows = [{"target": "a", "n_inputs": 1, "predicted_ms": 1.0, "measured_ms": 1.5, "costs": "calibrated"},
+            {"target": "a", "n_inputs": 2, "predicted_ms": 1.0, "measured_ms": 5.0, "costs": "isolated"},
+            {"target": "b", "n_inputs": 1, "predicted_ms": 2.0, "measured_ms": 1.0}]  # no tag: calibrated
+    assert learned_entry_ms(rows, ["a", "b"], "calibrated").tolist() == [0.5, 0.0]  # clipped at 0
+    assert learned_entry_ms(rows, ["a", "b"], "isolated").tolist() == [2.0, 0.0]
+    assert learned_entry_ms(rows, ["a", "b"]).tolist() == [1.25, 0.0]  # all rows pooled
