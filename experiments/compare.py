@@ -43,7 +43,7 @@ def geomean(xs):
 
 
 def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, solver_time_limit: float,
-                  pipeline: bool, say, work: Path) -> dict:
+                  pipeline: bool, say, work: Path, label: str | None = None) -> dict:
     from placer import api
     from placer.materialize import materialize
     from placer.report import gantt
@@ -58,6 +58,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     ctx = api.prepare(ref, targets=targets, db=db)
     prof_s = time.monotonic() - t0
     graph, problem = ctx.graph, ctx.problem
+    name = label or graph.name  # the report's label (the --models name, not the ONNX graph's own)
     names = [t.name for t in ctx.targets]
     strategies = [f"single:{n}" for n in names] + ["greedy", "heft", "cpsat"]
     rows = []
@@ -75,7 +76,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
             s0 = time.monotonic()
             plan = solve(problem, "latency", strat, time_limit=solver_time_limit)
             solve_s = time.monotonic() - s0
-            row = {"model": graph.name, "placement": strat, "predicted_ms": plan.makespan_ms, "solve_s": solve_s,
+            row = {"model": name, "placement": strat, "predicted_ms": plan.makespan_ms, "solve_s": solve_s,
                    "status": plan.stats.status, "gap": plan.stats.gap}
             if strat.startswith("single:") and len(set(plan.assignment.values())) > 1:
                 row["note"] = "falls back to another target for unsupported ops"
@@ -99,11 +100,11 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             rows.append(row)
             if strat == "cpsat":
-                gantt(plan, out / f"gantt_{graph.name}.png", f"{graph.name}: CP-SAT plan (predicted)")
+                gantt(plan, out / f"gantt_{name}.png", f"{name}: CP-SAT plan (predicted)")
         # the tuned plan (own session), re-measured here with the others
-        tuned = tune(graph, targets=targets, db=db, budget_s=tune_budget_s, out_dir=work / f"tune_{graph.name}",
+        tuned = tune(graph, targets=targets, db=db, budget_s=tune_budget_s, out_dir=work / f"tune_{name}",
                      solver_time_limit=solver_time_limit)
-        trow = {"model": graph.name, "placement": "tuned", "predicted_ms": tuned.best.predicted_ms,
+        trow = {"model": name, "placement": "tuned", "predicted_ms": tuned.best.predicted_ms,
                 "solve_s": sum(r.solve_s for r in tuned.records), "status": "measured guard" if tuned.fell_back else "",
                 "partitions": tuned.best.n_partitions, "numerics_ok": tuned.best.numerics_ok,
                 "tuned_choice": tuned.best.label}
@@ -132,14 +133,14 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
             r["speedup_vs_best_single"] = best_single["measured_ms"] / r["measured_ms"]
         if "measured_ms" in r and ort:
             r["speedup_vs_onnxruntime"] = ort["measured_ms"] / r["measured_ms"]
-    result = {"model": graph.name, "ref": ref, "n_ops": len(graph.ops), "profile_s": prof_s, "rows": rows,
+    result = {"model": name, "ref": ref, "n_ops": len(graph.ops), "profile_s": prof_s, "rows": rows,
               "best_single": best_single["placement"] if best_single else None,
               "fusion_scale": problem.provenance.get("fusion_scale"),
               "segment_ratios": segment_ratio_stats(ctx.table),
               "whole_model_ms": problem.provenance.get("whole_model_ms")}
     if pipeline:
         tp = tune(graph, targets=targets, db=db, budget_s=tune_budget_s, objective="throughput",
-                  out_dir=work / f"tune_tp_{graph.name}", solver_time_limit=solver_time_limit)
+                  out_dir=work / f"tune_tp_{name}", solver_time_limit=solver_time_limit)
         result["pipeline"] = {
             "best": tp.best.label, "throughput_rps": tp.best.throughput_rps,
             "best_single": tp.best_single.label, "best_single_rps": tp.best_single.throughput_rps,
@@ -148,7 +149,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
             "stages": list(tp.best.plan.stage_targets) if tp.best.plan is not None else None,
             "candidates": [{"label": r.label, "rps": r.throughput_rps, "error": r.error} for r in tp.records],
         }
-    say(f"{graph.name}: done in {time.monotonic() - t0:.0f}s")
+    say(f"{name}: done in {time.monotonic() - t0:.0f}s")
     return result
 
 
@@ -275,7 +276,7 @@ def main(argv=None) -> int:
         ref = MODELS.get(name, name)
         results.append(compare_model(ref, targets, args.db, out, tune_budget_s=args.tune_budget,
                                      solver_time_limit=args.solver_time_limit, pipeline=args.pipeline,
-                                     say=lambda m: print(m, flush=True), work=Path(args.work)))
+                                     say=lambda m: print(m, flush=True), work=Path(args.work), label=name if name in MODELS else None))
         (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
     path = write_report(results, out, meta)
     print(f"report: {path}")
