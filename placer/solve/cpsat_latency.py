@@ -62,7 +62,7 @@ from placer.errors import ProblemError
 from placer.plan import Plan, SolverStats
 from placer.problem import PlacementProblem
 from placer.solve.base import SolveContext
-from placer.solve.bounds import heads_tails, load_bound, window_load_bound
+from placer.solve.bounds import edge_delays, heads_tails, load_bound, window_load_bound
 from placer.solve.cpsat_util import (
     add_first_use_order,
     build_seconds,
@@ -240,15 +240,8 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
         elif capacity[d] == 1 and len(per_target[d]) > 1:
             model.add_no_overlap(per_target[d])
 
-    # edge delays: max over the edge's tensors of link + entry, per target pair
-    delays: dict[tuple[int, int], np.ndarray] = {}
-    for k, (u, cs) in enumerate(zip(p.tensor_producer, p.tensor_consumers)):
-        if u < 0:
-            continue
-        dk = ci.link[k] + ci.entry[None, :]
-        for v in cs:
-            prev = delays.get((u, v))
-            delays[(u, v)] = dk if prev is None else np.maximum(prev, dk)
+    # edge delays: max over the edge's tensors of link + entry, per target pair (a != b used below)
+    delays = edge_delays(p, ci)
     for (u, v), dm in sorted(delays.items()):
         model.add(s[v] >= e[u])
         if x[u] is x[v]:  # same colocation group: never a transfer
