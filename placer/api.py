@@ -11,16 +11,14 @@ CLI commands call these functions and nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-
-DEFAULT_DB = os.environ.get("PLACER_DB", str(Path.home() / ".cache" / "placer" / "profiles.db"))
-
 
 @dataclass
 class PlanningContext:
@@ -47,11 +45,11 @@ def load(model, shapes: Mapping[str, Sequence[int]] | None = None):
 
 
 def open_store(db: str | os.PathLike | None):
-    from placer.profile import ProfileStore
+    """The profile store at ``db`` (None: the default store, ``$PLACER_DB`` or
+    ``~/.cache/placer/profiles.db``)."""
+    from placer.profile.store import open_store as _open
 
-    path = Path(db or DEFAULT_DB)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return ProfileStore(path)
+    return _open(db)[0]
 
 
 def prepare(
@@ -70,8 +68,11 @@ def prepare(
     memory_cap_bytes: Mapping[str, float] | None = None,
     pinned: Mapping[str, str] | None = None,
     colocate: Sequence[Sequence[str]] = (),
+    say: Callable[[str], None] | None = None,
 ) -> PlanningContext:
-    """Load, profile what is missing (ops, whole model per target, links), build the problem."""
+    """Load, profile what is missing (ops, whole model per target, links), build the problem.
+
+    ``say``: called with one line per profiling phase (what it does, then how long it took)."""
     from placer.costing import build_problem, cost_table_from_store, fusion_groups
     from placer.devices import make_targets
     from placer.profile import profile_graph, profile_links, profile_whole_model
@@ -82,12 +83,18 @@ def prepare(
     store = open_store(db)
     # runtime fusion groups are profiled as segments and priced whole (issue 9)
     segments = fusion_groups(graph) if segments is True else [list(s) for s in (segments or [])]
+    say = say or (lambda msg: None)
     if profile and real:
-        profile_graph(graph, real, store, timeout_s=timeout_s, progress=progress, segments=segments)
+        names = ", ".join(t.name for t in real)
+        with _phase(say, f"profile ops: {len(graph.unique_signatures())} signatures"
+                         f"{f' + {len(segments)} fusion segments' if segments else ''} on {names}"):
+            profile_graph(graph, real, store, timeout_s=timeout_s, progress=progress, segments=segments)
         if whole_models:
-            profile_whole_model(graph, real, store, timeout_s=max(timeout_s, 120.0))
+            with _phase(say, f"profile the whole model on {names}"):
+                profile_whole_model(graph, real, store, timeout_s=max(timeout_s, 120.0))
         if len(real) > 1:
-            profile_links(real, store)
+            with _phase(say, "profile the links between targets"):
+                profile_links(real, store)
     table = cost_table_from_store(graph, tgts, store, cost_model=cost_model, segments=segments)
     _check_runnable(graph, table, store, tgts)
     links = store.link_model(tgts, missing="skip") if len(tgts) > 1 and len(real) == len(tgts) else None
@@ -103,6 +110,15 @@ def prepare(
         colocate=colocate, provenance=provenance,
     )
     return PlanningContext(graph, tgts, store, table, links, problem)
+
+
+@contextlib.contextmanager
+def _phase(say: Callable[[str], None], what: str):
+    """Say what a phase does and, when it ends, how long it took."""
+    say(f"{what} ...")
+    t0 = time.monotonic()
+    yield
+    say(f"{what}: done in {time.monotonic() - t0:.1f} s")
 
 
 def _check_runnable(graph, table, store, targets) -> None:
@@ -194,6 +210,7 @@ def plan(
     num_stages: int | None = None,
     seed: int = 0,
     cost_model=None,
+    say: Callable[[str], None] | None = None,
     **options: Any,
 ):
     """Plan ``model`` on ``targets`` (profiling what is missing): a :class:`PlannedModel`.
@@ -201,9 +218,12 @@ def plan(
     >>> pm = placer.plan("zoo:squeezenet", targets=["onnxruntime", "openvino"])   # doctest: +SKIP
     >>> pm.makespan_ms, pm.explain()[0], pm.run("seed:0").measurement.latency_p50_ms  # doctest: +SKIP
     """
-    from placer.solve import solve
+    from placer.devices import make_targets
+    from placer.solve import check_request, solve
 
-    ctx = prepare(model, targets=targets, db=db, shapes=shapes, cost_model=cost_model)
+    # cheap checks first: a misspelled solver or target is refused before any profiling
+    check_request(mode, solver, time_limit, [t.name for t in make_targets(targets)], options)
+    ctx = prepare(model, targets=targets, db=db, shapes=shapes, cost_model=cost_model, say=say)
     solved = solve(ctx.problem, mode, solver, time_limit=time_limit, num_stages=num_stages, seed=seed, **options)
     return PlannedModel(solved, ctx)
 

@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Callable
 
 from placer.errors import PlacerError
+
+
+DB_HELP = "profile store (SQLite); default $PLACER_DB, else ~/.cache/placer/profiles.db"
+TARGETS_HELP = ("comma-separated targets, e.g. onnxruntime,openvino:t1,tvm-llvm "
+                "(default: onnxruntime and openvino on all cores)")
 
 
 def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -65,14 +71,16 @@ def add_plan(sub) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("model", nargs="?", help="ONNX file or zoo:NAME")
     src.add_argument("--problem", help="a PlacementProblem JSON file (docs/problem_json.md): bring your own costs")
-    p.add_argument("--targets", help="comma-separated target names (default: every target this machine has)")
+    p.add_argument("--targets", help=TARGETS_HELP)
     p.add_argument("--mode", choices=["latency", "pipeline"], default="latency")
     p.add_argument("--solver", default="cpsat", help="cpsat, heft, greedy, dp, single:<target> ...")
     p.add_argument("--stages", type=int, default=None, help="pipeline stages (default: solver's choice)")
     p.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds")
-    p.add_argument("--db", default=None, help="profile store (SQLite); default ~/.cache/placer/profiles.db")
+    p.add_argument("--db", default=None, help=DB_HELP)
     p.add_argument("--shape", action="append", help="bind an input shape: NAME=1x3x224x224 (repeatable)")
-    p.add_argument("--out", default=None, help="write the plan JSON here")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="write a runnable plan directory here (plan.json, stage_config.json, Relax module, "
+                        "partitions: `placer run DIR`); a path ending in .json gets the plan JSON alone")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_plan)
 
@@ -81,20 +89,34 @@ def cmd_plan(args) -> int:
     from placer.problem import PlacementProblem
     from placer.solve import solve
 
+    out = Path(args.out) if args.out else None
     if args.problem:
         problem = PlacementProblem.from_json(args.problem)
         plan = solve(problem, args.mode, args.solver, time_limit=args.time_limit, num_stages=args.stages,
                      seed=args.seed)
-    else:
-        from placer import api
+        print(plan.summary())
+        if out:  # no model to materialize: the plan JSON is the whole output
+            plan.save(out)
+            print(f"plan written to {out}")
+        return 0
+    from placer import api
 
-        plan = api.plan(args.model, targets=parse_targets(args.targets), mode=args.mode, solver=args.solver,
-                        db=args.db, shapes=parse_shapes(args.shape), time_limit=args.time_limit,
-                        num_stages=args.stages, seed=args.seed).plan
-    print(plan.summary())
-    if args.out:
-        plan.save(args.out)
-        print(f"plan written to {args.out}")
+    if out is not None and out.exists() and not out.is_dir() and out.suffix != ".json":
+        raise PlacerError(f"--out {out}: exists and is not a directory")
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    planned = api.plan(args.model, targets=parse_targets(args.targets), mode=args.mode, solver=args.solver,
+                       db=args.db, shapes=parse_shapes(args.shape), time_limit=args.time_limit,
+                       num_stages=args.stages, seed=args.seed,
+                       say=lambda msg: console.print(f"[dim]{msg}[/dim]", highlight=False))
+    print(planned.plan.summary())
+    if out is not None and out.suffix == ".json":
+        planned.plan.save(out)
+        print(f"plan written to {out} (give --out a directory for a plan you can `placer run`)")
+    elif out is not None:
+        mat = planned.save(out)
+        print(f"plan directory written to {mat.out_dir}: run it with `placer run {out} --check`")
     return 0
 
 
@@ -115,13 +137,13 @@ def parse_budget(text: str) -> float:
 def add_tune(sub) -> None:
     p = sub.add_parser("tune", help="profile, solve, run and tune a placement against measured latency/throughput")
     p.add_argument("model", help="ONNX file or zoo:NAME (zoo:squeezenet, zoo:bert-tiny, ...)")
-    p.add_argument("--targets", help="comma-separated target names (default: every target this machine has)")
+    p.add_argument("--targets", help=TARGETS_HELP)
     p.add_argument("--objective", choices=["latency", "throughput"], default="latency")
     p.add_argument("--budget", default="2m", help="time budget, e.g. 90s, 10m (default 2m)")
     p.add_argument("--trials", type=int, default=None, help="stop after this many trials (default: budget)")
     p.add_argument("--out", default="placer-out", help="output directory (default placer-out)")
     p.add_argument("--storage", default=None, help="Optuna storage URL (default sqlite:///OUT/study.db)")
-    p.add_argument("--db", default=None, help="profile store (SQLite); default ~/.cache/placer/profiles.db")
+    p.add_argument("--db", default=None, help=DB_HELP)
     p.add_argument("--shape", action="append", help="bind an input shape: NAME=1x3x224x224 (repeatable)")
     p.add_argument("--cost-model", default=None, metavar="DIR",
                    help="learned cost model to update (default: costmodel/ next to the profile store)")
@@ -145,20 +167,30 @@ def cmd_tune(args) -> int:
                   shapes=parse_shapes(args.shape), n_trials=args.trials, seed=args.seed,
                   cost_model_dir=False if args.no_cost_model else (args.cost_model or True),
                   progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
-    table = Table(title=f"placer tune {args.model} ({result.objective})")
-    for col in ("candidate", "partitions", "predicted ms", "measured ms", "req/s", "numerics"):
-        table.add_column(col)
-    for r in sorted(result.records, key=lambda r: (r.measured_ms is None, r.measured_ms or 0)):
-        table.add_row(r.label + (" *" if r is result.best else ""), str(r.n_partitions),
-                      f"{r.predicted_ms:.3f}" if r.predicted_ms == r.predicted_ms else "-",
-                      f"{r.measured_ms:.3f}" if r.measured_ms else "-",
-                      f"{r.throughput_rps:.1f}" if r.throughput_rps else "-",
-                      {True: "ok", False: "MISMATCH", None: "-"}[r.numerics_ok] if not r.error else r.error[:40])
+    tp = result.objective == "throughput"
+    default = result.best_default
+    table = Table(title=f"placer tune {args.model} ({result.objective}); "
+                        "figures from the final interleaved rounds unless noted")
+    for col in ("candidate", "kind", "partitions", "predicted ms", "measured ms" if not tp else "req/s",
+                "p10-p90", "x best default", "numerics", "note"):
+        table.add_column(col, overflow="fold")
+    for r in sorted(result.records, key=lambda r: (not r.final, r.measured_ms is None, r.measured_ms or 0)):
+        if r.measured_ms is None and r.throughput_rps is None:
+            figure, spread, ratio = "-", "-", "-"
+        elif tp:
+            figure, spread = f"{r.throughput_rps:.1f}", "-"
+            ratio = f"{r.throughput_rps / default.throughput_rps:.2f}" if default else "-"
+        else:
+            figure, spread = f"{r.measured_ms:.3f}", f"{r.p10_ms:.3f}-{r.p90_ms:.3f}"
+            ratio = f"{default.measured_ms / r.measured_ms:.2f}" if default else "-"
+        note = r.error or ("" if r.final or r.kind == "yardstick" else "measured in its trial, not in the final rounds")
+        table.add_row(r.label + (" *" if r is result.best else ""), r.kind, str(r.n_partitions),
+                      f"{r.predicted_ms:.3f}" if r.predicted_ms == r.predicted_ms else "-", figure, spread, ratio,
+                      {True: "ok", False: "MISMATCH", None: "-"}[r.numerics_ok], note)
     console.print(table)
-    if result.fell_back:
-        console.print(f"No placement measured faster than {result.best_single.label}: using it (measured guard).")
-    console.print(f"speedup over the best single target: {result.speedup_vs_best_single:.2f}x "
-                  f"({result.wall_s:.0f} s)")
+    for line in result.verdict():
+        console.print(line, highlight=False)
+    console.print(f"({result.wall_s:.0f} s)")
     console.print(f"report: {result.report_path}  (and {result.out_dir}/report.html)")
     return 0
 
@@ -187,8 +219,10 @@ COMMANDS: list[Callable] = [add_devices, add_plan, add_tune, add_report]
 # ---- fit (costmodels) ---------------------------------------------------------------------------
 def add_fit(sub) -> None:
     p = sub.add_parser("fit", help="fit the cost model on a profile store and save it")
-    p.add_argument("--db", required=True, help="profile store (SQLite) written by `placer profile`")
-    p.add_argument("--out", required=True, help="directory for the model (skops + JSON + card.json)")
+    p.add_argument("--db", default=None, help=DB_HELP)
+    p.add_argument("--out", default=None,
+                   help="directory for the model (skops + JSON + card.json); default: costmodel/ next to the "
+                        "profile store, where placer tune finds it")
     p.add_argument("--targets", default=None, help="comma-separated targets (default: all in the store)")
     p.add_argument("--tune-trials", type=int, default=0, help="Optuna trials per target (0: defaults)")
     p.add_argument("--seed", type=int, default=0)
@@ -197,14 +231,20 @@ def add_fit(sub) -> None:
 
 def cmd_fit(args) -> int:
     from costmodels.train import fit_store
+    from placer.profile.store import default_db
+    from placer.tune.learned import default_model_dir
 
-    cm = fit_store(args.db, args.out, targets=parse_targets(args.targets), tune_trials=args.tune_trials,
+    db = args.db or default_db()
+    if not Path(db).is_file():
+        raise PlacerError(f"--db {db}: no profile store there (run `placer profile MODEL` first)")
+    out = args.out or default_model_dir(db)
+    cm = fit_store(db, out, targets=parse_targets(args.targets), tune_trials=args.tune_trials,
                    seed=args.seed)
     for t, c in sorted(cm.card["targets"].items()):
         m = c.get("metrics", {})
         cv = f", cv log-MAE {m['cv_log_mae']:.3f}" if "cv_log_mae" in m else ""
         print(f"{t}: {c['n_rows']} op rows ({c['n_unsupported']} unsupported){cv}")
-    print(f"saved {cm.model_id} to {args.out}")
+    print(f"saved {cm.model_id} to {out}")
     return 0
 
 
@@ -283,8 +323,8 @@ COMMANDS += [add_run, add_show]
 def add_profile(sub) -> None:
     p = sub.add_parser("profile", help="profile a model's ops (and whole model, links) on targets into a store")
     p.add_argument("model", help="ONNX file or zoo:NAME")
-    p.add_argument("--targets", default=None, help="comma-separated targets (default: onnxruntime,openvino,tvm-llvm)")
-    p.add_argument("--db", default=None, help="profile store (SQLite; default $PLACER_PROFILE_DB or placer-profile.db)")
+    p.add_argument("--targets", default=None, help=TARGETS_HELP)
+    p.add_argument("--db", default=None, help=DB_HELP)
     p.add_argument("--shape", action="append", default=None, help="bind an input shape, NAME=1x3x224x224 (repeatable)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per measurement (default 60)")
     p.add_argument("--segments", nargs="?", type=int, const=3, default=0, metavar="MAX_LEN",

@@ -60,7 +60,7 @@ import numpy as np
 
 from placer.errors import ProblemError
 
-__all__ = ["LINK_CHARGES", "PlacementProblem", "Tensor"]
+__all__ = ["LINK_CHARGES", "PlacementProblem", "Tensor", "resolve_target_name"]
 
 #: Valid values of ``link_charge``.
 LINK_CHARGES = ("sender", "receiver", "both")
@@ -567,6 +567,10 @@ class PlacementProblem:
         k = self.tensor_index[tensor]
         return float(self.link_ms[k, self.target_index[src], self.target_index[dst]])
 
+    def resolve_target(self, name: str, context: str = "") -> str:
+        """See :func:`resolve_target_name`."""
+        return resolve_target_name(name, self.targets, context)
+
     # ------------------------------------------------------------------ equality / repr
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PlacementProblem):
@@ -734,6 +738,20 @@ class PlacementProblem:
             partition_overhead_ms=per_target("partition_overhead_ms", 0.0),
             provenance=provenance,
         )
+
+
+def resolve_target_name(name: str, targets: Sequence[str], context: str = "") -> str:
+    """The target of ``targets`` that ``name`` means: its exact name, or the one target of that kind
+    when the name leaves the resources out (``onnxruntime`` -> ``onnxruntime@cpu:t2``).
+    ProblemError (prefixed by ``context``) if it names none or several."""
+    if name in targets:
+        return name
+    matches = [t for t in targets if t.startswith((f"{name}@", f"{name}:"))]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise ProblemError(f"{context}target {name!r} is ambiguous: it matches {matches}; name one of them")
+    raise ProblemError(f"{context}unknown target {name!r}; targets are {list(targets)}")
 
 
 def _num(v: Any, what: str, where: str) -> float:

@@ -10,11 +10,23 @@ from placer.devices.base import CompiledModel, Target, TargetSpec
 from placer.errors import TargetError
 
 
+def spins(threads: int) -> bool:
+    """Whether a target of ``threads`` threads keeps its pool spinning during a run.
+
+    Spinning is what makes ONNX Runtime's default fast on many small ops (a parked worker takes
+    microseconds to wake for each parallel section), so a multi-thread target spins like the
+    default does; ``session.force_spinning_stop`` parks the pool the moment ``Run()`` returns, so
+    the next partition, on another runtime in the same process, finds its cores free (spinning
+    workers left running slow a neighbour's next call by up to 1.6x: docs/design.md). A 1-thread
+    target has no pool to spin."""
+    return threads > 1
+
+
 def session_options(threads: int):
     """Session options shared by profiling and execution (time ops the way they will run).
 
-    One intra-op pool of ``threads``, sequential execution, no spinning (spinning ORT workers slow
-    down another runtime's next call in the same process: shared/DESIGN.md).
+    One intra-op pool of ``threads``, sequential execution; spinning only while a run is in
+    flight (:func:`spins`).
     """
     import onnxruntime as ort
 
@@ -23,7 +35,9 @@ def session_options(threads: int):
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spins(threads) else "0")
+    if spins(threads):
+        so.add_session_config_entry("session.force_spinning_stop", "1")
     so.log_severity_level = 3
     return so
 
@@ -50,6 +64,12 @@ class OnnxRuntimeTarget(Target):
         import onnxruntime as ort
 
         return f"onnxruntime {ort.__version__} CPUExecutionProvider"
+
+    def fingerprint(self) -> dict[str, Any]:
+        fp = super().fingerprint()
+        if spins(self.spec.threads):  # 1-thread fingerprints (and their stored profiles) stay as they were
+            fp["spinning"] = "while running"
+        return fp
 
     def supports(self, op_type: str, domain: str = "") -> tuple[bool, str]:
         if domain not in ("", "ai.onnx", "com.microsoft", "ai.onnx.ml"):

@@ -7,6 +7,7 @@ separate target, to be allowed only within the user's numeric tolerance.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
 import numpy as np
@@ -58,13 +59,25 @@ class OpenVinoTarget(Target):
         return f"openvino {ov.__version__} CPU {self.precision}"
 
     def config(self) -> dict[str, Any]:
-        return {
+        cfg = {
             "INFERENCE_NUM_THREADS": self.spec.threads,
             "INFERENCE_PRECISION_HINT": self.precision,
             "PERFORMANCE_HINT": "LATENCY",
             "NUM_STREAMS": 1,
             "ENABLE_CPU_PINNING": False,
         }
+        if self.owns_machine():  # all cores: OpenVINO's own thread pinning, as at its defaults
+            del cfg["ENABLE_CPU_PINNING"]
+        return cfg
+
+    def owns_machine(self) -> bool:
+        return not self.spec.cores and self.spec.threads >= len(os.sched_getaffinity(0))
+
+    def fingerprint(self) -> dict[str, Any]:
+        fp = super().fingerprint()
+        if self.owns_machine():  # 1-thread fingerprints (and their stored profiles) stay as they were
+            fp["cpu_pinning"] = "runtime default"
+        return fp
 
     def compile(self, model: Any) -> CompiledModel:
         core = _core()

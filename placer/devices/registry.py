@@ -19,7 +19,19 @@ _KINDS: dict[str, str] = {
     "tvm-rpc": "placer.devices.rpc:RpcTarget",  # TVM RPC device behind a tracker (issue 6)
 }
 
-DEFAULT_KINDS = ("onnxruntime", "openvino", "tvm-llvm")
+#: runtimes placed by default. Untuned TVM (``tvm-llvm``) is 15-100x slower than either on a CPU
+#: (docs/tvm_notes.md): it never wins an op there, so it is profiled only when named
+#: (``--targets onnxruntime,openvino,tvm-llvm``) or tuned (``tvm-llvm-tuned``).
+DEFAULT_KINDS = ("onnxruntime", "openvino")
+
+
+def default_target_names() -> list[str]:
+    """The default targets: each default runtime on the whole machine (one thread per core this
+    process may use), as a user's runtime at its defaults runs."""
+    import os
+
+    n = len(os.sched_getaffinity(0))
+    return [f"{kind}:t{n}" for kind in DEFAULT_KINDS]
 
 
 def register_target(kind: str, path: str) -> None:
@@ -55,7 +67,7 @@ def make_target(spec: str | TargetSpec) -> Target:
 
 def make_targets(specs: Iterable[str | TargetSpec] | None = None) -> list[Target]:
     """Targets for the given names, or every default target this machine has."""
-    targets = [make_target(s) for s in (specs if specs else DEFAULT_KINDS)]
+    targets = [make_target(s) for s in (specs if specs else default_target_names())]
     names = [t.name for t in targets]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

@@ -565,7 +565,7 @@ def _segment_task(graph, op_ids, target, timeout_s) -> tuple[_Task, dict]:
 def profile_graph(
     graph,
     targets: Iterable | None = None,
-    store: ProfileStore | str | os.PathLike = "placer-profile.db",
+    store: ProfileStore | str | os.PathLike | None = None,
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     model_timeout_s: float | None = None,
@@ -731,7 +731,7 @@ def profile_segment(
     graph,
     op_ids: Sequence[str],
     targets: Iterable | None = None,
-    store: ProfileStore | str | os.PathLike = "placer-profile.db",
+    store: ProfileStore | str | os.PathLike | None = None,
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     isolate: bool = True,
@@ -767,7 +767,7 @@ def profile_segment(
 def profile_whole_model(
     graph,
     targets: Iterable | None = None,
-    store: ProfileStore | str | os.PathLike = "placer-profile.db",
+    store: ProfileStore | str | os.PathLike | None = None,
     *,
     timeout_s: float = 10 * DEFAULT_TIMEOUT_S,
     isolate: bool = True,
@@ -808,7 +808,7 @@ def _collect(st: ProfileStore, key: str, tlist, res: CampaignResult) -> dict[str
 def profile_model(
     source,
     targets: Iterable | None = None,
-    store: ProfileStore | str | os.PathLike = "placer-profile.db",
+    store: ProfileStore | str | os.PathLike | None = None,
     *,
     shapes: Mapping[str, Sequence[int]] | None = None,
     segments: bool | int = False,

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
 
 from placer.profile.campaign import CampaignResult
-
-
-def default_store_path() -> str:
-    return os.environ.get("PLACER_PROFILE_DB") or "placer-profile.db"
+from placer.profile.store import open_store
 
 
 def _ms(x: float | None) -> str:
@@ -70,14 +66,13 @@ def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None
     from placer.devices import make_targets
     from placer.errors import ProfileError
     from placer.profile.campaign import profile_model
-    from placer.profile.store import ProfileStore
-
     if not timeout_s > 0:
         raise ProfileError(f"--timeout {timeout_s}: must be > 0")
     if segments and segments < 2:
         raise ProfileError(f"--segments {segments}: the longest chain segment must be >= 2 ops")
     tlist = make_targets(targets)
-    with ProfileStore(db or default_store_path()) as store:
+    store, _ = open_store(db)
+    with store:
         graph, res = profile_model(model, tlist, store, shapes=shapes or None, segments=segments or False,
                                    timeout_s=timeout_s, links=links, whole_model=whole_model,
                                    retry_failed=retry_failed, progress=progress)

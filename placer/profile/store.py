@@ -582,8 +582,23 @@ def _tname(t) -> str:
     return getattr(t, "name", str(t))
 
 
-def open_store(store: ProfileStore | str | os.PathLike) -> tuple[ProfileStore, bool]:
-    """(store, owned): open a path, or pass a store through (owned=False)."""
+#: the environment variable naming the profile store every command uses by default
+DB_ENV = "PLACER_DB"
+
+
+def default_db() -> Path:
+    """The one default profile store of ``placer profile``, ``fit``, ``plan`` and ``tune``:
+    ``$PLACER_DB``, else ``~/.cache/placer/profiles.db`` (read at each call, not at import)."""
+    env = os.environ.get(DB_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "placer" / "profiles.db"
+
+
+def open_store(store: ProfileStore | str | os.PathLike | None) -> tuple[ProfileStore, bool]:
+    """(store, owned): open a path (None: :func:`default_db`, its folder created), or pass a store
+    through (owned=False)."""
     if isinstance(store, ProfileStore):
         return store, False
+    if store is None:
+        store = default_db()
+        store.parent.mkdir(parents=True, exist_ok=True)
     return ProfileStore(store), True

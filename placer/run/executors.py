@@ -3,12 +3,15 @@
 Hybrid executor
 ---------------
 Each partition's ONNX sub-model is compiled on its own target
-(``make_target(name).compile(submodel)``) and the partitions run in dependency order. When the plan
-has independent partitions on different targets (or a target pinned to cores), each target gets
-one worker thread (a single-thread pool: a target runs one partition at a time), pinned to the
-target's cores before it builds its sessions; the dispatcher submits a partition to its target's
-worker as soon as its inputs exist, so independent partitions on different targets run at once.
-Otherwise (a chain, or one target) partitions run inline in the calling thread: no thread hand-off.
+(``make_target(name).compile(submodel)``) and the partitions run in dependency order. Targets
+that share a CPU core (:mod:`placer.devices.cores`: ``onnxruntime:t2`` and ``openvino:t2`` on a
+2-core machine both use every core) never run at the same time, as the solver assumed. When the
+plan has independent partitions on targets with disjoint cores (or a target pinned to cores),
+each group of core-sharing targets gets one worker thread (a single-thread pool: one partition at
+a time), pinned to a target's cores before it builds that target's sessions and before each of
+its runs; the dispatcher submits a partition to its group's worker as soon as its inputs exist,
+so independent partitions on disjoint cores run at once. Otherwise (a chain, or targets that all
+share cores) partitions run inline in the calling thread: no thread hand-off.
 
 Relax executor
 --------------
@@ -22,6 +25,7 @@ instrument (it costs ~6 us per VM call, so request latencies are timed without i
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -31,6 +35,8 @@ import numpy as np
 
 from placer.errors import PlacerError
 from placer.run.measurement import Measurement, summarize
+
+_ALL_CORES = tuple(sorted(os.sched_getaffinity(0)))
 
 
 class PartitionError(PlacerError):
@@ -143,14 +149,19 @@ class HybridExecutor(_Executor):
         for i, ds in enumerate(self.deps):
             for d in ds:
                 self.succs[d].append(i)
+        from placer.devices.base import TargetSpec
+        from placer.devices.cores import conflict_groups, core_sets
+
+        specs = {t: TargetSpec.parse(t) for t in dict.fromkeys(p.target for p in parts)}
+        self.cores = core_sets(specs.values())
+        #: target -> its worker: targets that share a core share a worker (never run at once)
+        self.group_of = {t: g for g, names in enumerate(conflict_groups(self.cores)) for t in names}
         anc = _reachability(len(parts), self.deps)
         self.has_parallelism = any(
-            parts[i].target != parts[j].target and i not in anc[j] and j not in anc[i]
+            self.group_of[parts[i].target] != self.group_of[parts[j].target] and i not in anc[j] and j not in anc[i]
             for i in range(len(parts)) for j in range(i + 1, len(parts))
         )
-        from placer.devices.base import TargetSpec
-
-        pinned = any(TargetSpec.parse(p.target).cores for p in parts)
+        pinned = any(s.cores for s in specs.values())
         self.parallel = (self.has_parallelism or pinned) if parallel is None else bool(parallel)
         self.compiled: dict[str, Any] = {}
         self.pools: dict[str, cf.ThreadPoolExecutor] = {}
@@ -175,18 +186,30 @@ class HybridExecutor(_Executor):
             return
         t0 = time.perf_counter()
         if self.parallel:
+            for g in sorted(set(self.group_of.values())):
+                self.pools[g] = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"placer-cores{g}")
             for t in dict.fromkeys(p.target for p in self.partitions):
-                target = make_target(t)
-                self._targets[t] = target
-                self.pools[t] = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"placer-{t}",
-                                                      initializer=target.pin_current_thread)
-            futs = {p.id: self.pools[p.target].submit(self._compile_one, p) for p in self.partitions}
+                self._targets[t] = make_target(t)
+            futs = {p.id: self._pool(p).submit(self._pinned, p, self._compile_one, p) for p in self.partitions}
             for pid, f in futs.items():
                 self.compiled[pid] = f.result()
         else:
             for p in self.partitions:
                 self.compiled[p.id] = self._compile_one(p)
         self.compiled_s = time.perf_counter() - t0
+
+    def _pool(self, p) -> cf.ThreadPoolExecutor:
+        return self.pools[self.group_of[p.target]]
+
+    def _pinned(self, p, fn, *args):
+        """Run ``fn(*args)`` in a worker pinned to ``p``'s target cores (a worker serves every
+        target of its group; their sessions' threads inherit the pinning they were built with)."""
+        cores = self.cores.get(p.target)
+        if self._targets[p.target].spec.cores and cores:
+            os.sched_setaffinity(0, set(cores))
+        elif len(self.pools) > 1:  # an unpinned target in a worker that may have been pinned before
+            os.sched_setaffinity(0, set(_ALL_CORES))
+        return fn(*args)
 
     def _run_part(self, p, feeds: Mapping[str, np.ndarray]):
         s = time.perf_counter_ns()
@@ -219,7 +242,7 @@ class HybridExecutor(_Executor):
 
             def submit(i: int) -> None:
                 p = parts[i]
-                running[self.pools[p.target].submit(self._run_part, p, {t: env[t] for t in p.inputs})] = p
+                running[self._pool(p).submit(self._pinned, p, self._run_part, p, {t: env[t] for t in p.inputs})] = p
 
             for i in range(len(parts)):
                 if waiting[i] == 0:

@@ -32,11 +32,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from placer.errors import ProblemError
 from placer.plan import Plan, SolverStats
-from placer.problem import PlacementProblem
+from placer.problem import PlacementProblem, resolve_target_name
 from placer.solve import baselines as _baselines  # noqa: F401  (registers single, greedy, heft)
 from placer.solve import bruteforce as _bruteforce  # noqa: F401
 from placer.solve import cpsat as _cpsat  # noqa: F401
@@ -51,6 +51,7 @@ __all__ = [
     "SolveContext",
     "Solver",
     "available_solvers",
+    "check_request",
     "register_solver",
     "solve",
 ]
@@ -61,6 +62,27 @@ AUTO_COARSEN_OPS = 1000
 COARSE_OPS = 400
 #: A coarse solve gets at least this many seconds, or is skipped when a fine plan exists.
 MIN_COARSE_S = 0.3
+
+
+def check_request(mode: str, solver: str, time_limit: float, targets: Sequence[str] | None = None,
+                  options: Mapping[str, Any] | None = None):
+    """Check a solve request before any costly work (profiling): the mode, the solver name and its
+    options, the time limit, and a ``single:<target>`` argument against ``targets`` when known.
+    Returns the solver instance; ProblemError names what is wrong."""
+    if mode not in MODES:
+        raise ProblemError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
+    impl = get_solver(solver)
+    if mode not in impl.modes:
+        raise ProblemError(f"solver {solver!r} does not handle mode {mode!r} (only {', '.join(impl.modes)})")
+    unknown = sorted(set(options or {}) - set(impl.options))
+    if unknown:
+        valid = ", ".join(sorted(impl.options)) or "none"
+        raise ProblemError(f"solver {solver!r}: unknown options {unknown}; valid options: {valid}")
+    if not (isinstance(time_limit, (int, float)) and time_limit > 0 and math.isfinite(time_limit)):
+        raise ProblemError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    if impl.takes_arg and targets is not None:
+        resolve_target_name(impl.arg, list(targets), f"solver {solver!r}: ")
+    return impl
 
 
 def solve(problem: PlacementProblem, mode: str = "latency", solver: str = "cpsat", *,
@@ -104,17 +126,7 @@ def solve(problem: PlacementProblem, mode: str = "latency", solver: str = "cpsat
     t0 = time.monotonic()
     if not isinstance(problem, PlacementProblem):
         raise ProblemError(f"solve() needs a PlacementProblem, got {type(problem).__name__}")
-    if mode not in MODES:
-        raise ProblemError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
-    impl = get_solver(solver)
-    if mode not in impl.modes:
-        raise ProblemError(f"solver {solver!r} does not handle mode {mode!r} (only {', '.join(impl.modes)})")
-    unknown = sorted(set(options) - set(impl.options))
-    if unknown:
-        valid = ", ".join(sorted(impl.options)) or "none"
-        raise ProblemError(f"solver {solver!r}: unknown options {unknown}; valid options: {valid}")
-    if not (isinstance(time_limit, (int, float)) and time_limit > 0 and math.isfinite(time_limit)):
-        raise ProblemError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    impl = check_request(mode, solver, time_limit, problem.targets, options)
     if num_stages is not None:
         if mode != "pipeline":
             raise ProblemError("num_stages is a pipeline-mode option")

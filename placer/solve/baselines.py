@@ -83,10 +83,7 @@ class SingleTarget(Solver):
     takes_arg = True
 
     def solve(self, problem: PlacementProblem, ctx: SolveContext) -> Plan:
-        if self.arg not in problem.target_index:
-            raise ProblemError(f"solver {ctx.name!r}: unknown target {self.arg!r}; targets are "
-                               f"{list(problem.targets)}")
-        d = problem.target_index[self.arg]
+        d = problem.target_index[problem.resolve_target(self.arg, f"solver {ctx.name!r}: ")]
         pref = [d] + [x for x in range(problem.n_targets) if x != d]
         return finish_heuristic(problem, ctx, priority_assign(problem, pref, who=ctx.name))
 
@@ -98,9 +95,7 @@ class Greedy(Solver):
     options: ClassVar[dict[str, Any]] = {"prefer": None}
 
     def solve(self, problem: PlacementProblem, ctx: SolveContext) -> Plan:
-        prefer = ctx.options.get("prefer") or problem.targets[0]
-        if prefer not in problem.target_index:
-            raise ProblemError(f"greedy: unknown preferred target {prefer!r}; targets are {list(problem.targets)}")
+        prefer = problem.resolve_target(ctx.options.get("prefer") or problem.targets[0], "greedy: preferred ")
         d = problem.target_index[prefer]
         pref = [d] + [x for x in range(problem.n_targets) if x != d]
         assign = priority_assign(problem, pref, fastest_fallback=True, who=ctx.name)

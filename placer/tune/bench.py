@@ -33,6 +33,7 @@ class Candidate:
     executor: Any
     samples_ms: list[float] = field(default_factory=list)
     partition_ms: dict[str, list[float]] = field(default_factory=dict)
+    yardstick: Any = None  # a placer.run.yardsticks.Yardstick: runs in its own process
 
 
 class PlanBench:
@@ -64,17 +65,31 @@ class PlanBench:
         self.candidates[key] = cand
         return cand
 
+    def add_yardstick(self, yardstick) -> Candidate:
+        """Measure a :class:`placer.run.yardsticks.Yardstick` (a runtime in its own process) in the
+        same interleaved rounds as the plans, under ``yardstick.key``."""
+        cand = Candidate(yardstick.key, None, None, yardstick=yardstick)
+        self.candidates[yardstick.key] = cand
+        return cand
+
     def outputs(self, key: str) -> list[dict[str, np.ndarray]]:
         ex = self.candidates[key].executor
         return [ex.run(f) for f in self.feeds]
 
-    def measure(self, keys: Sequence[str], *, rounds: int | None = None) -> dict[str, LatencyStats]:
-        """Interleaved rounds over ``keys``; returns the stats over *all* samples taken so far."""
+    def measure(self, keys: Sequence[str], *, rounds: int | None = None, fresh: bool = False) -> dict[str, LatencyStats]:
+        """Interleaved rounds over ``keys``; returns the stats over *all* samples taken so far, or
+        with ``fresh`` over the samples of these rounds only (figures to be compared side by side)."""
         keys = list(dict.fromkeys(keys))
+        if fresh:
+            for key in keys:
+                self.candidates[key].samples_ms.clear()
         for r in range(rounds or self.rounds):
             order = keys if r % 2 == 0 else keys[::-1]
             for key in order:
                 cand = self.candidates[key]
+                if cand.yardstick is not None:  # times its own requests in its process
+                    cand.samples_ms.extend(cand.yardstick.run_batch(self.per_round - 1, r * self.per_round))
+                    continue
                 for i in range(self.per_round):
                     feeds = self.feeds[(r * self.per_round + i) % len(self.feeds)]
                     t0 = time.perf_counter_ns()
@@ -90,6 +105,9 @@ class PlanBench:
 
     def stats(self, key: str) -> LatencyStats:
         s = np.asarray(self.candidates[key].samples_ms)
+        if not s.size:
+            nan = float("nan")
+            return LatencyStats(nan, nan, nan, 0)
         return LatencyStats(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)), len(s))
 
     def partition_medians(self, key: str) -> dict[str, float]:
@@ -97,6 +115,8 @@ class PlanBench:
 
     def close(self) -> None:
         for cand in self.candidates.values():
+            if cand.executor is None:  # a yardstick: its YardstickSet owns the process
+                continue
             try:
                 cand.executor.close()
             except Exception:  # closing is best effort; a runtime may already be gone

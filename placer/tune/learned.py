@@ -39,9 +39,9 @@ MAX_CARRIED = 4000
 
 def default_model_dir(db: str | Path | None) -> Path:
     """The cost model directory that goes with a profile store: ``<store dir>/costmodel``."""
-    from placer.api import DEFAULT_DB
+    from placer.profile.store import default_db
 
-    return Path(db or DEFAULT_DB).resolve().parent / "costmodel"
+    return Path(db or default_db()).resolve().parent / "costmodel"
 
 
 def tune_records(cm) -> list[tuple[dict, float]]:

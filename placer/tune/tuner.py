@@ -16,9 +16,14 @@ The loop
    predicted partition costs; the per-target excess becomes the partition entry cost of later
    trials (``PlacementProblem.partition_overhead_ms``), and the records are handed to the cost
    model when it has ``add_partition_measurements``.
-5. The measured guard (issue 9): the final plan is the best *measured* candidate, baselines
-   included; if no placement beats the best single target, that target's plan is the result and
-   the report says so.
+5. Yardsticks (what a user would run instead, :mod:`placer.run.yardsticks`): ONNX Runtime and
+   OpenVINO loaded with their defaults and at their best latency settings, each in a process of
+   its own, measured in the same interleaved rounds as the candidates from the baselines on.
+6. The measured guard: at the end every measured candidate and every yardstick are measured
+   again, side by side, in the same final rounds, and every figure of the final table comes from
+   those rounds; the best placer candidate is the result. If no placement beats the best single
+   target, that target's plan is the result, and the verdict says how it compares with the best
+   yardstick.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -46,7 +52,7 @@ class TrialRecord:
 
     key: str
     label: str
-    kind: str  # "baseline" | "trial"
+    kind: str  # "baseline" | "trial" | "yardstick" (a runtime loaded as a user would, no plan)
     knobs: dict[str, Any]
     plan: Any
     predicted_ms: float
@@ -60,6 +66,8 @@ class TrialRecord:
     solve_s: float = 0.0
     error: str | None = None
     partitions: list[dict] = field(default_factory=list)
+    #: True when ``measured_ms`` comes from the final interleaved rounds (the ones the verdict uses)
+    final: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -84,13 +92,101 @@ class TuneResult:
 
     @property
     def speedup_vs_best_single(self) -> float:
+        return self.speedup_vs(self.best_single)
+
+    @property
+    def yardsticks(self) -> list[TrialRecord]:
+        return [r for r in self.records if r.kind == "yardstick" and (r.measured_ms or r.throughput_rps)]
+
+    @property
+    def best_default(self) -> TrialRecord | None:
+        """The fastest yardstick (what a user would run instead), or None if none was measured."""
+        ys = self.yardsticks
+        if not ys:
+            return None
         if self.objective == "throughput":
-            return (self.best.throughput_rps or 0.0) / max(self.best_single.throughput_rps or 1e-12, 1e-12)
-        return (self.best_single.measured_ms or math.nan) / (self.best.measured_ms or math.nan)
+            return max(ys, key=lambda r: r.throughput_rps or 0.0)
+        return min(ys, key=lambda r: r.measured_ms or math.inf)
+
+    def yardstick(self, kind: str) -> TrialRecord | None:
+        from placer.run.yardsticks import label
+
+        return next((r for r in self.yardsticks if r.key == label(kind)), None)
+
+    def verdict(self) -> list[str]:
+        """The result in plain sentences, every figure from the final interleaved rounds."""
+        best, single, default = self.best, self.best_single, self.best_default
+        tp = self.objective == "throughput"
+        fig = (lambda r: f"{r.throughput_rps:.1f} req/s") if tp else (lambda r: f"{r.measured_ms:.3f} ms")
+        lines = []
+        if self.extra.get("n_trials") == 0 and not tp:
+            lines.append("No trial ran: the budget was spent before the search (profiling, baselines). "
+                         "Give it a larger --budget, or run it again now that the profiles are stored.")
+        lines.append(f"Chosen: {best.label}, {fig(best)}"
+                     + (" (no placement measured faster than the best single target)" if self.fell_back else ""))
+        if default is not None:
+            ort = self.yardstick("ort-default")
+            lines.append(f"vs the best runtime default ({default.label}, {fig(default)}): "
+                         f"{self.speedup_vs(default):.2f}x"
+                         + (f"; vs ONNX Runtime at its defaults ({fig(ort)}): {self.speedup_vs(ort):.2f}x"
+                            if ort is not None and ort is not default else ""))
+            if self.speedup_vs(default) < 0.97:
+                lines.append(f"{default.label} was faster than every placement measured: "
+                             f"use it ({default.knobs.get('what', '')}), or tune longer.")
+        if single is not best:
+            lines.append(f"vs the best single target ({single.label}, {fig(single)}): "
+                         f"{self.speedup_vs(single):.2f}x")
+        return lines
+
+    def speedup_vs(self, other: TrialRecord | None) -> float:
+        """How many times faster the result is than ``other`` (> 1: the result wins); NaN without it."""
+        if other is None:
+            return math.nan
+        if self.objective == "throughput":
+            return (self.best.throughput_rps or 0.0) / max(other.throughput_rps or 1e-12, 1e-12)
+        return (other.measured_ms or math.nan) / (self.best.measured_ms or math.nan)
 
 
 #: single-target baselines predicted this many times slower than the fastest are not measured
 SKIP_BASELINE_FACTOR = 5.0
+#: the final interleaved rounds measure the best this many candidates (plus the best single target
+#: and every yardstick); the others keep the figure of their trial and cannot win
+FINAL_CANDIDATES = 8
+FINAL_ROUNDS = 5
+
+
+def fill(rec: TrialRecord, s) -> None:
+    """Copy a :class:`~placer.tune.bench.LatencyStats` into a record."""
+    rec.measured_ms, rec.p10_ms, rec.p90_ms = s.median_ms, s.p10_ms, s.p90_ms
+    rec.throughput_rps = 1000.0 / s.median_ms if s.median_ms == s.median_ms else None
+
+
+def add_yardsticks(bench, yardsticks, records: list[TrialRecord], model, feeds, say) -> list[str]:
+    """Put every yardstick that loaded into ``bench`` and ``records`` (numerics checked against the
+    reference, as the candidates are); returns their keys."""
+    from placer.run.numerics import check_against_reference
+    from placer.run.yardsticks import DESCRIPTIONS
+
+    keys = []
+    for kind, y in yardsticks.ready.items():
+        rec = TrialRecord(y.key, y.key, "yardstick", {"what": DESCRIPTIONS[kind], **y.info}, None, math.nan,
+                          n_partitions=1)
+        outs = y.outputs(len(feeds), yardsticks.output_names)
+        if outs is not None:
+            report = check_against_reference(model, feeds, outs)
+            rec.numerics_ok = bool(report.passed)
+            rec.max_abs_err = float(max((o.max_abs for o in report.outputs), default=0.0))
+        if not y.ok:
+            say(f"yardstick {kind}: failed ({y.error})")
+            continue
+        bench.add_yardstick(y)
+        records.append(rec)
+        keys.append(y.key)
+    for kind, y in yardsticks.all.items():
+        if not y.ok:
+            records.append(TrialRecord(y.key, y.key, "yardstick", {"what": DESCRIPTIONS[kind]}, None, math.nan,
+                                       error=f"not available: {y.error}"))
+    return keys
 
 
 def assignment_key(plan) -> str:
@@ -282,21 +378,45 @@ def tune(
     model at all, measured costs only). Measured partitions are fed to it between trials (it prices the
     ``costs="learned"`` variant) and it is saved back to ``cost_model_dir`` at the end.
     """
-    import optuna
-
     from placer import api
-    from placer.materialize import materialize
-    from placer.run.numerics import check_against_reference, load_inputs
-    from placer.solve import solve
-    from placer.tune import learned, space
-    from placer.tune.bench import PlanBench
 
     if objective not in ("latency", "throughput"):
         raise PlacerError(f"objective must be 'latency' or 'throughput', got {objective!r}")
     t_start = time.monotonic()
     say = progress or (lambda msg: None)
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise PlacerError(f"--out {out}: exists and is not a directory")
+    # cheap checks before any costly work: the targets parse, the model loads
+    from placer.devices import make_targets
+
+    make_targets(targets)
+    graph = api.load(model, shapes) if not hasattr(model, "ops") else model
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _tune_in(out, graph, targets=targets, objective=objective, budget_s=budget_s, storage=storage,
+                        db=db, n_trials=n_trials, seed=seed, solver_time_limit=solver_time_limit,
+                        cost_model=cost_model, cost_model_dir=cost_model_dir, say=say, t_start=t_start)
+    except BaseException:
+        if created:  # a failed or interrupted run leaves nothing behind it created
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_trials, seed, solver_time_limit,
+             cost_model, cost_model_dir, say, t_start) -> TuneResult:
+    """:func:`tune` once its arguments are checked and ``out`` exists."""
+    import optuna
+
+    from placer import api
+    from placer.materialize import materialize
+    from placer.run.numerics import check_against_reference, load_inputs
+    from placer.run.yardsticks import LATENCY_KINDS, YardstickSet
+    from placer.solve import solve
+    from placer.tune import learned, space
+    from placer.tune.bench import PlanBench
+
     storage_url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     try:  # a bad --storage fails now, not after profiling and the baselines
         open_storage(storage_url)
@@ -305,10 +425,9 @@ def tune(
         raise PlacerError(f"--storage {storage_url!r}: cannot open the Optuna storage ({type(exc).__name__}: {msg})") \
             from None
 
-    graph = api.load(model, shapes) if not hasattr(model, "ops") else model
     say(f"model {graph.name}: {len(graph.ops)} ops, {len(graph.unique_signatures())} unique signatures")
-    ctx = api.prepare(graph, targets=targets, db=db, cost_model=cost_model, progress=False)
-    say(f"profiled on {', '.join(t.name for t in ctx.targets)} ({time.monotonic() - t_start:.1f}s)")
+    ctx = api.prepare(graph, targets=targets, db=db, cost_model=cost_model, progress=False, say=say)
+    say(f"profiling done ({time.monotonic() - t_start:.1f} s of the {budget_s:.0f} s budget)")
     if objective == "throughput":  # per-core pipeline stages, measured; the learned model is a latency-mode knob
         from placer.tune.pipeline_tuner import tune_throughput
 
@@ -327,7 +446,11 @@ def tune(
     names = [t.name for t in ctx.targets]
 
     bench = PlanBench(feeds, rounds=3, per_round=4)
+    yardsticks = YardstickSet(graph.model, feeds, LATENCY_KINDS, say=say)
     try:
+        ys_keys = add_yardsticks(bench, yardsticks, records, graph.model, feeds, say)
+        best_default_key: list[str] = []  # the fastest yardstick, once the baselines are measured
+
         def measure_plan(plan, label: str, kind: str, knobs: dict, problem, solve_s: float) -> TrialRecord:
             key = assignment_key(plan)
             if key in by_key:  # same placement as an earlier candidate: reuse its measurement
@@ -344,6 +467,7 @@ def tune(
                 if not report.passed:
                     raise PlacerError(f"numerics check failed: {report.failures()[0].name}")
                 keys = [key] + ([best_single.key] if best_single_holder and best_single.key != key else [])
+                keys += [best_default_key[0]] if best_default_key else []
                 stats = bench.measure(keys)
                 s = stats[key]
                 rec.measured_ms, rec.p10_ms, rec.p90_ms = s.median_ms, s.p10_ms, s.p90_ms
@@ -381,19 +505,22 @@ def tune(
             rec = measure_plan(plan, f"single:{name}", "baseline", {}, ctx.problem, plan.stats.wall_s)
             if rec.measured_ms is not None:
                 say(f"baseline {name}: {rec.measured_ms:.3f} ms measured ({plan.makespan_ms:.3f} predicted)")
-        ok = [r for r in records if r.measured_ms is not None]
+        ok = [r for r in records if r.kind == "baseline" and r.measured_ms is not None]
         if not ok:
             raise PlacerError(f"no target runs the whole of {graph.name!r}: nothing to compare a plan with")
-        # re-measure all baselines interleaved so they share the same conditions
-        stats = bench.measure([r.key for r in ok])
-        for r in ok:
-            s = stats[r.key]
-            r.measured_ms, r.p10_ms, r.p90_ms, r.throughput_rps = s.median_ms, s.p10_ms, s.p90_ms, 1000 / s.median_ms
+        # re-measure all baselines interleaved with the yardsticks so they share the same conditions
+        stats = bench.measure([r.key for r in ok] + ys_keys)
+        for r in ok + [r for r in records if r.key in ys_keys]:
+            fill(r, stats[r.key])
         best_single = min(ok, key=lambda r: r.measured_ms)
         best_single_holder.append(best_single)
+        if ys_keys:
+            best_default_key.append(min(ys_keys, key=lambda k: stats[k].median_ms))
         # re-price the problem from the whole-model times just measured (interleaved, same executor)
         ctx = api.recalibrate(ctx, {r.label.split(":", 1)[1]: r.measured_ms for r in ok})
-        say(f"best single target: {best_single.label} {best_single.measured_ms:.3f} ms")
+        say(f"best single target: {best_single.label} {best_single.measured_ms:.3f} ms"
+            + (f"; best yardstick {best_default_key[0]} {stats[best_default_key[0]].median_ms:.3f} ms"
+               if best_default_key else ""))
 
         # ---- the study ---------------------------------------------------------------------
         sampler = optuna.samplers.TPESampler(seed=sampler_seed(seed, shared=storage is not None), n_startup_trials=4)
@@ -432,6 +559,9 @@ def tune(
                               f"measured {rec.measured_ms or math.nan:.3f} ms (best single {best_single.measured_ms:.3f})")
 
         n_done = 0
+        say(f"search: trials until {budget_s * 0.85:.0f} s of the {budget_s:.0f} s budget"
+            + (f" or {n_trials} trials" if n_trials is not None else "")
+            + f" ({time.monotonic() - t_start:.0f} s spent)")
         while True:
             elapsed = time.monotonic() - t_start
             if n_trials is not None and n_done >= n_trials:
@@ -443,22 +573,30 @@ def tune(
             with trial_heartbeat(study, trial):  # a killed worker's trial is failed, not RUNNING forever
                 n_done += int(run_trial(trial))
 
-        # ---- the measured guard: best measured wins; re-measure the finalists together ------
-        measured = [r for r in records if r.measured_ms is not None]
-        finalists = sorted(measured, key=lambda r: r.measured_ms)[:3]
+        if n_done == 0:
+            say("no trial ran: the budget was spent before the search (profiling, baselines); "
+                "the result is the best single target")
+        # ---- the measured guard: every candidate and yardstick again, in the same final rounds ----
+        measured = sorted((r for r in records if r.measured_ms is not None and r.kind != "yardstick"),
+                          key=lambda r: r.measured_ms)
+        finalists = measured[:FINAL_CANDIDATES]
         if best_single not in finalists:
             finalists.append(best_single)
-        stats = bench.measure([r.key for r in finalists], rounds=5)
-        for r in finalists:
-            s = stats[r.key]
-            r.measured_ms, r.p10_ms, r.p90_ms, r.throughput_rps = s.median_ms, s.p10_ms, s.p90_ms, 1000 / s.median_ms
+        say(f"final rounds: {len(finalists)} candidate(s) and {len(ys_keys)} yardstick(s), interleaved")
+        final_keys = [r.key for r in finalists] + ys_keys
+        stats = bench.measure(final_keys, rounds=FINAL_ROUNDS, fresh=True)
+        for r in records:
+            if r.key in stats:
+                fill(r, stats[r.key])
+                r.final = True
         best = min(finalists, key=lambda r: r.measured_ms)
+        singles_final = [r for r in finalists if r.kind == "baseline"]
+        best_single = min(singles_final, key=lambda r: r.measured_ms)
         fell_back = best.kind == "baseline"  # no placement measured faster than one target alone
-        if fell_back:
-            best_single = best
         mat = materialize(graph, best.plan, out)
     finally:
         bench.close()
+        yardsticks.close()
     cm_info = None
     if cost_model is not None and hasattr(cost_model, "partition_records"):
         if model_dir is not None:
@@ -471,7 +609,8 @@ def tune(
     result = TuneResult(best=best, best_single=best_single, records=records, objective="latency", out_dir=out,
                         fell_back=fell_back, wall_s=time.monotonic() - t_start, study_storage=storage_url,
                         extra={"problem_provenance": dict(ctx.problem.provenance), "n_partitions": len(mat.partitions),
-                               "cost_model": cm_info, "segment_ratios": segment_ratio_stats(ctx.table)})
+                               "cost_model": cm_info, "segment_ratios": segment_ratio_stats(ctx.table),
+                               "n_trials": n_done, "final_rounds": FINAL_ROUNDS})
     _write_outputs(result, ctx, mat)
     return result
 

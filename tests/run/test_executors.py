@@ -55,8 +55,8 @@ def test_zoo_model_under_an_alternating_plan_matches_the_reference(name, executo
 def test_independent_partitions_on_different_targets_run_at_the_same_time():
     register_test_targets()
     g = graph_of(diamond_model())
-    # b and c are independent and sit on two different (sleepy, 50 ms) targets
-    asg = {"a": "onnxruntime", "b": "sleepy", "c": "sleepy:t2", "d": "onnxruntime", "e": "onnxruntime",
+    # b and c are independent and sit on two (sleepy, 50 ms) targets pinned to different cores
+    asg = {"a": "onnxruntime", "b": "sleepy@cpu0", "c": "sleepy@cpu1", "d": "onnxruntime", "e": "onnxruntime",
            "f": "onnxruntime"}
     mat = materialize(g, asg)
     feeds = random_inputs(g, 0)
@@ -68,6 +68,21 @@ def test_independent_partitions_on_different_targets_run_at_the_same_time():
         seq = ex.measure([feeds] * 2, warmup=0)
     assert seq.measurement.latency_p50_ms >= 100
     assert compare(res.outputs[0], seq.outputs[0]).passed
+
+
+def test_partitions_on_targets_that_share_a_core_never_run_at_once():
+    register_test_targets()
+    g = graph_of(diamond_model())
+    # b and c are independent, but sleepy:t2 uses every core, sleepy@cpu1 one of them
+    asg = {"a": "onnxruntime", "b": "sleepy:t2", "c": "sleepy@cpu1", "d": "onnxruntime", "e": "onnxruntime",
+           "f": "onnxruntime"}
+    mat = materialize(g, asg)
+    feeds = random_inputs(g, 0)
+    with HybridExecutor(mat) as ex:
+        assert not ex.has_parallelism
+        assert len({ex.group_of[t] for t in ("sleepy@cpu:t2", "sleepy@cpu1:t1")}) == 1
+        res = ex.measure([feeds] * 2, warmup=0)
+    assert res.measurement.latency_p50_ms >= 100, res.measurement.summary()  # 2 x 50 ms, one after the other
 
 
 def test_one_runtime_plan_is_one_partition_run_inline():

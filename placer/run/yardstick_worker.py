@@ -1,0 +1,222 @@
+"""One yardstick runtime in its own process: what a user would run instead of placer.
+
+Started by :class:`placer.run.yardsticks.YardstickBench` as
+``python -m placer.run.yardstick_worker KIND MODEL.onnx FEEDS.npz``. It loads the model the way a
+user would (see :data:`KINDS`), then answers JSON-line commands on stdin with JSON lines on stdout:
+
+``{"cmd": "run", "n": K, "start": I}``
+    K requests, one after another, cycling the feeds from index I; replies ``{"ms": [...]}``, the
+    wall time of each request (the runtime's call plus the numpy conversion a user pays).
+``{"cmd": "throughput", "n": K}``
+    K requests as fast as the yardstick can take them (its own concurrency: an async infer queue,
+    N sessions in N threads); replies ``{"wall_s": s, "n": K}``.
+``{"cmd": "outputs", "path": P}``
+    the outputs of every feed, saved to ``P`` (npz, ``{feed}__{output}``); replies ``{"ok": true}``.
+``{"cmd": "info"}``
+    what the runtime reports of itself (threads, streams, precision); replies a dict.
+
+Each yardstick has a process of its own because runtimes at their defaults keep pool threads
+spinning after a run: in one process they slow each other down (docs/design.md, "Measuring
+yardsticks without contaminating them").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+#: latency yardsticks: a runtime loaded with its defaults, and at its best latency settings
+LATENCY_KINDS = ("ort-default", "ort-parallel", "ov-default", "ov-latency")
+#: throughput yardsticks: the runtime's own way to serve many requests
+THROUGHPUT_KINDS = ("ov-throughput", "ort-sessions")
+KINDS = LATENCY_KINDS + THROUGHPUT_KINDS
+
+DESCRIPTIONS = {
+    "ort-default": "ONNX Runtime, InferenceSession(path) with default options",
+    "ort-parallel": "ONNX Runtime, execution_mode=ORT_PARALLEL",
+    "ov-default": 'OpenVINO, compile_model(model, "CPU") with no config',
+    "ov-latency": "OpenVINO, PERFORMANCE_HINT=LATENCY, INFERENCE_PRECISION_HINT=f32",
+    "ov-throughput": "OpenVINO, PERFORMANCE_HINT=THROUGHPUT driven by an AsyncInferQueue",
+    "ort-sessions": "ONNX Runtime, one 1-thread session per core, each in its own thread",
+}
+
+
+class _Runner:
+    """``run_one(feeds)`` for latency; ``throughput(feed_list, n)`` for requests/s."""
+
+    def __init__(self, run_one: Callable[[dict], list], info: dict[str, Any],
+                 throughput: Callable[[list, int], float] | None = None):
+        self.run_one = run_one
+        self.info = info
+        self._throughput = throughput
+
+    def throughput(self, feeds: list[dict], n: int) -> float:
+        if self._throughput is not None:
+            return self._throughput(feeds, n)
+        t0 = time.perf_counter()
+        for i in range(n):
+            self.run_one(feeds[i % len(feeds)])
+        return time.perf_counter() - t0
+
+
+def _ort(model_path: str, kind: str) -> _Runner:
+    import onnxruntime as ort
+
+    if kind == "ort-sessions":
+        return _ort_sessions(model_path)
+    so = None
+    if kind == "ort-parallel":
+        so = ort.SessionOptions()
+        so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
+    return _Runner(lambda feeds: sess.run(None, feeds),
+                   {"runtime": f"onnxruntime {ort.__version__}", "options": "parallel" if so else "default"})
+
+
+def _ort_sessions(model_path: str) -> _Runner:
+    import onnxruntime as ort
+
+    n_cores = len(os.sched_getaffinity(0))
+    sessions = []
+    for _ in range(n_cores):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        sessions.append(ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"]))
+
+    def throughput(feeds: list[dict], n: int) -> float:
+        counter = iter(range(n))
+        lock = threading.Lock()
+
+        def worker(sess) -> None:
+            while True:
+                with lock:
+                    i = next(counter, None)
+                if i is None:
+                    return
+                sess.run(None, feeds[i % len(feeds)])
+
+        threads = [threading.Thread(target=worker, args=(s,)) for s in sessions]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - t0
+
+    return _Runner(lambda feeds: sessions[0].run(None, feeds),
+                   {"runtime": f"onnxruntime {ort.__version__}", "sessions": n_cores, "threads_each": 1},
+                   throughput)
+
+
+def _ov(model_path: str, kind: str) -> _Runner:
+    import openvino as ov
+
+    core = ov.Core()
+    config = {
+        "ov-default": {},
+        "ov-latency": {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"},
+        "ov-throughput": {"PERFORMANCE_HINT": "THROUGHPUT"},
+    }[kind]
+    compiled = core.compile_model(model_path, "CPU", config)
+    info = {"runtime": f"openvino {ov.__version__}", "config": config}
+    for prop in ("PERFORMANCE_HINT", "INFERENCE_PRECISION_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS",
+                 "OPTIMAL_NUMBER_OF_INFER_REQUESTS"):
+        try:
+            info[prop] = str(compiled.get_property(prop))
+        except Exception:  # noqa: BLE001 - a property this version does not report
+            pass
+    request = compiled.create_infer_request()
+    names = [p.get_any_name() for p in compiled.inputs]
+
+    def run_one(feeds: dict) -> list:
+        res = request.infer([feeds[n] for n in names], share_inputs=True, share_outputs=True)
+        return [res[o] for o in compiled.outputs]
+
+    throughput = None
+    if kind == "ov-throughput":
+        n_req = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        queue = ov.AsyncInferQueue(compiled, n_req)
+
+        def throughput(feeds: list[dict], n: int) -> float:
+            inputs = [[f[nm] for nm in names] for f in feeds]
+            t0 = time.perf_counter()
+            for i in range(n):
+                queue.start_async(inputs[i % len(inputs)], share_inputs=True)
+            queue.wait_all()
+            return time.perf_counter() - t0
+
+        info["infer_requests"] = n_req
+    return _Runner(run_one, info, throughput)
+
+
+def load(kind: str, model_path: str) -> _Runner:
+    if kind not in KINDS:
+        raise ValueError(f"unknown yardstick {kind!r}; known: {', '.join(KINDS)}")
+    return _ort(model_path, kind) if kind.startswith("ort") else _ov(model_path, kind)
+
+
+def _outputs_of(runner: _Runner, feeds: list[dict]) -> dict[str, np.ndarray]:
+    out = {}
+    for i, f in enumerate(feeds):
+        for j, v in enumerate(runner.run_one(f)):
+            out[f"{i}__{j}"] = np.array(v)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    kind, model_path, feeds_path = argv
+    with np.load(feeds_path, allow_pickle=False) as z:
+        n_feeds = 1 + max(int(k.split("__", 1)[0]) for k in z.files)
+        feeds: list[dict[str, np.ndarray]] = [{} for _ in range(n_feeds)]
+        for k in z.files:
+            i, name = k.split("__", 1)
+            feeds[int(i)][name] = z[k]
+    out = sys.stdout
+    try:
+        runner = load(kind, model_path)
+        for f in feeds[:2]:  # warm-up
+            runner.run_one(f)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which marks the yardstick failed
+        out.write(json.dumps({"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc) else ''}"}) + "\n")
+        out.flush()
+        return 1
+    out.write(json.dumps({"ready": True, "info": runner.info}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        msg = json.loads(line)
+        cmd = msg.get("cmd")
+        if cmd == "run":
+            ms = []
+            start = int(msg.get("start", 0))
+            for i in range(int(msg["n"])):
+                f = feeds[(start + i) % len(feeds)]
+                t0 = time.perf_counter_ns()
+                runner.run_one(f)
+                ms.append((time.perf_counter_ns() - t0) / 1e6)
+            reply: dict[str, Any] = {"ms": ms}
+        elif cmd == "throughput":
+            n = int(msg["n"])
+            reply = {"wall_s": runner.throughput(feeds, n), "n": n}
+        elif cmd == "outputs":
+            np.savez(msg["path"], **_outputs_of(runner, feeds))
+            reply = {"ok": True}
+        elif cmd == "info":
+            reply = dict(runner.info)
+        elif cmd == "quit":
+            return 0
+        else:
+            reply = {"error": f"unknown command {cmd!r}"}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,212 @@
+"""Yardsticks: what a knowledgeable user runs instead of placer, measured beside its candidates.
+
+A placement is worth having only if it beats the model loaded straight into a runtime, at the
+runtime's defaults (all cores) and at its best settings (docs/design.md, "Yardsticks"):
+
+* latency: ONNX Runtime ``InferenceSession(path)``, ONNX Runtime with parallel execution mode,
+  OpenVINO ``compile_model(m, "CPU")`` with no config, and with the LATENCY hint at f32;
+* throughput: OpenVINO's THROUGHPUT hint driven by an ``AsyncInferQueue``, and one 1-thread ONNX
+  Runtime session per core, each in its own thread.
+
+Each yardstick lives in a process of its own (:mod:`placer.run.yardstick_worker`), so its
+runtime's spinning threads neither slow down placer's candidates nor are slowed by them; the
+parent sends it a batch of requests when its turn in an interleaved round comes
+(:meth:`placer.tune.bench.PlanBench.measure` takes a :class:`Yardstick` like a compiled plan).
+A yardstick that fails to load (an op the runtime lacks, a crash) is reported, not fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from placer.errors import PlacerError
+from placer.run.yardstick_worker import DESCRIPTIONS, LATENCY_KINDS, THROUGHPUT_KINDS
+
+__all__ = ["DESCRIPTIONS", "LATENCY_KINDS", "THROUGHPUT_KINDS", "Yardstick", "YardstickSet", "label"]
+
+#: seconds a yardstick may take to load a model and answer its first request
+LOAD_TIMEOUT_S = 600.0
+#: pause before each batch so the previous process's pool threads have stopped spinning
+SETTLE_S = 0.002
+
+
+def label(kind: str) -> str:
+    """The name a yardstick goes by in tables (``yardstick:ort-default``)."""
+    return f"yardstick:{kind}"
+
+
+class Yardstick:
+    """One runtime, loaded as a user would load it, in its own process."""
+
+    def __init__(self, kind: str, model_path: Path, feeds_path: Path, workdir: Path):
+        self.kind = kind
+        self.key = label(kind)
+        self.workdir = workdir
+        self.error: str | None = None
+        self.info: dict[str, Any] = {}
+        self._stderr = open(workdir / f"{kind}.stderr", "w+b")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "placer.run.yardstick_worker", kind, str(model_path), str(feeds_path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1)
+
+    def wait_ready(self, timeout_s: float = LOAD_TIMEOUT_S) -> bool:
+        reply = self._read(timeout_s)
+        if reply is None:
+            return False
+        if "error" in reply:
+            self._fail(reply["error"])
+            return False
+        self.info = reply.get("info", {})
+        self._pause()
+        return True
+
+    def _pause(self) -> None:
+        """Freeze the process between its turns: a runtime at its defaults keeps its pool threads
+        spinning for a while after a run (ONNX Runtime's default does, for tens of ms), which
+        would steal the cores from whatever is measured next. A user's process has no neighbour
+        to slow down, so freezing it keeps both sides of the comparison honest."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def _resume(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def _fail(self, why: str) -> None:
+        self.error = why
+        self.close()
+
+    def _read(self, timeout_s: float = LOAD_TIMEOUT_S) -> dict | None:
+        import select
+
+        if self.proc is None:
+            return None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self._stderr.seek(0)
+            tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-1:] or [""]
+            code = self.proc.poll()
+            why = (f"timed out after {timeout_s:.0f} s" if not ready else
+                   f"exited with code {code}" + (f": {tail[0][:200]}" if tail[0] else ""))
+            self._fail(why)
+            return None
+        return json.loads(line)
+
+    def _ask(self, msg: Mapping[str, Any], timeout_s: float = LOAD_TIMEOUT_S) -> dict | None:
+        if not self.ok:
+            return None
+        time.sleep(SETTLE_S)
+        self._resume()
+        try:
+            self.proc.stdin.write(json.dumps(dict(msg)) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._fail("its process is gone")
+            return None
+        reply = self._read(timeout_s)
+        self._pause()
+        return reply
+
+    def run_batch(self, n: int, start: int = 0) -> list[float]:
+        """Wall times (ms) of ``n`` sequential requests; empty if the yardstick failed."""
+        reply = self._ask({"cmd": "run", "n": n, "start": start})
+        return list(reply["ms"]) if reply else []
+
+    def throughput(self, n: int) -> float | None:
+        """Requests/s over ``n`` requests at the yardstick's own concurrency."""
+        reply = self._ask({"cmd": "throughput", "n": n})
+        return reply["n"] / reply["wall_s"] if reply and reply.get("wall_s") else None
+
+    def outputs(self, n_feeds: int, output_names: Sequence[str]) -> list[dict[str, np.ndarray]] | None:
+        path = self.workdir / f"{self.kind}.outputs.npz"
+        if not self._ask({"cmd": "outputs", "path": str(path)}):
+            return None
+        with np.load(path, allow_pickle=False) as z:
+            return [{name: z[f"{i}__{j}"] for j, name in enumerate(output_names)} for i in range(n_feeds)]
+
+    def close(self) -> None:
+        proc, self.proc = getattr(self, "proc", None), None
+        if proc is not None:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+            try:
+                proc.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
+                proc.stdin.flush()
+                proc.wait(timeout=10)
+            except Exception:  # noqa: BLE001 - already gone, or stuck: kill below
+                pass
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for f in (proc.stdin, proc.stdout):
+                try:
+                    f.close()
+                except Exception:  # noqa: BLE001
+                    pass
+        if not self._stderr.closed:
+            self._stderr.close()
+
+
+class YardstickSet:
+    """The yardsticks of one model and one set of inputs (a temporary folder holds their files).
+
+    >>> with YardstickSet(model_proto, feeds, LATENCY_KINDS) as ys:      # doctest: +SKIP
+    ...     ys["ort-default"].run_batch(10)
+    """
+
+    def __init__(self, model, feeds: Sequence[Mapping[str, np.ndarray]], kinds: Sequence[str] = LATENCY_KINDS,
+                 *, say=lambda msg: None):
+        unknown = [k for k in kinds if k not in DESCRIPTIONS]
+        if unknown:
+            raise PlacerError(f"unknown yardstick(s) {unknown}; known: {', '.join(DESCRIPTIONS)}")
+        self.workdir = Path(tempfile.mkdtemp(prefix="placer-yardsticks-"))
+        self.output_names = [o.name for o in model.graph.output]
+        model_path = self.workdir / "model.onnx"
+        model_path.write_bytes(model.SerializeToString())
+        feeds_path = self.workdir / "feeds.npz"
+        np.savez(feeds_path, **{f"{i}__{k}": np.asarray(v) for i, f in enumerate(feeds) for k, v in f.items()})
+        self.n_feeds = len(feeds)
+        # started together (loading overlaps), then awaited one by one
+        self.all = {k: Yardstick(k, model_path, feeds_path, self.workdir) for k in kinds}
+        for k, y in self.all.items():
+            if not y.wait_ready():
+                say(f"yardstick {k}: not available ({y.error})")
+
+    def __getitem__(self, kind: str) -> Yardstick:
+        return self.all[kind]
+
+    @property
+    def ready(self) -> dict[str, Yardstick]:
+        return {k: y for k, y in self.all.items() if y.ok}
+
+    def close(self) -> None:
+        for y in self.all.values():
+            y.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> "YardstickSet":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def cores() -> int:
+    """Cores this process may run on (the yardsticks' "all cores")."""
+    return len(os.sched_getaffinity(0))
