@@ -25,6 +25,11 @@ machine drifts between phases, so only figures taken side by side are compared.
 Baselines, measured in the same session: every runtime alone with all the cores as intra-op
 threads (``KIND:tN``) and with one thread (``KIND:t1``), one request at a time. The N-core limit
 quoted in the report is ``N x`` the best single-thread throughput.
+
+Yardsticks (:mod:`placer.run.yardsticks`), what a user wanting requests/s would run: OpenVINO's
+THROUGHPUT hint driven by an ``AsyncInferQueue``, and one 1-thread ONNX Runtime session per core
+in as many threads; each in its own process, measured in the final rounds beside the finalists.
+They are the yardstick of the verdict, not candidates (they have no plan).
 """
 
 from __future__ import annotations
@@ -130,6 +135,7 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
     from placer.tune.tuner import (TrialRecord, TuneResult, _write_outputs, assignment_key, open_storage,
                                    sampler_seed, tell_trial, ask, fail_stale, trial_heartbeat)
     from placer.run.numerics import ReferenceRunner, check_against_reference, load_inputs
+    from placer.run.yardsticks import DESCRIPTIONS, THROUGHPUT_KINDS, YardstickSet
 
     graph = ctx.graph
     cores = sorted(os.sched_getaffinity(0))
@@ -145,6 +151,7 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
     final_rps: dict[str, list[float]] = {}  # req/s of each final round per finalist
 
     bench = PlanBench(feeds, rounds=3, per_round=4)
+    stack_outer = contextlib.ExitStack()
     try:
         # ---- baselines: each runtime alone on all cores, and at 1 thread for the N-core limit ----
         base_names = {}
@@ -179,6 +186,17 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
         # requests per measurement round: about MEASURE_S at the N-core limit
         n_requests = MIN_REQUESTS if not math.isfinite(limit) else int(
             min(MAX_REQUESTS, max(MIN_REQUESTS, math.ceil(MEASURE_S * limit))))
+        # ---- yardsticks: the runtimes' own ways to serve many requests, each in its own process ----
+        yardsticks = stack_outer.enter_context(YardstickSet(graph.model, feeds, THROUGHPUT_KINDS, say=say))
+        ys_rps: dict[str, list[float]] = {}
+        for kind, y in yardsticks.ready.items():
+            y.throughput(max(4, n_requests // 4))  # warm-up at its own concurrency
+            rps = y.throughput(n_requests)
+            rec = TrialRecord(y.key, y.key, "yardstick", {"what": DESCRIPTIONS[kind], **y.info}, None, math.nan,
+                              throughput_rps=rps, n_partitions=1)
+            records.append(rec)
+            ys_rps[y.key] = []
+            say(f"{y.key}: {rps:.1f} req/s" if rps else f"{y.key}: failed ({y.error})")
         pipe_mats: dict[str, Any] = {}
 
         def measure(rec: TrialRecord, mat) -> None:
@@ -279,7 +297,7 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
                 n_done += int(told)
 
         # ---- final: finalists and baselines again, in interleaved rounds; only these rounds decide ----
-        candidates = sorted((r for r in records if r.kind != "baseline" and r.throughput_rps is not None),
+        candidates = sorted((r for r in records if r.kind in ("trial", "replicas") and r.throughput_rps is not None),
                             key=lambda r: -r.throughput_rps)
         finalists = candidates[:N_FINALISTS]
         best_rep = next((r for r in candidates if r.kind == "replicas"), None)
@@ -299,6 +317,10 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
                         break
                     order = list(runs) if rnd % 2 == 0 else list(runs)[::-1]
                     bench.measure(list(base_names), rounds=1)
+                    for y in yardsticks.ready.values():
+                        rps = y.throughput(n_requests)
+                        if rps:
+                            ys_rps[y.key].append(rps)
                     for k in order:
                         try:
                             final_rps.setdefault(k, []).append(runs[k].round(warmup=4 if rnd == 0 else 0))
@@ -316,6 +338,10 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
                     say(f"final: {r.label} {r.throughput_rps:.1f} req/s (rounds "
                         f"{', '.join(f'{v:.0f}' for v in final_rps[r.key])}; earlier "
                         f"{', '.join(f'{v:.0f}' for v in rounds_rps[r.key])})")
+            for rec in records:  # yardsticks: medians over the final rounds only
+                if rec.kind == "yardstick" and ys_rps.get(rec.key):
+                    rec.throughput_rps, rec.final = float(np.median(ys_rps[rec.key])), True
+                    say(f"final: {rec.key} {rec.throughput_rps:.1f} req/s")
             for rec in records:  # the baselines over the final rounds' samples (the limit moves with them)
                 if rec.kind == "baseline":
                     smp = np.asarray(bench.candidates[rec.key].samples_ms[marks[rec.key]:])
@@ -332,9 +358,10 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
             eligible = [r for r in finalists if r.key in final_rps and r.throughput_rps is not None]
             eligible += [r for r in records if r.kind == "baseline"]
         else:
-            eligible = [r for r in records if r.throughput_rps is not None]
+            eligible = [r for r in records if r.throughput_rps is not None and r.kind != "yardstick"]
     finally:
         bench.close()
+        stack_outer.close()
 
     best = max(eligible, key=lambda r: r.throughput_rps)
     fell_back = best.kind == "baseline"
