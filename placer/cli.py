@@ -45,17 +45,13 @@ def add_devices(sub) -> None:
 
 
 def cmd_devices(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     from placer.devices import available_targets
+    from placer.report.console import add_row, make_console, make_table
 
-    table = Table(title="placer targets on this machine")
-    for col in ("kind", "name", "available", "version / reason"):
-        table.add_column(col)
+    table = make_table(("kind", "name", "available", "version / reason"), title="placer targets on this machine")
     for row in available_targets():
-        table.add_row(row["kind"], row["name"], "yes" if row["available"] else "no", row["version"])
-    Console().print(table)
+        add_row(table, (row["kind"], row["name"], "yes" if row["available"] else "no", row["version"]))
+    make_console().print(table)
     return 0
 
 
@@ -132,28 +128,26 @@ def add_tune(sub) -> None:
 
 
 def cmd_tune(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
+    from placer.report.console import add_row, make_console, make_table
     from placer.tune import tune
 
-    console = Console()
+    console = make_console()
     if args.trials is not None and args.trials < 1:
         raise PlacerError(f"--trials {args.trials}: must be >= 1")
     result = tune(args.model, targets=parse_targets(args.targets), objective=args.objective,
                   budget_s=parse_budget(args.budget), out_dir=args.out, storage=args.storage, db=args.db,
                   shapes=parse_shapes(args.shape), n_trials=args.trials, seed=args.seed,
                   cost_model_dir=False if args.no_cost_model else (args.cost_model or True),
-                  progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
-    table = Table(title=f"placer tune {args.model} ({result.objective})")
-    for col in ("candidate", "partitions", "predicted ms", "measured ms", "req/s", "numerics"):
-        table.add_column(col)
+                  progress=lambda msg: console.print(msg, style="dim", markup=False, highlight=False))
+    table = make_table(("candidate", "partitions", "predicted ms", "measured ms", "req/s", "numerics"),
+                       title=f"placer tune {args.model} ({result.objective})",
+                       justify=("partitions", "predicted ms", "measured ms", "req/s"))
     for r in sorted(result.records, key=lambda r: (r.measured_ms is None, r.measured_ms or 0)):
-        table.add_row(r.label + (" *" if r is result.best else ""), str(r.n_partitions),
-                      f"{r.predicted_ms:.3f}" if r.predicted_ms == r.predicted_ms else "-",
-                      f"{r.measured_ms:.3f}" if r.measured_ms else "-",
-                      f"{r.throughput_rps:.1f}" if r.throughput_rps else "-",
-                      {True: "ok", False: "MISMATCH", None: "-"}[r.numerics_ok] if not r.error else r.error[:40])
+        add_row(table, (r.label + (" *" if r is result.best else ""), str(r.n_partitions),
+                        f"{r.predicted_ms:.3f}" if r.predicted_ms == r.predicted_ms else "-",
+                        f"{r.measured_ms:.3f}" if r.measured_ms else "-",
+                        f"{r.throughput_rps:.1f}" if r.throughput_rps else "-",
+                        {True: "ok", False: "MISMATCH", None: "-"}[r.numerics_ok] if not r.error else r.error))
     console.print(table)
     if result.fell_back:
         console.print(f"No placement measured faster than {result.best_single.label}: using it (measured guard).")
