@@ -115,8 +115,9 @@ def gantt_figure(plan, title: str = ""):
     ax.set_ylabel("target")
     ax.grid(axis="x", color="0.88", linewidth=0.6)
     ax.set_axisbelow(True)
-    ax.set_title(title or f"{plan.solver} ({plan.mode}): makespan {plan.makespan_ms:.3f} ms")
-    handles = [Patch(color=colors[i], label=f"{t}: {n_ops[t]} ops, {busy[t]:.3g} ms busy")
+    bottleneck = f", bottleneck stage {plan.bottleneck_ms:.3f} ms" if plan.mode == "pipeline" else ""
+    ax.set_title(title or f"{plan.solver} ({plan.mode}): makespan {plan.makespan_ms:.3f} ms{bottleneck}")
+    handles = [Patch(color=colors[i], label=f"{t}: {n_ops[t]} op{'s' * (n_ops[t] != 1)}, {busy[t]:.3g} ms busy")
                for i, t in enumerate(targets)]
     if n_tr:
         handles.append(Patch(color="0.45", label=f"transfer into the row's target ({n_tr})"))
