@@ -228,40 +228,26 @@ def op_sum_errors(res: EvalResult) -> dict[str, list[float]]:
 
 
 def scatter_png(res: EvalResult, path: str | Path) -> None:
-    """Predicted vs measured (log-log): ops per target, and partitions."""
-    import matplotlib
+    """Predicted vs measured, one colour per target: ops of the held-out models (left) and their
+    partitions with the ops profiled (right); y = x and a +-10 % band (the "within 10 %" metric).
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Drawn by :func:`placer.report.plots.scatter_predicted_measured` (the same panel as the tune
+    report's), on a :class:`matplotlib.figure.Figure`: no pyplot, no backend switch.
+    """
+    from matplotlib.figure import Figure
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5))
-    for ax, rows, title in ((axes[0], res.op_rows, "ops of held-out models"),
+    from placer.report.plots import DPI, scatter_predicted_measured
+
+    fig = Figure(figsize=(13, 6.4), layout="constrained")
+    axes = fig.subplots(1, 2)
+    for ax, rows, title in ((axes[0], res.op_rows, "ops of held-out models (isolated latency)"),
                             (axes[1], [r for r in res.partition_rows if r["scenario"] == "ops-profiled"],
-                             "partitions (ops profiled)")):
-        targets = sorted({r["target"] for r in rows})
-        lo, hi = math.inf, 0.0
-        for t in targets:
-            pts = [(r["measured_ms"], r["predicted_ms"]) for r in rows if r["target"] == t
-                   and math.isfinite(r["predicted_ms"]) and math.isfinite(r["measured_ms"])]
-            if not pts:
-                continue
-            x, y = np.array(pts).T
-            lo, hi = min(lo, x.min(), y.min()), max(hi, x.max(), y.max())
-            ax.scatter(x, y, s=8, alpha=0.6, label=t)
-        if hi > 0:
-            line = np.array([lo, hi])
-            ax.plot(line, line, "k-", lw=0.8)
-            ax.plot(line, line * 1.1, "k:", lw=0.6)
-            ax.plot(line, line / 1.1, "k:", lw=0.6)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("measured ms")
-        ax.set_ylabel("predicted ms")
-        ax.set_title(title)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+                             "partitions of held-out models (ops profiled)")):
+        series = {t: ([r["measured_ms"] for r in rows if r["target"] == t],
+                      [r["predicted_ms"] for r in rows if r["target"] == t])
+                  for t in sorted({r["target"] for r in rows})}
+        scatter_predicted_measured(ax, series, title=title, band=0.10)
+    fig.savefig(path, dpi=DPI)
 
 
 def write_report(res: EvalResult, out_dir: str | Path, title: str = "Cost model: leave-one-model-out") -> Path:

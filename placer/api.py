@@ -190,8 +190,9 @@ class PlannedModel:
         return run_plan(self.materialize(), inputs, check=check, requests=requests,
                         pipeline=pipeline or self.plan.mode == "pipeline")
 
-    def explain(self) -> list[dict]:
-        return explain(self.plan, self.ctx.problem)
+    def explain(self):
+        """Per op: its cost on every target, where it went and why (:func:`explain`); print it for a table."""
+        return explain(self.plan, self.ctx.problem, graph=self.ctx.graph)
 
     def save(self, out_dir: str | os.PathLike):
         """Write the PLAN_DIR (plan.json, stage_config.json, Relax module, partitions)."""
@@ -228,14 +229,22 @@ def plan(
     return PlannedModel(solved, ctx)
 
 
-def explain(plan, problem) -> list[dict]:
+def explain(plan, problem, graph=None):
     """For each op: its cost on every target, where it went and why.
+
+    Returns a :class:`placer.report.explain.Explanation`: a list of one dict per op (``op``,
+    ``op_type``, ``target``, ``reason``, ``cheapest``, ``cost_ms`` {target: ms}, ``gain_forgone_ms``)
+    that prints as a table (``print(...)``, rich, IPython) and has ``.to_markdown()``. ``graph`` (the
+    model's OpGraph) only adds the op types.
 
     ``reason`` is one of ``"pinned"``, ``"only supported target"``, ``"memory"`` (a cheaper
     target exists but its cap forbade it), ``"cheapest"`` (it went to its cheapest target), or
     ``"transfers"`` (a cheaper target exists; moving the op's tensors there would cost more than
     the gain).
     """
+    from placer.report.explain import Explanation
+
+    op_types = {op.id: op.op_type for op in graph.ops} if graph is not None else {}
     rows = []
     caps = np.asarray(problem.memory_cap_bytes, dtype=float)
     used = {t: 0.0 for t in problem.targets}
@@ -257,9 +266,9 @@ def explain(plan, problem) -> list[dict]:
             reason = "memory"
         else:
             reason = "transfers"
-        rows.append({"op": op, "target": chosen, "reason": reason, "cost_ms": costs,
-                     "gain_forgone_ms": finite[chosen] - finite[cheapest]})
-    return rows
+        rows.append({"op": op, "op_type": op_types.get(op), "target": chosen, "reason": reason,
+                     "cheapest": cheapest, "cost_ms": costs, "gain_forgone_ms": finite[chosen] - finite[cheapest]})
+    return Explanation(rows, problem.targets)
 
 
 def recalibrate(ctx: PlanningContext, whole_model_ms: Mapping[str, float]) -> PlanningContext:

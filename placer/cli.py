@@ -51,17 +51,13 @@ def add_devices(sub) -> None:
 
 
 def cmd_devices(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     from placer.devices import available_targets
+    from placer.report.console import add_row, make_console, make_table
 
-    table = Table(title="placer targets on this machine")
-    for col in ("kind", "name", "available", "version / reason"):
-        table.add_column(col)
+    table = make_table(("kind", "name", "available", "version / reason"), title="placer targets on this machine")
     for row in available_targets():
-        table.add_row(row["kind"], row["name"], "yes" if row["available"] else "no", row["version"])
-    Console().print(table)
+        add_row(table, (row["kind"], row["name"], "yes" if row["available"] else "no", row["version"]))
+    make_console().print(table)
     return 0
 
 
@@ -100,16 +96,15 @@ def cmd_plan(args) -> int:
             print(f"plan written to {out}")
         return 0
     from placer import api
+    from placer.report.console import make_console
 
     if out is not None and out.exists() and not out.is_dir() and out.suffix != ".json":
         raise PlacerError(f"--out {out}: exists and is not a directory")
-    from rich.console import Console
-
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     planned = api.plan(args.model, targets=parse_targets(args.targets), mode=args.mode, solver=args.solver,
                        db=args.db, shapes=parse_shapes(args.shape), time_limit=args.time_limit,
                        num_stages=args.stages, seed=args.seed,
-                       say=lambda msg: console.print(f"[dim]{msg}[/dim]", highlight=False))
+                       say=lambda msg: console.print(msg, style="dim", markup=False, highlight=False))
     print(planned.plan.summary())
     if out is not None and out.suffix == ".json":
         planned.plan.save(out)
@@ -154,26 +149,24 @@ def add_tune(sub) -> None:
 
 
 def cmd_tune(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
+    from placer.report.console import add_row, make_console, make_table
     from placer.tune import tune
 
-    console = Console()
+    console = make_console()
     if args.trials is not None and args.trials < 1:
         raise PlacerError(f"--trials {args.trials}: must be >= 1")
     result = tune(args.model, targets=parse_targets(args.targets), objective=args.objective,
                   budget_s=parse_budget(args.budget), out_dir=args.out, storage=args.storage, db=args.db,
                   shapes=parse_shapes(args.shape), n_trials=args.trials, seed=args.seed,
                   cost_model_dir=False if args.no_cost_model else (args.cost_model or True),
-                  progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+                  progress=lambda msg: console.print(msg, style="dim", markup=False, highlight=False))
     tp = result.objective == "throughput"
     default = result.best_default
-    table = Table(title=f"placer tune {args.model} ({result.objective}); "
-                        "figures from the final interleaved rounds unless noted")
-    for col in ("candidate", "kind", "partitions", "predicted ms", "measured ms" if not tp else "req/s",
-                "p10-p90", "x best default", "numerics", "note"):
-        table.add_column(col, overflow="fold")
+    table = make_table(("candidate", "kind", "partitions", "predicted ms", "measured ms" if not tp else "req/s",
+                        "p10-p90", "x best default", "numerics", "note"),
+                       title=f"placer tune {args.model} ({result.objective}); "
+                             "figures from the final interleaved rounds unless noted",
+                       justify=("partitions", "predicted ms", "measured ms", "req/s", "x best default"))
     for r in sorted(result.records, key=lambda r: (not r.final, r.measured_ms is None, r.measured_ms or 0)):
         if r.measured_ms is None and r.throughput_rps is None:
             figure, spread, ratio = "-", "-", "-"
@@ -184,12 +177,12 @@ def cmd_tune(args) -> int:
             figure, spread = f"{r.measured_ms:.3f}", f"{r.p10_ms:.3f}-{r.p90_ms:.3f}"
             ratio = f"{default.measured_ms / r.measured_ms:.2f}" if default else "-"
         note = r.error or ("" if r.final or r.kind == "yardstick" else "measured in its trial, not in the final rounds")
-        table.add_row(r.label + (" *" if r is result.best else ""), r.kind, str(r.n_partitions),
-                      f"{r.predicted_ms:.3f}" if r.predicted_ms == r.predicted_ms else "-", figure, spread, ratio,
-                      {True: "ok", False: "MISMATCH", None: "-"}[r.numerics_ok], note)
+        add_row(table, (r.label + (" *" if r is result.best else ""), r.kind, str(r.n_partitions),
+                        f"{r.predicted_ms:.3f}" if r.predicted_ms == r.predicted_ms else "-", figure, spread, ratio,
+                        {True: "ok", False: "MISMATCH", None: "-"}[r.numerics_ok], note))
     console.print(table)
     for line in result.verdict():
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, markup=False)
     console.print(f"({result.wall_s:.0f} s)")
     console.print(f"report: {result.report_path}  (and {result.out_dir}/report.html)")
     return 0
@@ -267,7 +260,7 @@ def add_run(sub) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of the numerics check")
     p.add_argument("--atol", type=float, default=1e-4,
-                   help="absolute tolerance, scaled by max(1, max|reference|) per output")
+                   help="absolute tolerance, relative to max|reference| per output")
     p.add_argument("--json", default=None, help="write the measurement and numerics report here")
     p.set_defaults(func=cmd_run)
 

@@ -95,11 +95,12 @@ def write_tune_report(result, ctx) -> Path:
             doc.p("The whole model as one stage, one replica per core: each core runs whole requests on its own "
                   "single-thread session (data parallelism; stage config `replicas`).")
         doc.code(result.extra["chosen_layout"])
-    pts = [{"label": r.label, "predicted_ms": r.predicted_ms, "measured_ms": r.measured_ms}
-           for r in result.records if not tp]
+    pts = [{"label": r.label, "predicted_ms": r.predicted_ms, "measured_ms": r.measured_ms,
+            "series": "whole plans"} for r in result.records if not tp]
     for r in result.records:
         pts += [{"label": p["partition"], "predicted_ms": p["predicted_ms"] + p.get("overhead_ms", 0.0),
-                 "measured_ms": p.get("measured_ms")}
+                 "measured_ms": p.get("measured_ms"),
+                 "series": f"partitions on {p['target']}" if p.get("target") else "partitions"}
                 for p in r.partitions if "predicted_ms" in p]
     if pts:
         predicted_vs_measured(pts, out / "predicted_vs_measured.png",

@@ -14,6 +14,7 @@ from placer.run.api import NumericsMismatch, run_plan
 from placer.run.executors import HybridExecutor, PartitionError, RelaxExecutor, RunResult, make_executor
 from placer.run.measurement import Measurement, PartitionTime, summarize
 from placer.run.numerics import (
+    DegenerateReferenceWarning,
     NumericsReport,
     OutputCheck,
     ReferenceRunner,
@@ -25,6 +26,7 @@ from placer.run.numerics import (
 from placer.run.pipeline import PipelineExecutor, PipelineStopped, StageError
 
 __all__ = [
+    "DegenerateReferenceWarning",
     "HybridExecutor",
     "Measurement",
     "NumericsMismatch",

@@ -2,17 +2,30 @@
 
 Tolerance (per output, elementwise; defaults ``rtol=1e-3``, ``atol=1e-4``)::
 
-    |out - ref| <= atol * max(1, max|ref|) + rtol * |ref|
+    scale    = max |ref|                      (over the reference's finite elements)
+    atol_eff = atol * max(scale, tiny)        (tiny: the smallest normal number of the output dtype)
+    pass     iff  |out - ref| <= atol_eff + rtol * |ref|
 
-i.e. the absolute tolerance is scaled by the output's magnitude (a logit tensor of size 30 gets
-3e-3, a softmax output 1e-4), and the relative one covers large elements. Integer and bool outputs
-must be equal. NaN matches NaN. ``max_rel`` in the report is ``max |out-ref| / max(|ref|, atol_eff)``
-(bounded where ref is ~0). Per-output overrides: ``tolerances={name: (rtol, atol)}``.
+i.e. ``atol`` is relative to the output's magnitude, not an absolute number: a logit tensor whose
+largest element is 30 gets 3e-3, a softmax output with max 0.5 gets 5e-5, and an output of size
+~1e-21 gets ~1e-25, so a plan that computes it 2x wrong fails (an absolute 1e-4 would pass any
+answer there). ``rtol`` covers the large elements. Integer and bool outputs must be equal. NaN
+matches NaN, and +-inf matches the same infinity. ``max_rel`` in the report is
+``max |out-ref| / max(|ref|, atol_eff, tiny)`` (bounded where ref is ~0; never a division by zero,
+so ``atol=0`` is allowed and means "within rtol"). Per-output overrides:
+``tolerances={name: (rtol, atol)}``.
+
+A degenerate reference makes the check prove little: near-zero (``max |ref| < 1e-12``, or no finite
+element) or near-constant (``std(ref) <= 1e-6 * max |ref|`` over 2 or more elements, e.g. a
+saturated sigmoid). :func:`compare` then warns (:class:`DegenerateReferenceWarning`) and sets
+:attr:`OutputCheck.degenerate`; the check itself is still made.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -23,6 +36,14 @@ from placer.errors import PlacerError
 
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-4
+#: below this max |ref| a float reference output counts as near-zero
+NEAR_ZERO = 1e-12
+#: std(ref) at most this times max |ref| counts as near-constant
+NEAR_CONSTANT = 1e-6
+
+
+class DegenerateReferenceWarning(UserWarning):
+    """The reference output is near-zero or near-constant: matching it says little about the plan."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +58,8 @@ class OutputCheck:
     ref_max_abs: float
     passed: bool
     reason: str = ""
+    #: "" or why the reference output is degenerate ("near-zero ...", "near-constant ...")
+    degenerate: str = ""
 
 
 @dataclass(frozen=True)
@@ -51,8 +74,14 @@ class NumericsReport:
     def failures(self) -> list[OutputCheck]:
         return [o for o in self.outputs if not o.passed]
 
+    @property
+    def degenerate(self) -> list[OutputCheck]:
+        """Outputs whose reference was near-zero or near-constant (the check proves little for them)."""
+        return [o for o in self.outputs if o.degenerate]
+
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "n_requests": self.n_requests,
+                "degenerate": [o.name for o in self.degenerate],
                 "outputs": [dict(asdict(o), shape=list(o.shape)) for o in self.outputs]}
 
     def to_json(self) -> str:
@@ -66,6 +95,7 @@ class NumericsReport:
                 f"  {o.name}: max abs {o.max_abs:.3g} (tol {o.atol_eff:.3g} + {o.rtol:g}|ref|), "
                 f"max rel {o.max_rel:.3g}"
                 f"  {'ok' if o.passed else 'MISMATCH'}{(' - ' + o.reason) if o.reason else ''}"
+                + (f"  [reference {o.degenerate}: the check proves little]" if o.degenerate else "")
             )
         return "\n".join(lines)
 
@@ -83,7 +113,7 @@ class NumericsReport:
             merged.append(OutputCheck(
                 worst.name, worst.shape, worst.dtype, max(a.max_abs, o.max_abs), max(a.max_rel, o.max_rel),
                 worst.atol_eff, worst.rtol, max(a.ref_max_abs, o.ref_max_abs), a.passed and o.passed,
-                worst.reason or a.reason or o.reason))
+                worst.reason or a.reason or o.reason, a.degenerate or o.degenerate))
         return NumericsReport(tuple(merged), self.n_requests + other.n_requests)
 
 
@@ -115,24 +145,51 @@ def compare(
                                       float(np.abs(ref).max()) if ref.size else 0.0, mx == 0.0,
                                       "" if mx == 0 else "integer output differs"))
             continue
-        o64, r64 = out.astype(np.float64), ref.astype(np.float64)
-        both_nan = np.isnan(o64) & np.isnan(r64)
-        diff = np.where(both_nan, 0.0, np.abs(o64 - r64))
-        diff = np.where(np.isnan(diff), np.inf, diff)
-        finite_ref = np.abs(np.where(np.isfinite(r64), r64, 0.0))
-        ref_max = float(finite_ref.max()) if finite_ref.size else 0.0
-        atol_eff = a_tol * max(1.0, ref_max)
-        ok = diff <= atol_eff + r_tol * finite_ref
-        mx = float(diff.max()) if diff.size else 0.0
-        rel = float((diff / np.maximum(finite_ref, atol_eff)).max()) if diff.size else 0.0
-        passed = bool(ok.all())
-        reason = ""
-        if not passed:
-            bad = int((~ok).sum())
-            reason = f"{bad} of {ok.size} elements outside tolerance"
-        checks.append(OutputCheck(name, tuple(ref.shape), str(ref.dtype), mx, rel, atol_eff, r_tol, ref_max,
-                                  passed, reason))
+        checks.append(_compare_float(name, out, ref, r_tol, a_tol))
     return NumericsReport(tuple(checks))
+
+
+def _compare_float(name: str, out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> OutputCheck:
+    """One float output (module docstring): no division by zero, no invalid-value warnings."""
+    tiny = float(np.finfo(ref.dtype).tiny) if ref.dtype.kind == "f" else float(np.finfo(np.float64).tiny)
+    o64, r64 = out.astype(np.float64), ref.astype(np.float64)
+    same = (o64 == r64) | (np.isnan(o64) & np.isnan(r64))  # equal infinities and NaN/NaN match
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, replaced just below
+        diff = np.where(same, 0.0, np.abs(o64 - r64))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    finite = np.isfinite(r64)
+    finite_ref = np.abs(np.where(finite, r64, 0.0))
+    ref_max = float(finite_ref.max()) if finite_ref.size else 0.0
+    atol_eff = atol * max(ref_max, tiny)
+    ok = diff <= atol_eff + rtol * finite_ref
+    mx = float(diff.max()) if diff.size else 0.0
+    rel = float((diff / np.maximum(finite_ref, max(atol_eff, tiny))).max()) if diff.size else 0.0
+    passed = bool(ok.all())
+    reason = ""
+    if not passed:
+        reason = f"{int((~ok).sum())} of {ok.size} elements outside tolerance"
+    degenerate = _degenerate(r64[finite], ref.size, ref_max)
+    if degenerate:
+        warnings.warn(f"numerics: the reference output {name!r} is {degenerate}: matching it proves little "
+                      "about the plan (try other inputs: --inputs FILE.npz or another seed)",
+                      DegenerateReferenceWarning, stacklevel=3)
+    return OutputCheck(name, tuple(ref.shape), str(ref.dtype), mx, rel, atol_eff, rtol, ref_max, passed, reason,
+                       degenerate)
+
+
+def _degenerate(finite_values: np.ndarray, size: int, ref_max: float) -> str:
+    """"" or why a float reference is degenerate (module docstring)."""
+    if size == 0:
+        return ""
+    if finite_values.size == 0:
+        return "near-zero (no finite element)"
+    if ref_max < NEAR_ZERO:
+        return f"near-zero (max |ref| < {NEAR_ZERO:g})"
+    with np.errstate(over="ignore", invalid="ignore"):  # huge float64 values: std inf, not degenerate
+        std = float(finite_values.std()) if finite_values.size >= 2 else math.inf
+    if std <= NEAR_CONSTANT * ref_max:
+        return f"near-constant (std <= {NEAR_CONSTANT:g} x max |ref|)"
+    return ""
 
 
 def _failed(name: str, ref: np.ndarray, rtol: float, atol: float, reason: str) -> OutputCheck:

@@ -119,13 +119,14 @@ def test_relax_and_hybrid_agree_on_a_small_plan():
 
 
 def test_compare_scales_atol_with_output_magnitude_and_names_mismatches():
-    ref = {"big": np.full((4,), 100.0, np.float32), "small": np.full((4,), 1e-3, np.float32),
-           "idx": np.arange(4)}
-    out = {"big": ref["big"] + 0.05, "small": ref["small"] + 5e-5, "idx": np.arange(4)}
-    assert compare(out, ref).passed  # 0.05 <= 1e-4 * 100 + 1e-3 * 100
-    out["small"] = ref["small"] + 5e-4
+    ref = {"big": np.linspace(50.0, 100.0, 4, dtype=np.float32),
+           "small": np.linspace(0.5e-3, 1e-3, 4, dtype=np.float32), "idx": np.arange(4)}
+    out = {"big": ref["big"] + 0.05, "small": ref["small"] + 5e-7, "idx": np.arange(4)}
+    assert compare(out, ref).passed  # big: 0.05 <= 1e-4 * 100 + 1e-3 * 50; small: 5e-7 <= 1e-4 * 1e-3 + 1e-3 * 5e-4
+    out["small"] = ref["small"] + 5e-5  # 5-10 % off: an absolute atol of 1e-4 would have let it pass
     rep = compare(out, ref)
     assert not rep.passed and [o.name for o in rep.failures()] == ["small"]
+    assert rep.failures()[0].atol_eff == pytest.approx(1e-7, rel=1e-3)
     out["small"] = ref["small"]
     out["idx"] = np.array([0, 1, 2, 4])
     assert [o.name for o in compare(out, ref).failures()] == ["idx"]
