@@ -134,8 +134,10 @@ def add_tune(sub) -> None:
     p.add_argument("model", help="ONNX file or zoo:NAME (zoo:squeezenet, zoo:bert-tiny, ...)")
     p.add_argument("--targets", help=TARGETS_HELP)
     p.add_argument("--objective", choices=["latency", "throughput"], default="latency")
-    p.add_argument("--budget", default="2m", help="time budget, e.g. 90s, 10m (default 2m)")
-    p.add_argument("--trials", type=int, default=None, help="stop after this many trials (default: budget)")
+    p.add_argument("--budget", default=None,
+                   help="time budget, e.g. 90s, 10m (default 2m, or none when --trials is given)")
+    p.add_argument("--trials", type=int, default=None,
+                   help="stop after this many trials (with --budget: whichever comes first)")
     p.add_argument("--out", default="placer-out", help="output directory (default placer-out)")
     p.add_argument("--storage", default=None, help="Optuna storage URL (default sqlite:///OUT/study.db)")
     p.add_argument("--db", default=None, help=DB_HELP)
@@ -156,7 +158,7 @@ def cmd_tune(args) -> int:
     if args.trials is not None and args.trials < 1:
         raise PlacerError(f"--trials {args.trials}: must be >= 1")
     result = tune(args.model, targets=parse_targets(args.targets), objective=args.objective,
-                  budget_s=parse_budget(args.budget), out_dir=args.out, storage=args.storage, db=args.db,
+                  budget_s=parse_budget(args.budget) if args.budget else None, out_dir=args.out, storage=args.storage, db=args.db,
                   shapes=parse_shapes(args.shape), n_trials=args.trials, seed=args.seed,
                   cost_model_dir=False if args.no_cost_model else (args.cost_model or True),
                   progress=lambda msg: console.print(msg, style="dim", markup=False, highlight=False))

@@ -14,30 +14,47 @@ def write_tune_report(result, ctx) -> Path:
     graph = ctx.graph
     tp = result.objective == "throughput"
     doc = Document(f"placer tune: {graph.name}")
-    best, single = result.best, result.best_single
-    verdict = (
-        f"Chosen: **{best.label}**" + (" (no placement measured faster than the best single target: fell back)"
-                                       if result.fell_back else "")
-    )
+    best = result.best
+    doc.h2("Verdict")
+    for line in result.verdict():
+        doc.p(line)
     if tp:
         limit = result.extra.get('core_limit_rps', math.nan)
-        doc.p(f"{verdict}. Measured {best.throughput_rps:.1f} req/s vs best single runtime {single.label} "
-              f"{single.throughput_rps:.1f} req/s ({result.speedup_vs_best_single:.2f}x); "
-              f"{len(ctx.targets)}-runtime, {limit:.1f} req/s core limit "
+        doc.p(f"{len(ctx.targets)}-runtime, {limit:.1f} req/s core limit "
               f"({best.throughput_rps / limit if limit else math.nan:.0%} of it).")
-    else:
-        doc.p(f"{verdict}. Measured median {best.measured_ms:.3f} ms vs best single target {single.label} "
-              f"{single.measured_ms:.3f} ms: {result.speedup_vs_best_single:.2f}x.")
     doc.p(f"Model {graph.source}: {len(graph.ops)} ops, hash {graph.model_hash[:16]}. Tuning took "
           f"{result.wall_s:.1f} s. Study: {result.study_storage}.")
-    doc.h2("Candidates (measured in this session, interleaved)")
+    doc.h2("Candidates and yardsticks (measured in this session, interleaved)")
+    doc.p("Yardsticks are what a user would run instead: each runtime loaded with its defaults (all cores) and at "
+          "its best settings, each in a process of its own. `x best default` and `x ORT default` are how many "
+          "times faster a candidate is than the fastest yardstick and than ONNX Runtime at its defaults; "
+          "`x best single` compares with the best single placer target. Figures come from the final "
+          "interleaved rounds unless the note says otherwise.")
+    ref_default, ref_ort, ref_single = result.best_default, result.yardstick("ort-default"), result.best_single
+
+    def times(r, ref) -> float | None:
+        if ref is None:
+            return None
+        if tp:
+            return (r.throughput_rps / ref.throughput_rps) if r.throughput_rps and ref.throughput_rps else None
+        return (ref.measured_ms / r.measured_ms) if r.measured_ms and ref.measured_ms else None
+
     rows = []
-    for r in sorted(result.records, key=lambda r: (r.kind != "baseline", r.label)):
+    order = {"yardstick": 0, "baseline": 1}
+    for r in sorted(result.records, key=lambda r: (not r.final, order.get(r.kind, 2), r.label)):
+        note = r.error or ("" if r.final or r.kind == "yardstick" else "measured in its trial, not in the final rounds")
         rows.append([r.label, r.kind, r.n_partitions, r.predicted_ms, r.measured_ms, r.p10_ms, r.p90_ms,
-                     r.throughput_rps, "yes" if r.numerics_ok else ("no" if r.numerics_ok is False else "-"),
-                     r.error or ""])
+                     r.throughput_rps, times(r, ref_default), times(r, ref_ort), times(r, ref_single),
+                     "yes" if r.numerics_ok else ("no" if r.numerics_ok is False else "-"), note])
     doc.table(["candidate", "kind", "partitions", "predicted ms", "measured p50 ms", "p10", "p90", "req/s",
-               "numerics ok", "error"], rows)
+               "x best default", "x ORT default", "x best single", "numerics ok", "note"], rows)
+    ys = [r for r in result.records if r.kind == "yardstick"]
+    if ys:
+        doc.h2("Yardsticks: how each runtime was loaded")
+        doc.table(["yardstick", "what", "as the runtime reports it"],
+                  [[r.label, r.knobs.get("what", ""),
+                    ", ".join(f"{k}={v}" for k, v in r.knobs.items() if k != "what") or (r.error or "")]
+                   for r in ys])
     final = result.extra.get("final_candidates")
     if tp and final:
         doc.h2("Final comparison (interleaved rounds)")

@@ -122,7 +122,7 @@ def retarget(problem, names: list[str], source_cols: list[int], link_fallback_ms
     )
 
 
-def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, seed: int, t_start: float,
+def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | None, seed: int, t_start: float,
                     solver_time_limit: float, say: Callable[[str], None], n_trials: int | None):
     import dataclasses
 
@@ -258,7 +258,7 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
         while True:
             if n_trials is not None and n_done >= n_trials:
                 break
-            if n_trials is None and time.monotonic() - t_start > budget_s * 0.8:
+            if budget_s is not None and time.monotonic() - t_start > budget_s * 0.8:
                 break
             fail_stale(study, say)
             trial = ask(study)
@@ -313,7 +313,7 @@ def tune_throughput(ctx, *, budget_s: float, out: Path, storage: str | None, see
                     except PlacerError as exc:
                         r.error, r.throughput_rps = f"final rounds: {str(exc).splitlines()[0]}", None
                 for rnd in range(FINAL_ROUNDS):
-                    if rnd and n_trials is None and time.monotonic() - t_start > budget_s:
+                    if rnd and budget_s is not None and time.monotonic() - t_start > budget_s:
                         break
                     order = list(runs) if rnd % 2 == 0 else list(runs)[::-1]
                     bench.measure(list(base_names), rounds=1)

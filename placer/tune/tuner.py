@@ -153,6 +153,10 @@ SKIP_BASELINE_FACTOR = 5.0
 #: and every yardstick); the others keep the figure of their trial and cannot win
 FINAL_CANDIDATES = 8
 FINAL_ROUNDS = 5
+#: the search stops early (budget or not) after this many trials in a row proposed measured plans
+CONVERGED_AFTER = 40
+#: the budget when neither a budget nor a trial count is given
+DEFAULT_BUDGET_S = 120.0
 
 
 def fill(rec: TrialRecord, s) -> None:
@@ -352,7 +356,7 @@ def tune(
     *,
     targets: Sequence[str] | None = None,
     objective: str = "latency",
-    budget_s: float = 120.0,
+    budget_s: float | None = None,
     out_dir: str | os.PathLike = "placer-out",
     storage: str | None = None,
     db: str | os.PathLike | None = None,
@@ -368,7 +372,9 @@ def tune(
 
     ``objective``: ``"latency"`` (minimize measured median latency, hybrid executor) or
     ``"throughput"`` (maximize measured requests/s, pipeline executor, one stage per core).
-    ``budget_s`` bounds the whole call; profiling counts against it.
+    ``budget_s`` bounds the whole call (profiling counts against it; the final rounds come after);
+    ``n_trials`` bounds the search. Given both, whichever comes first ends it; given neither, the
+    budget is :data:`DEFAULT_BUDGET_S`.
 
     The learned cost model (:mod:`placer.tune.learned`): ``cost_model`` (a fitted
     :class:`costmodels.CostModel`) is used and updated as given (saved only to an explicit
@@ -380,6 +386,8 @@ def tune(
     """
     from placer import api
 
+    if budget_s is None and n_trials is None:
+        budget_s = DEFAULT_BUDGET_S
     if objective not in ("latency", "throughput"):
         raise PlacerError(f"objective must be 'latency' or 'throughput', got {objective!r}")
     t_start = time.monotonic()
@@ -427,7 +435,8 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
 
     say(f"model {graph.name}: {len(graph.ops)} ops, {len(graph.unique_signatures())} unique signatures")
     ctx = api.prepare(graph, targets=targets, db=db, cost_model=cost_model, progress=False, say=say)
-    say(f"profiling done ({time.monotonic() - t_start:.1f} s of the {budget_s:.0f} s budget)")
+    say(f"profiling done ({time.monotonic() - t_start:.1f} s"
+        + (f" of the {budget_s:.0f} s budget)" if budget_s is not None else ")"))
     if objective == "throughput":  # per-core pipeline stages, measured; the learned model is a latency-mode knob
         from placer.tune.pipeline_tuner import tune_throughput
 
@@ -559,19 +568,26 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
                               f"measured {rec.measured_ms or math.nan:.3f} ms (best single {best_single.measured_ms:.3f})")
 
         n_done = 0
-        say(f"search: trials until {budget_s * 0.85:.0f} s of the {budget_s:.0f} s budget"
-            + (f" or {n_trials} trials" if n_trials is not None else "")
+        say("search: " + " or ".join(
+            ([f"trials until {budget_s * 0.85:.0f} s of the {budget_s:.0f} s budget"] if budget_s is not None else [])
+            + ([f"{n_trials} trials"] if n_trials is not None else []))
             + f" ({time.monotonic() - t_start:.0f} s spent)")
+        repeats = 0  # trials in a row whose plan was already measured
         while True:
             elapsed = time.monotonic() - t_start
             if n_trials is not None and n_done >= n_trials:
                 break
-            if n_trials is None and elapsed > budget_s * 0.85:
+            if budget_s is not None and elapsed > budget_s * 0.85:
+                break
+            if n_trials is None and repeats >= CONVERGED_AFTER:
+                say(f"search converged: the last {repeats} trials proposed plans already measured")
                 break
             fail_stale(study, say)
             trial = ask(study)
+            n_plans = len(by_key)
             with trial_heartbeat(study, trial):  # a killed worker's trial is failed, not RUNNING forever
                 n_done += int(run_trial(trial))
+            repeats = repeats + 1 if len(by_key) == n_plans else 0
 
         if n_done == 0:
             say("no trial ran: the budget was spent before the search (profiling, baselines); "
