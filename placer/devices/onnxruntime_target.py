@@ -14,7 +14,7 @@ def session_options(threads: int):
     """Session options shared by profiling and execution (time ops the way they will run).
 
     One intra-op pool of ``threads``, sequential execution, no spinning (spinning ORT workers slow
-    down another runtime's next call in the same process: shared/DESIGN.md).
+    down another runtime's next call in the same process: docs/design.md).
     """
     import onnxruntime as ort
 
