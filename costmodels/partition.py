@@ -1,6 +1,6 @@
 """Partition correction: a partition's latency is not the sum of its isolated ops.
 
-A runtime fuses the ops of a partition and pays its call overhead once (shared/DESIGN.md: "Cost
+A runtime fuses the ops of a partition and pays its call overhead once (docs/design.md: "Cost
 of a partition is not the sum of its ops"). With ``net_i = max(isolated_i - overhead, 0.1 *
 isolated_i)`` the isolated cost of op ``i`` without its call overhead, a partition is predicted as
 

@@ -40,7 +40,7 @@ class TransferModel(RegressorMixin, BaseEstimator):
     ----------
     default_latency_ms : float
         Hand-off cost of a pair with no data (ONNX Runtime <-> OpenVINO ~0.02-0.04 ms with numpy
-        glue on this machine: shared/DESIGN.md).
+        glue on the development machine: docs/design.md).
     default_bandwidth_gbs : float
         Bandwidth of a pair with no data (a host memory copy).
     links : mapping or None

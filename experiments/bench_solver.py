@@ -1,9 +1,9 @@
 """Solver benchmarks.
 
 ``python experiments/bench_solver.py stg [--time-limit 10] [--filter 100/]``
-    The STG instances of ``/work/shared/benchmarks/stg`` (P|prec|Cmax: identical targets, zero
-    transfer cost): latency-mode ``cpsat`` must reach and prove every optimum of ``optima.csv``.
-    Prints instance, p, optimum, found, proved, time.
+    The STG instances of ``tests/data/stg`` (P|prec|Cmax: identical targets, zero transfer cost;
+    ``PLACER_STG_ROOT`` points elsewhere): latency-mode ``cpsat`` must reach and prove every
+    optimum of ``optima.csv``. Prints instance, p, optimum, found, proved, time.
 
 ``python experiments/bench_solver.py random [--sizes 100,500,2000,5000] [--targets 2,4,8]``
     Random layered DAGs (:func:`random_layered`), both modes: ``cpsat`` wall time, gap to its
@@ -32,7 +32,9 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from placer.problem import PlacementProblem, Tensor
 
-STG_ROOT = Path(os.environ.get("PLACER_STG_ROOT", "/work/shared/benchmarks/stg"))
+#: The STG benchmark set (test data of this repository; ``PLACER_STG_ROOT`` overrides it).
+STG_ROOT = Path(os.environ.get("PLACER_STG_ROOT")
+                or Path(__file__).resolve().parents[1] / "tests" / "data" / "stg")
 
 
 # ---------------------------------------------------------------------- problem generators

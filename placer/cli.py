@@ -46,7 +46,9 @@ def parse_targets(text: str | None) -> list[str] | None:
 
 # ---- devices ---------------------------------------------------------------------------------
 def add_devices(sub) -> None:
-    p = sub.add_parser("devices", help="list the targets this machine has, with versions")
+    p = sub.add_parser("devices", help="list the targets this machine has, with versions",
+                       description="List every kind of target placer knows (ONNX Runtime, OpenVINO, TVM, "
+                                   "...): whether this machine has it, its version, or why it is missing.")
     p.set_defaults(func=cmd_devices)
 
 
@@ -63,21 +65,30 @@ def cmd_devices(args) -> int:
 
 # ---- plan ------------------------------------------------------------------------------------
 def add_plan(sub) -> None:
-    p = sub.add_parser("plan", help="solve a placement: from a model (profiling what is missing) or a problem JSON")
+    p = sub.add_parser("plan",
+                       help="solve a placement: from a model (profiling what is missing) or a problem JSON",
+                       description="Decide where each op of a model runs. From a model: profile the op "
+                                   "signatures the store lacks, build the cost table, solve. From --problem: "
+                                   "solve a placement problem JSON with your own costs. Prints the plan "
+                                   "(solver status, predicted makespan, ops per target, transfers); --out "
+                                   "saves it as JSON.")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("model", nargs="?", help="ONNX file or zoo:NAME")
+    src.add_argument("model", nargs="?", help="ONNX file or zoo:NAME (zoo:squeezenet, zoo:bert-tiny, ...)")
     src.add_argument("--problem", help="a PlacementProblem JSON file (docs/problem_json.md): bring your own costs")
     p.add_argument("--targets", help=TARGETS_HELP)
-    p.add_argument("--mode", choices=["latency", "pipeline"], default="latency")
-    p.add_argument("--solver", default="cpsat", help="cpsat, heft, greedy, dp, single:<target> ...")
+    p.add_argument("--mode", choices=["latency", "pipeline"], default="latency",
+                   help="latency: minimize one inference's time; pipeline: cut into stages for throughput "
+                        "(default latency)")
+    p.add_argument("--solver", default="cpsat",
+                   help="cpsat (default), heft, greedy, dp, single:<target> (e.g. single:onnxruntime) ...")
     p.add_argument("--stages", type=int, default=None, help="pipeline stages (default: solver's choice)")
-    p.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds")
+    p.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds (default 10)")
     p.add_argument("--db", default=None, help=DB_HELP)
     p.add_argument("--shape", action="append", help="bind an input shape: NAME=1x3x224x224 (repeatable)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="write a runnable plan directory here (plan.json, stage_config.json, Relax module, "
                         "partitions: `placer run DIR`); a path ending in .json gets the plan JSON alone")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
     p.set_defaults(func=cmd_plan)
 
 
@@ -130,10 +141,17 @@ def parse_budget(text: str) -> float:
 
 
 def add_tune(sub) -> None:
-    p = sub.add_parser("tune", help="profile, solve, run and tune a placement against measured latency/throughput")
+    p = sub.add_parser("tune",
+                       help="profile, solve, run and tune a placement against measured latency/throughput",
+                       description="The whole loop: profile what the store lacks, fit the cost model, then "
+                                   "search the plan's knobs with Optuna, measuring every candidate plan (and "
+                                   "every single target) on this machine. Writes the best plan, ready for "
+                                   "`placer run` / `placer show`, and report.md / report.html to --out.")
     p.add_argument("model", help="ONNX file or zoo:NAME (zoo:squeezenet, zoo:bert-tiny, ...)")
     p.add_argument("--targets", help=TARGETS_HELP)
-    p.add_argument("--objective", choices=["latency", "throughput"], default="latency")
+    p.add_argument("--objective", choices=["latency", "throughput"], default="latency",
+                   help="latency: one request at a time; throughput: pipeline stages and replicas "
+                        "(default latency)")
     p.add_argument("--budget", default=None,
                    help="time budget, e.g. 90s, 10m (default 2m, or none when --trials is given)")
     p.add_argument("--trials", type=int, default=None,
@@ -146,7 +164,7 @@ def add_tune(sub) -> None:
                    help="learned cost model to update (default: costmodel/ next to the profile store)")
     p.add_argument("--no-cost-model", action="store_true",
                    help="do not fit, use or save the learned cost model (measured costs only)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.set_defaults(func=cmd_tune)
 
 
@@ -192,7 +210,9 @@ def cmd_tune(args) -> int:
 
 # ---- report ----------------------------------------------------------------------------------
 def add_report(sub) -> None:
-    p = sub.add_parser("report", help="re-render the report of a placer tune output directory")
+    p = sub.add_parser("report", help="re-render the report of a placer tune output directory",
+                       description="Rewrite report.md and report.html of a `placer tune` output directory "
+                                   "from what it saved (no measuring).")
     p.add_argument("out_dir", help="a directory written by placer tune")
     p.set_defaults(func=cmd_report)
 
@@ -213,14 +233,18 @@ COMMANDS: list[Callable] = [add_devices, add_plan, add_tune, add_report]
 
 # ---- fit (costmodels) ---------------------------------------------------------------------------
 def add_fit(sub) -> None:
-    p = sub.add_parser("fit", help="fit the cost model on a profile store and save it")
+    p = sub.add_parser("fit", help="fit the cost model on a profile store and save it",
+                       description="Fit the learned cost model (per-op cost per target, call overheads, "
+                                   "partition correction) on a profile store and save it where "
+                                   "`placer tune` starts from it (or to --out DIR, for `--cost-model DIR`).")
     p.add_argument("--db", default=None, help=DB_HELP)
     p.add_argument("--out", default=None,
                    help="directory for the model (skops + JSON + card.json); default: costmodel/ next to the "
                         "profile store, where placer tune finds it")
     p.add_argument("--targets", default=None, help="comma-separated targets (default: all in the store)")
-    p.add_argument("--tune-trials", type=int, default=0, help="Optuna trials per target (0: defaults)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tune-trials", type=int, default=0,
+                   help="Optuna hyper-parameter trials per target (default 0: fixed defaults)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.set_defaults(func=cmd_fit)
 
 
@@ -248,8 +272,12 @@ COMMANDS.append(add_fit)
 
 # ---- run / show (materialized plans: placer.materialize, placer.run) -------------------------------
 def add_run(sub) -> None:
-    p = sub.add_parser("run", help="run a materialized plan (PLAN_DIR), measure it, check its numerics")
-    p.add_argument("plan_dir", help="a directory written by placer.materialize (plan.json, ...)")
+    p = sub.add_parser("run", help="run a materialized plan (PLAN_DIR), measure it, check its numerics",
+                       description="Run a materialized plan on its runtimes, print its latency (or "
+                                   "throughput with --pipeline) and, with --check, compare every output "
+                                   "with ONNX Runtime running the whole model.")
+    p.add_argument("plan_dir", help="a plan directory: the --out of `placer tune`, or one written by "
+                                    "placer.materialize (plan.json, stage_config.json, ...)")
     p.add_argument("--inputs", default="seed:0", help="FILE.npz or seed:N (default seed:0)")
     p.add_argument("--check", action="store_true", help="exit 1 if an output differs from ONNX Runtime's")
     p.add_argument("--pipeline", action="store_true", help="use the pipeline executor (one worker per stage)")
@@ -259,7 +287,7 @@ def add_run(sub) -> None:
     p.add_argument("--compiled", action="store_true",
                    help="with --executor relax: load PLAN_DIR/module.so (native code: only directories you trust; "
                         "its SHA-256 is checked against compiled.json) instead of compiling")
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=2, help="untimed requests first (default 2)")
     p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of the numerics check")
     p.add_argument("--atol", type=float, default=1e-4,
                    help="absolute tolerance, relative to max|reference| per output")
@@ -297,8 +325,10 @@ def cmd_run(args) -> int:
 
 
 def add_show(sub) -> None:
-    p = sub.add_parser("show", help="show a materialized plan: stages, partitions (--ir: the Relax module)")
-    p.add_argument("plan_dir")
+    p = sub.add_parser("show", help="show a materialized plan: stages, partitions (--ir: the Relax module)",
+                       description="Print a materialized plan: its stages and partitions per target, its "
+                                   "stage config (--json) or its TVM Relax module (--ir).")
+    p.add_argument("plan_dir", help="a plan directory (the --out of `placer tune`, ...)")
     p.add_argument("--ir", action="store_true", help="print the Relax IRModule")
     p.add_argument("--json", action="store_true", help="print the stage config JSON")
     p.set_defaults(func=cmd_show)
@@ -316,8 +346,13 @@ COMMANDS += [add_run, add_show]
 
 # ---- profile / bench profile (placer.profile) ------------------------------------------------------
 def add_profile(sub) -> None:
-    p = sub.add_parser("profile", help="profile a model's ops (and whole model, links) on targets into a store")
-    p.add_argument("model", help="ONNX file or zoo:NAME")
+    p = sub.add_parser("profile",
+                       help="profile a model's ops (and whole model, links) on targets into a store",
+                       description="Time every unique op signature of a model on every target, plus the "
+                                   "whole model and the hand-off cost between targets, in worker "
+                                   "subprocesses, into a SQLite store. Resumable: what the store already "
+                                   "holds is not measured again.")
+    p.add_argument("model", help="ONNX file or zoo:NAME (zoo:squeezenet, zoo:bert-tiny, ...)")
     p.add_argument("--targets", default=None, help=TARGETS_HELP)
     p.add_argument("--db", default=None, help=DB_HELP)
     p.add_argument("--shape", action="append", default=None, help="bind an input shape, NAME=1x3x224x224 (repeatable)")
@@ -332,12 +367,15 @@ def add_profile(sub) -> None:
     p.add_argument("--rpc-key", default=None, help="TVM RPC device key for tvm-rpc targets")
     p.set_defaults(func=cmd_profile)
     if "bench" not in sub.choices:  # `placer bench profile` (experiments/bench_profile.py)
-        b = sub.add_parser("bench", help="benchmarks: `placer bench profile` times a profiling campaign")
-        b.add_argument("what", choices=["profile"])
-        b.add_argument("--model", default="zoo:resnet50")
-        b.add_argument("--targets", default=None)
+        b = sub.add_parser("bench", help="benchmarks: `placer bench profile` times a profiling campaign",
+                           description="Benchmarks of placer itself. `placer bench profile` times a "
+                                       "profiling campaign of a model into a fresh store, then reruns it "
+                                       "on the same store (which must measure nothing).")
+        b.add_argument("what", choices=["profile"], help="what to benchmark (profile: a profiling campaign)")
+        b.add_argument("--model", default="zoo:resnet50", help="ONNX file or zoo:NAME (default zoo:resnet50)")
+        b.add_argument("--targets", default=None, help=TARGETS_HELP)
         b.add_argument("--db", default=None, help="store to use (default: a fresh temporary one)")
-        b.add_argument("--timeout", type=float, default=60.0)
+        b.add_argument("--timeout", type=float, default=60.0, help="seconds per measurement (default 60)")
         b.add_argument("--json", default=None, help="write the figures here")
         b.set_defaults(func=cmd_bench)
 
@@ -366,9 +404,44 @@ def cmd_bench(args) -> int:
 COMMANDS.append(add_profile)
 
 
+DESCRIPTION = """\
+Place the ops of a deep-learning model across runtimes (ONNX Runtime, OpenVINO, TVM) and tune the
+placement against measured latency: profile every op on every target, solve where each op runs
+and where the pipeline cuts go, run the plan as a TVM Relax module and check it against the
+reference."""
+
+EPILOG = """\
+examples:
+  placer devices                                     which targets this machine has
+  placer tune zoo:squeezenet --budget 2m --out placer-out
+                                                     the whole loop on a bundled model
+  placer run placer-out --check                      run the tuned plan, check its outputs
+  placer plan model.onnx --mode pipeline --out plan.json
+                                                     solve a placement without tuning
+
+Models are ONNX files or zoo:NAME (zoo:squeezenet, zoo:resnet50, zoo:bert-tiny, ...).
+`placer COMMAND --help` describes a command."""
+
+
+def version() -> str:
+    """The installed package's version (its metadata), else ``placer.__version__``."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _dist_version
+
+    try:
+        return _dist_version("placer")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        from placer import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="placer", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="placer", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"placer {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                title="commands")
     for add in COMMANDS:
         add(sub)
     return parser

@@ -1,7 +1,7 @@
 """TVM (Relax, llvm) as a target.
 
 Untuned Relax kernels on CPU are naive single-threaded loops (15-100x slower than ONNX Runtime
-here, shared/TVM_NOTES.md Q1/Q3); ``tvm.compile``'s CPU default pipeline neither folds constants
+here, docs/tvm_notes.md Q1/Q3); ``tvm.compile``'s CPU default pipeline neither folds constants
 nor fuses, so this target compiles with the CPU backend pipeline that does both
 (LegalizeOps, FoldConstant, FuseOps, FuseTIR). TVM earns CPU ops only when tuned (the
 ``tvm-llvm-tuned`` target, MetaSchedule); it is also the IR of every materialized plan.

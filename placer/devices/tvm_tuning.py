@@ -1,6 +1,6 @@
 """TVM (Relax, llvm) tuned with MetaSchedule: the ``tvm-llvm-tuned`` target (opt-in).
 
-Untuned Relax CPU kernels are naive loops (shared/TVM_NOTES.md Q3); MetaSchedule with ~64
+Untuned Relax CPU kernels are naive loops (docs/tvm_notes.md Q3); MetaSchedule with ~64
 trials brings a 512^3 MatMul to ONNX Runtime's speed. This target compiles like ``tvm-llvm``
 (import, legalize, fold, fuse) and then, for every fused kernel (a MetaSchedule "task"):
 

@@ -50,7 +50,7 @@ import numpy as np
 from placer.errors import PlanError, TargetError
 from placer.materialize.partition import Partition, graph_input_names, graph_output_names
 
-# 256 KiB: below this, ONNX Runtime's IO-binding setup costs more than the copy (TVM_NOTES Q5)
+# 256 KiB: below this, ONNX Runtime's IO-binding setup costs more than the copy (docs/tvm_notes.md Q5)
 IOBIND_MIN_BYTES = 1 << 18
 _COMPILE_LOCK = threading.Lock()  # RunCodegen looks codegens up in TVM's process-wide registry
 
@@ -263,7 +263,7 @@ class RelaxCompiled:
     def run_timed(self, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """Run once with a VM instrument timing each partition call; returns (outputs, {pid: ms}).
 
-        The instrument costs ~6 us per VM call (TVM_NOTES Q2), so time whole requests without it.
+        The instrument costs ~6 us per VM call (docs/tvm_notes.md Q2), so time whole requests without it.
         """
         by_symbol = {p.symbol: p.id for p in self.program.partitions}
         t_start: dict[str, int] = {}
