@@ -8,6 +8,11 @@ strategy, materialize each plan, check its outputs against ONNX Runtime, and mea
 ``placer tune`` run (small budget) and its chosen plan re-measured in the same bench. With
 ``--pipeline``, the throughput tuner too (one stage per core vs the best runtime on all cores).
 
+The yardsticks are measured in the same bench (:mod:`placer.run.yardsticks`): each runtime loaded
+with its defaults (all cores) and at its best latency settings, each in a process of its own, and
+(extra columns) each runtime at 1 thread. ``x best default`` / ``x ORT default`` say how many
+times faster a placement is than the fastest yardstick / ONNX Runtime at its defaults.
+
 Writes ``report.md`` + ``report.html`` + PNG plots (Gantt chart per CP-SAT plan, predicted vs
 measured, stage utilization) and ``results.json``.
 """
@@ -48,6 +53,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     from placer.materialize import materialize
     from placer.report import gantt
     from placer.run.numerics import check_against_reference, load_inputs
+    from placer.run.yardsticks import LATENCY_KINDS, YardstickSet
     from placer.solve import solve
     from placer.tune import tune
     from placer.tune.bench import PlanBench
@@ -63,14 +69,33 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     strategies = [f"single:{n}" for n in names] + ["greedy", "heft", "cpsat"]
     rows = []
     feeds = load_inputs("seed:0", graph, 4)
-    with PlanBench(feeds, rounds=8, per_round=5) as bench:
+    yardsticks = YardstickSet(graph.model, feeds, LATENCY_KINDS, say=say)
+    with PlanBench(feeds, rounds=8, per_round=5) as bench, yardsticks:
+        for kind, y in yardsticks.ready.items():  # what a user would run instead
+            outs = y.outputs(len(feeds), yardsticks.output_names)
+            rep = check_against_reference(graph.model, feeds, outs) if outs is not None else None
+            bench.add_yardstick(y)
+            rows.append({"model": name, "placement": y.key, "kind": "yardstick", "key": y.key, "partitions": 1,
+                         "numerics_ok": bool(rep.passed) if rep is not None else None, "info": y.info})
+        for kind in sorted({t.kind for t in ctx.targets if not t.kind.startswith("tvm")}):
+            one = f"{kind}:t1"  # each runtime at 1 thread: extra columns, not the yardstick
+            try:
+                mat1 = materialize(graph, {op.id: one for op in graph.ops})
+                bench.add(f"1-thread:{one}", mat1)
+                rep = check_against_reference(graph.model, feeds, bench.outputs(f"1-thread:{one}"))
+                rows.append({"model": name, "placement": f"1-thread:{kind}", "kind": "1-thread",
+                             "key": f"1-thread:{one}", "partitions": 1, "numerics_ok": bool(rep.passed)})
+            except Exception as exc:  # noqa: BLE001 - a runtime that cannot run the model is a row, not a crash
+                rows.append({"model": name, "placement": f"1-thread:{kind}", "kind": "1-thread",
+                             "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
         keyed = {}
         priced = {}  # key -> (plan, the problem it was priced on, its materialization): per-partition figures
         for strat in strategies:
             if strat == "greedy":  # re-price from the single-target runs measured in this bench
                 measured = bench.measure(list(keyed), rounds=3)
                 whole = {r["placement"].split(":", 1)[1]: measured[r["key"]].median_ms
-                         for r in rows if r.get("key") in measured and "note" not in r}
+                         for r in rows if r.get("key") in measured and "note" not in r
+                         and r["placement"].startswith("single:")}
                 ctx = api.recalibrate(ctx, whole)
                 problem = ctx.problem
             s0 = time.monotonic()
@@ -127,21 +152,30 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                     for d in _partition_feedback(problem_, plan_, mat_, bench.partition_medians(row["key"]))]
     singles = [r for r in rows if r["placement"].startswith("single:") and "measured_ms" in r and "note" not in r]
     best_single = min(singles, key=lambda r: r["measured_ms"]) if singles else None
-    ort = next((r for r in singles if r["placement"].startswith("single:onnxruntime")), None)
+    ys = [r for r in rows if r.get("kind") == "yardstick" and r.get("measured_ms")]
+    best_default = min(ys, key=lambda r: r["measured_ms"]) if ys else None
+    ort_default = next((r for r in ys if r["placement"] == "yardstick:ort-default"), None)
+    ones = [r for r in rows if r.get("kind") == "1-thread" and r.get("measured_ms")]
+    best_one = min(ones, key=lambda r: r["measured_ms"]) if ones else None
     for r in rows:
-        if "measured_ms" in r and best_single:
-            r["speedup_vs_best_single"] = best_single["measured_ms"] / r["measured_ms"]
-        if "measured_ms" in r and ort:
-            r["speedup_vs_onnxruntime"] = ort["measured_ms"] / r["measured_ms"]
+        for col, ref_row in (("speedup_vs_best_single", best_single), ("speedup_vs_best_default", best_default),
+                             ("speedup_vs_ort_default", ort_default), ("speedup_vs_best_1thread", best_one)):
+            if r.get("measured_ms") and ref_row:
+                r[col] = ref_row["measured_ms"] / r["measured_ms"]
     result = {"model": name, "ref": ref, "n_ops": len(graph.ops), "profile_s": prof_s, "rows": rows,
               "best_single": best_single["placement"] if best_single else None,
+              "best_default": best_default["placement"] if best_default else None,
               "fusion_scale": problem.provenance.get("fusion_scale"),
               "segment_ratios": segment_ratio_stats(ctx.table),
               "whole_model_ms": problem.provenance.get("whole_model_ms")}
     if pipeline:
         tp = tune(graph, targets=targets, db=db, budget_s=tune_budget_s, objective="throughput",
                   out_dir=work / f"tune_tp_{name}", solver_time_limit=solver_time_limit)
+        tp_default, ov_tp = tp.best_default, tp.yardstick("ov-throughput")
         result["pipeline"] = {
+            "best_default": tp_default.label if tp_default else None,
+            "best_default_rps": tp_default.throughput_rps if tp_default else None,
+            "ov_throughput_rps": ov_tp.throughput_rps if ov_tp else None,
             "best": tp.best.label, "throughput_rps": tp.best.throughput_rps,
             "best_single": tp.best_single.label, "best_single_rps": tp.best_single.throughput_rps,
             "core_limit_rps": tp.extra.get("core_limit_rps"),
@@ -169,26 +203,36 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
     for res in results:
         tuned = next((r for r in res["rows"] if r["placement"] == "tuned"), {})
         cps = next((r for r in res["rows"] if r["placement"] == "cpsat"), {})
-        summary.append([res["model"], res["n_ops"], res["best_single"], tuned.get("tuned_choice"),
-                        tuned.get("speedup_vs_best_single"), tuned.get("speedup_vs_onnxruntime"),
-                        cps.get("speedup_vs_best_single")])
+        summary.append([res["model"], res["n_ops"], res.get("best_default"), tuned.get("tuned_choice"),
+                        tuned.get("speedup_vs_best_default"), tuned.get("speedup_vs_ort_default"),
+                        tuned.get("speedup_vs_best_single"), cps.get("speedup_vs_best_default"),
+                        tuned.get("speedup_vs_best_1thread")])
     doc.h2("Summary (latency mode)")
-    doc.table(["model", "ops", "best single target", "tuned choice", "tuned / best single", "tuned / ORT",
-               "CP-SAT (untuned) / best single"], summary)
-    gm_single = geomean([s[4] for s in summary])
-    gm_ort = geomean([s[5] for s in summary])
-    doc.p(f"Geomean speedup of the tuned plan: {gm_single:.3f}x over the best single target, "
-          f"{gm_ort:.3f}x over ONNX Runtime alone.")
+    doc.p("`x best default`: how many times faster than the fastest yardstick (each runtime loaded with its "
+          "defaults or at its best latency settings, all cores, each in its own process, measured in the same "
+          "rounds); `x ORT default`: than `onnxruntime.InferenceSession(path)`; `x best 1-thread`: than the best "
+          "runtime at 1 thread (the old yardstick, an extra column).")
+    doc.table(["model", "ops", "best default", "tuned choice", "tuned x best default", "tuned x ORT default",
+               "tuned x best single target", "CP-SAT (untuned) x best default", "tuned x best 1-thread"], summary)
+    doc.p(f"Geomean of the tuned plan: {geomean([s[4] for s in summary]):.3f}x the best default, "
+          f"{geomean([s[5] for s in summary]):.3f}x ONNX Runtime's default, "
+          f"{geomean([s[8] for s in summary]):.3f}x the best 1-thread runtime.")
     pipe = [r for r in results if r.get("pipeline")]
     if pipe:
         doc.h2("Summary (pipeline mode, throughput)")
         doc.p("One stage per core (1-thread runtimes pinned), measured on the pipeline executor, against every "
               "runtime alone at 1 thread and with all cores as intra-op threads. Core limit = cores x the best "
               "1-thread throughput.")
-        doc.table(["model", "chosen", "stages", "req/s", "best single runtime", "its req/s", "x best single",
-                   "core limit req/s", "% of limit"],
+        doc.p("Yardsticks for throughput: OpenVINO's THROUGHPUT hint driven by an AsyncInferQueue, and one "
+              "1-thread ONNX Runtime session per core in as many threads, measured in the final rounds.")
+        doc.table(["model", "chosen", "stages", "req/s", "best default", "its req/s", "x best default",
+                   "x OV THROUGHPUT", "best single runtime", "x best single", "core limit req/s", "% of limit"],
                   [[r["model"], r["pipeline"]["best"], " + ".join(r["pipeline"]["stages"] or ["-"]),
-                    r["pipeline"]["throughput_rps"], r["pipeline"]["best_single"], r["pipeline"]["best_single_rps"],
+                    r["pipeline"]["throughput_rps"], r["pipeline"].get("best_default"),
+                    r["pipeline"].get("best_default_rps"),
+                    (r["pipeline"]["throughput_rps"] or 0) / (r["pipeline"].get("best_default_rps") or float("nan")),
+                    (r["pipeline"]["throughput_rps"] or 0) / (r["pipeline"].get("ov_throughput_rps") or float("nan")),
+                    r["pipeline"]["best_single"],
                     (r["pipeline"]["throughput_rps"] or 0) / (r["pipeline"]["best_single_rps"] or float("nan")),
                     r["pipeline"]["core_limit_rps"], 100 * r["pipeline"]["fraction_of_limit"]] for r in pipe])
     seg_rows = [[res["model"], t, st["n"], st["median"], st["p10"], st["p90"]]
@@ -206,13 +250,15 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
         rows = []
         for r in res["rows"]:
             rows.append([r["placement"], r.get("partitions"), r.get("predicted_ms"), r.get("measured_ms"),
-                         r.get("p10_ms"), r.get("p90_ms"), r.get("speedup_vs_best_single"), r.get("speedup_vs_onnxruntime"),
-                         r.get("solve_s"), r.get("status"), "yes" if r.get("numerics_ok") else r.get("error", "no")])
+                         r.get("p10_ms"), r.get("p90_ms"), r.get("speedup_vs_best_default"),
+                         r.get("speedup_vs_ort_default"), r.get("speedup_vs_best_single"),
+                         r.get("speedup_vs_best_1thread"), r.get("solve_s"), r.get("status"),
+                         "yes" if r.get("numerics_ok") else r.get("error", "no")])
             if r.get("measured_ms") and r.get("predicted_ms"):
                 pts.append({"label": f"{res['model']}:{r['placement']}", "predicted_ms": r["predicted_ms"],
                             "measured_ms": r["measured_ms"]})
-        doc.table(["placement", "partitions", "predicted ms", "measured ms", "p10", "p90", "x best single",
-                   "x ORT", "solve s", "status", "numerics"], rows)
+        doc.table(["placement", "partitions", "predicted ms", "measured ms", "p10", "p90", "x best default",
+                   "x ORT default", "x best single", "x best 1-thread", "solve s", "status", "numerics"], rows)
         if res.get("fusion_scale"):
             doc.p("Whole-model calibration (measured whole model / sum of isolated op costs): " + ", ".join(
                 f"{t} {s:.2f}" for t, s in res["fusion_scale"].items()))
@@ -251,7 +297,8 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="squeezenet,inception_v1,resnet50,bert-tiny")
-    ap.add_argument("--targets", default="onnxruntime,openvino,tvm-llvm")
+    ap.add_argument("--targets", default=None,
+                    help="comma-separated targets (default: placer's defaults, each runtime on all cores)")
     ap.add_argument("--db", default="experiments/profiles.db")
     ap.add_argument("--out", default="experiments/report")
     ap.add_argument("--tune-budget", type=float, default=60.0)
@@ -267,7 +314,9 @@ def main(argv=None) -> int:
         print(f"report: {path}")
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    targets = [t for t in args.targets.split(",") if t]
+    from placer.devices.registry import default_target_names
+
+    targets = [t for t in args.targets.split(",") if t] if args.targets else default_target_names()
     results = []
     meta = {"cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)), "targets": targets,
             "date": time.strftime("%Y-%m-%d"),
