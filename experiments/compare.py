@@ -56,7 +56,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     from placer.run.yardsticks import LATENCY_KINDS, YardstickSet
     from placer.solve import solve
     from placer.tune import tune
-    from placer.tune.bench import PlanBench
+    from placer.run.bench import PlanBench
     from placer.costing import segment_ratio_stats
     from placer.tune.tuner import SKIP_BASELINE_FACTOR, _partition_feedback, assignment_key
 

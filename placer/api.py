@@ -20,6 +20,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from placer.errors import PlacerError
+
 @dataclass
 class PlanningContext:
     """What planning produced besides the plan: reused by tune, run and the reports."""
@@ -168,9 +170,11 @@ class PlannedModel:
     Plan (``pm.makespan_ms``, ``pm.assignment``, ``pm.summary()`` ...).
     """
 
-    def __init__(self, plan, ctx: PlanningContext):
+    def __init__(self, plan, ctx: PlanningContext, note: str = ""):
         self.plan = plan
         self.ctx = ctx
+        #: why the plan differs from the solver's, if it does (:func:`honest`)
+        self.note = note
 
     def __getattr__(self, name: str):
         return getattr(self.plan, name)
@@ -212,9 +216,14 @@ def plan(
     seed: int = 0,
     cost_model=None,
     say: Callable[[str], None] | None = None,
+    measure: bool = False,
     **options: Any,
 ):
     """Plan ``model`` on ``targets`` (profiling what is missing): a :class:`PlannedModel`.
+
+    In latency mode a plan that cuts the model must be predicted clearly faster than the best
+    single target, and with ``measure`` must measure faster too, or the single target is returned
+    (:func:`honest`; ``PlannedModel.note`` says why).
 
     >>> pm = placer.plan("zoo:squeezenet", targets=["onnxruntime", "openvino"])   # doctest: +SKIP
     >>> pm.makespan_ms, pm.explain()[0], pm.run("seed:0").measurement.latency_p50_ms  # doctest: +SKIP
@@ -226,7 +235,66 @@ def plan(
     check_request(mode, solver, time_limit, [t.name for t in make_targets(targets)], options)
     ctx = prepare(model, targets=targets, db=db, shapes=shapes, cost_model=cost_model, say=say)
     solved = solve(ctx.problem, mode, solver, time_limit=time_limit, num_stages=num_stages, seed=seed, **options)
-    return PlannedModel(solved, ctx)
+    planned = PlannedModel(solved, ctx)
+    if mode == "latency" and not solver.startswith("single:"):
+        planned.plan, planned.note = honest(ctx, solved, measure=measure, say=say or (lambda msg: None))
+    return planned
+
+
+#: a plan that cuts the model is kept only if its predicted gain over the best single target exceeds
+#: this: cut plans measured a median 1.5x their per-op prediction (docs/design.md), so a smaller
+#: predicted gain is within the pricing's error
+CUT_MARGIN = 0.10
+
+
+def honest(ctx: PlanningContext, solved, *, measure: bool = False, say: Callable[[str], None] = lambda m: None):
+    """The plan to return instead of ``solved``, and why: ``(plan, note)``.
+
+    A plan on several targets must be predicted at least :data:`CUT_MARGIN` faster than the best
+    single-target plan, else the single target is returned. With ``measure``, a plan that passes is
+    run against the best single target (interleaved rounds, outputs checked) and the faster one kept.
+    """
+    from placer.run.bench import PlanBench
+    from placer.run.numerics import check_against_reference, load_inputs
+    from placer.solve import solve
+
+    if len(set(solved.assignment.values())) <= 1:
+        return solved, ""
+    singles = []
+    for t in ctx.problem.targets:
+        p = solve(ctx.problem, "latency", f"single:{t}")
+        if len(set(p.assignment.values())) == 1:
+            singles.append(p)
+    if not singles:
+        return solved, ""
+    best = min(singles, key=lambda p: p.makespan_ms)
+    gain = 1.0 - solved.makespan_ms / best.makespan_ms
+    if gain < CUT_MARGIN:
+        note = (f"the {solved.solver} plan cuts the model across {len(set(solved.assignment.values()))} targets for a "
+                f"predicted gain of {gain:.0%} over {best.solver} ({solved.makespan_ms:.3f} vs "
+                f"{best.makespan_ms:.3f} ms), within the pricing's error ({CUT_MARGIN:.0%}): kept the single target")
+        say(note)
+        return best, note
+    if not measure:
+        return solved, ""
+    from placer.materialize import materialize
+
+    feeds = load_inputs("seed:0", ctx.graph, 4)
+    with PlanBench(feeds, rounds=5, per_round=5) as bench:
+        for key, p in (("cut", solved), ("single", best)):
+            bench.add(key, materialize(ctx.graph, p))
+            report = check_against_reference(ctx.graph.model, feeds, bench.outputs(key))
+            if not report.passed:
+                raise PlacerError(f"--measure: the {key} plan's outputs differ from the reference: "
+                                  f"{report.failures()[0].name}")
+        stats = bench.measure(["cut", "single"])
+    cut, one = stats["cut"].median_ms, stats["single"].median_ms
+    keep = solved if cut < one else best
+    note = (f"measured: the {solved.solver} plan {cut:.3f} ms (predicted {solved.makespan_ms:.3f}), "
+            f"{best.solver} {one:.3f} ms (predicted {best.makespan_ms:.3f}): kept "
+            f"{'the cut plan' if keep is solved else 'the single target'}")
+    say(note)
+    return keep, note
 
 
 def explain(plan, problem, graph=None):

@@ -89,6 +89,9 @@ def add_plan(sub) -> None:
                    help="write a runnable plan directory here (plan.json, stage_config.json, Relax module, "
                         "partitions: `placer run DIR`); a path ending in .json gets the plan JSON alone")
     p.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
+    p.add_argument("--measure", action="store_true",
+                   help="latency mode: run a plan that cuts the model against the best single target "
+                        "(interleaved, outputs checked) and keep the faster")
     p.set_defaults(func=cmd_plan)
 
 
@@ -114,7 +117,7 @@ def cmd_plan(args) -> int:
     console = make_console(stderr=True)
     planned = api.plan(args.model, targets=parse_targets(args.targets), mode=args.mode, solver=args.solver,
                        db=args.db, shapes=parse_shapes(args.shape), time_limit=args.time_limit,
-                       num_stages=args.stages, seed=args.seed,
+                       num_stages=args.stages, seed=args.seed, measure=args.measure,
                        say=lambda msg: console.print(msg, style="dim", markup=False, highlight=False))
     print(planned.plan.summary())
     if out is not None and out.suffix == ".json":

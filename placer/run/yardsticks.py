@@ -11,7 +11,7 @@ runtime's defaults (all cores) and at its best settings (docs/design.md, "Yardst
 Each yardstick lives in a process of its own (:mod:`placer.run.yardstick_worker`), so its
 runtime's spinning threads neither slow down placer's candidates nor are slowed by them; the
 parent sends it a batch of requests when its turn in an interleaved round comes
-(:meth:`placer.tune.bench.PlanBench.measure` takes a :class:`Yardstick` like a compiled plan).
+(:meth:`placer.run.bench.PlanBench.measure` takes a :class:`Yardstick` like a compiled plan).
 A yardstick that fails to load (an op the runtime lacks, a crash) is reported, not fatal.
 """
 

@@ -131,7 +131,7 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
     from placer.materialize import materialize
     from placer.solve import solve
     from placer.tune import space
-    from placer.tune.bench import PlanBench
+    from placer.run.bench import PlanBench
     from placer.tune.tuner import (TrialRecord, TuneResult, _write_outputs, assignment_key, open_storage,
                                    sampler_seed, tell_trial, ask, fail_stale, trial_heartbeat)
     from placer.run.numerics import ReferenceRunner, check_against_reference, load_inputs

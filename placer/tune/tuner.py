@@ -9,7 +9,7 @@ The loop
 3. An Optuna study (TPE, seeded, persistent SQLite storage by default) over the plan's knobs
    (:mod:`placer.tune.space`): each trial builds a problem variant, solves it with CP-SAT,
    materializes the plan, checks its outputs against ONNX Runtime, and measures it interleaved
-   with the best baseline (:class:`placer.tune.bench.PlanBench`). The trial's value is the
+   with the best baseline (:class:`placer.run.bench.PlanBench`). The trial's value is the
    measured median latency (latency objective) or the measured requests/s (throughput
    objective, pipeline executor). Plans already measured (same assignment) are not re-run.
 4. Feedback: after each trial, the measured partition times are compared with the problem's
@@ -160,7 +160,7 @@ DEFAULT_BUDGET_S = 120.0
 
 
 def fill(rec: TrialRecord, s) -> None:
-    """Copy a :class:`~placer.tune.bench.LatencyStats` into a record."""
+    """Copy a :class:`~placer.run.bench.LatencyStats` into a record."""
     rec.measured_ms, rec.p10_ms, rec.p90_ms = s.median_ms, s.p10_ms, s.p90_ms
     rec.throughput_rps = 1000.0 / s.median_ms if s.median_ms == s.median_ms else None
 
@@ -423,7 +423,7 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
     from placer.run.yardsticks import LATENCY_KINDS, YardstickSet
     from placer.solve import solve
     from placer.tune import learned, space
-    from placer.tune.bench import PlanBench
+    from placer.run.bench import PlanBench
 
     storage_url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     try:  # a bad --storage fails now, not after profiling and the baselines

@@ -119,7 +119,7 @@ def test_api_tune_throughput_pipeline(tmp_path, db):
 def test_throughput_tune_writes_a_replicated_plan_dir_when_it_wins(tmp_path, db, monkeypatch):
     """A replicated winner is saved with its replicas (stage config version 2) and runs: no study
     trials, and the baselines made to look 100x slower, so a replicated candidate wins."""
-    from placer.tune import bench as bench_mod
+    from placer.run import bench as bench_mod
     from placer.tune import tune
 
     class SlowBench(bench_mod.PlanBench):  # every baseline sample taken 100x slower than measured
