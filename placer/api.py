@@ -90,7 +90,10 @@ def prepare(
         names = ", ".join(t.name for t in real)
         with _phase(say, f"profile ops: {len(graph.unique_signatures())} signatures"
                          f"{f' + {len(segments)} fusion segments' if segments else ''} on {names}"):
-            profile_graph(graph, real, store, timeout_s=timeout_s, progress=progress, segments=segments)
+            res = profile_graph(graph, real, store, timeout_s=timeout_s, progress=progress, segments=segments)
+        if res.remeasured or res.contended:
+            say(f"measurement conditions: other processes kept the machine busy during {res.remeasured} "
+                f"measurement(s), taken again; {res.contended} stayed contended (flagged; measured again next time)")
         if whole_models:
             with _phase(say, f"profile the whole model on {names}"):
                 profile_whole_model(graph, real, store, timeout_s=max(timeout_s, 120.0))

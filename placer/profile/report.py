@@ -55,6 +55,11 @@ def summary_lines(res: CampaignResult) -> list[str]:
         f"{res.failed} failed; links: {res.links_measured} measured, {res.links_cached} cached; "
         f"wall {res.wall_s:.1f} s; store {res.store_path}"
     ]
+    if res.remeasured or res.contended:
+        lines.append(
+            f"measurement conditions: other processes kept the machine busy during {res.remeasured} measurement(s), "
+            f"taken again; {res.contended} stayed contended in every attempt and are flagged in the store "
+            "(the next campaign measures them again)")
     lines += [f"warning: {p}" for p in res.problems]
     return lines
 
@@ -66,6 +71,7 @@ def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None
     from placer.devices import make_targets
     from placer.errors import ProfileError
     from placer.profile.campaign import profile_model
+
     if not timeout_s > 0:
         raise ProfileError(f"--timeout {timeout_s}: must be > 0")
     if segments and segments < 2:
