@@ -342,6 +342,33 @@ def explain(plan, problem, graph=None):
     return Explanation(rows, problem.targets)
 
 
+#: a stored whole-model time off by more than this factor from one measured in the session is distrusted
+STORE_DISAGREES = 1.25
+
+
+def check_store(ctx: PlanningContext, whole_model_ms: Mapping[str, float],
+                say: Callable[[str], None] = lambda m: None) -> list[str]:
+    """Compare the store's whole-model times with ones just measured in this session; a stored row off
+    by more than :data:`STORE_DISAGREES` either way (taken under other load, or on another day) is
+    flagged in the store, so the next campaign measures it again. Returns the targets flagged."""
+    from placer.profile.keys import model_key
+
+    flagged = []
+    for t in ctx.targets:
+        stored, now = ctx.table.whole_model_ms.get(t.name), whole_model_ms.get(t.name)
+        if not stored or not now or not math.isfinite(stored) or not math.isfinite(now):
+            continue
+        ratio = stored / now
+        if ratio > STORE_DISAGREES or ratio < 1 / STORE_DISAGREES:
+            why = f"whole model stored {stored:.3f} ms, measured {now:.3f} ms in a later session"
+            if ctx.store.flag_contended(model_key(ctx.graph), t, why):
+                flagged.append(t.name)
+                say(f"the store's whole-model time on {t.name} ({stored:.3f} ms) disagrees with this session's "
+                    f"({now:.3f} ms, {ratio:.2f}x): priced from this session's; the store row is flagged and will "
+                    "be measured again")
+    return flagged
+
+
 def recalibrate(ctx: PlanningContext, whole_model_ms: Mapping[str, float]) -> PlanningContext:
     """The same context with its problem re-priced from whole-model times measured in this session.
 

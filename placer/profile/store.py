@@ -392,6 +392,18 @@ class ProfileStore:
         ).fetchone()
         return _row_to_measurement(r) if r else None
 
+    def flag_contended(self, key: str, target, why: str) -> bool:
+        """Mark a row as not to be trusted (``contended``, with ``why``): the next campaign measures it
+        again. Returns False if there is no such row."""
+        m = self.get(key, target)
+        if m is None:
+            return False
+        meta = dict(m.meta, contended=True, distrusted=why)
+        with self._tx() as c:
+            c.execute("UPDATE measurements SET meta=? WHERE key=? AND target=?",
+                      (json.dumps(meta, sort_keys=True, default=str), key, self.target_hash(target)))
+        return True
+
     def get_many(self, keys: Iterable[str], target) -> dict[str, Measurement]:
         th = self.target_hash(target)
         keys = list(dict.fromkeys(keys))

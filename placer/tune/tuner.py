@@ -525,8 +525,11 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
         best_single_holder.append(best_single)
         if ys_keys:
             best_default_key.append(min(ys_keys, key=lambda k: stats[k].median_ms))
-        # re-price the problem from the whole-model times just measured (interleaved, same executor)
-        ctx = api.recalibrate(ctx, {r.label.split(":", 1)[1]: r.measured_ms for r in ok})
+        # re-price the problem from the whole-model times just measured (interleaved, same executor);
+        # a stored whole-model time these contradict is flagged for re-measurement
+        session_ms = {r.label.split(":", 1)[1]: r.measured_ms for r in ok}
+        api.check_store(ctx, session_ms, say)
+        ctx = api.recalibrate(ctx, session_ms)
         say(f"best single target: {best_single.label} {best_single.measured_ms:.3f} ms"
             + (f"; best yardstick {best_default_key[0]} {stats[best_default_key[0]].median_ms:.3f} ms"
                if best_default_key else ""))

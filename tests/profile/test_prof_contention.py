@@ -59,3 +59,18 @@ def test_rows_record_their_conditions_and_contended_rows_are_measured_again(tmp_
         assert again.measured == len(flagged)
         assert again.cached == first.measured + first.cached - len(flagged)
         assert (victim.key, ort.name) in again.results
+
+
+def test_a_stored_whole_model_time_the_session_contradicts_is_flagged(tmp_path):
+    from placer import api
+    from placer.profile.keys import model_key
+
+    ctx = api.prepare("zoo:tiny", targets=["onnxruntime"], db=tmp_path / "p.db")
+    (t,) = ctx.targets
+    stored = ctx.table.whole_model_ms[t.name]
+    said = []
+    assert api.check_store(ctx, {t.name: stored * 1.1}, said.append) == []  # within noise: trusted
+    assert api.check_store(ctx, {t.name: stored / 2}, said.append) == [t.name]
+    row = ctx.store.get(model_key(ctx.graph), t)
+    assert is_contended(row.meta) and "measured" in row.meta["distrusted"]
+    assert said and t.name in said[0]
