@@ -27,11 +27,14 @@ DEFAULT_KINDS = ("onnxruntime", "openvino")
 
 def default_target_names() -> list[str]:
     """The default targets: each default runtime on the whole machine (one thread per core this
-    process may use), as a user's runtime at its defaults runs."""
+    process may use), as a user's runtime at its defaults runs, and, on a machine of several
+    cores, each at one thread: on small models one thread beats a pool's hand-offs, and 1-thread
+    targets on different cores can run independent branches at once (:mod:`placer.devices.cores`).
+    Cores are a resource the plan decides."""
     import os
 
     n = len(os.sched_getaffinity(0))
-    return [f"{kind}:t{n}" for kind in DEFAULT_KINDS]
+    return [f"{kind}:t{n}" for kind in DEFAULT_KINDS] + ([f"{kind}:t1" for kind in DEFAULT_KINDS] if n > 1 else [])
 
 
 def register_target(kind: str, path: str) -> None:
