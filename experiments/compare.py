@@ -39,6 +39,12 @@ MODELS = {
     "gpt-tiny": "zoo:gpt-tiny",  # exported from torch (pip install torch)
     "gpt-small": "zoo:gpt-small",
     "resnet-mini": "zoo:resnet-mini",
+    # transformers architectures with seeded random weights (pip install -e '.[hf]')
+    "hf-bert": "zoo:hf-bert",
+    "hf-gpt2": "zoo:hf-gpt2",
+    "hf-vit": "zoo:hf-vit",
+    "hf-convnext": "zoo:hf-convnext",
+    "hf-llama": "zoo:hf-llama",
 }
 
 

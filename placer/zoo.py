@@ -10,10 +10,12 @@
 
 * :mod:`placer.zoo_torch`: ``gpt-tiny``, ``gpt-small`` (GPT-style decoders) and ``resnet-mini``,
   exported from PyTorch when it is installed.
+* :mod:`placer.zoo_hf`: ``hf-bert``, ``hf-gpt2``, ``hf-vit``, ``hf-convnext``, ``hf-llama``: Hugging Face
+  ``transformers`` architectures with seeded random weights, when transformers is installed.
 
 References for :func:`resolve` / :func:`available`: ``"zoo:tiny"``, ``"zoo:bert-tiny"``, ``"zoo:lpnorm"``,
 ``"zoo:<light name>"`` (re-weighted, seed 0), ``"zoo:light-<light name>"`` (the original light
-model), ``"zoo:gpt-tiny"`` (torch), or a file path.
+model), ``"zoo:gpt-tiny"`` (torch), ``"zoo:hf-bert"`` (transformers), or a file path.
 """
 
 from __future__ import annotations
@@ -87,10 +89,11 @@ def light_model_path(name: str) -> Path:
 
 def available() -> list[str]:
     """Names accepted after ``zoo:`` by :func:`resolve`."""
+    from placer.zoo_hf import HF_MODELS
     from placer.zoo_torch import TORCH_MODELS
 
     return ["tiny", "bert-tiny", "bert-small", "lpnorm", *LIGHT_MODELS, *(f"light-{n}" for n in LIGHT_MODELS),
-            *TORCH_MODELS]
+            *TORCH_MODELS, *HF_MODELS]
 
 
 def resolve(ref: str | os.PathLike) -> onnx.ModelProto:
@@ -113,6 +116,10 @@ def resolve(ref: str | os.PathLike) -> onnx.ModelProto:
 
         if name in TORCH_MODELS:
             return torch_model(name)
+        from placer.zoo_hf import HF_MODELS, hf_model
+
+        if name in HF_MODELS:
+            return hf_model(name)
         if name.startswith("light-") and name[6:] in LIGHT_MODELS:
             return onnx.load(str(light_model_path(name[6:])))
         raise GraphError(f"unknown zoo model '{text}'; available: {', '.join('zoo:' + n for n in available())}")

@@ -26,7 +26,7 @@ import onnx
 
 from placer.errors import GraphError
 
-__all__ = ["TORCH_MODELS", "cache_dir", "torch_model"]
+__all__ = ["TORCH_MODELS", "cache_dir", "export_cached", "seeded_build", "torch_model"]
 
 #: where exports are cached; None: ``PLACER_ZOO_CACHE`` or ``~/.cache/placer/zoo``, read at each call
 CACHE: Path | None = None
@@ -137,18 +137,35 @@ def torch_model(name: str, seed: int = 0) -> onnx.ModelProto:
     """The zoo model ``name`` (a key of :data:`TORCH_MODELS`) exported to ONNX (cached)."""
     if name not in TORCH_MODELS:
         raise GraphError(f"unknown torch zoo model {name!r}; known: {', '.join(TORCH_MODELS)}")
+    return export_cached(name, TORCH_MODELS[name], seed, BUILDERS_VERSION)
+
+
+def seeded_build(build: Callable, seed: int):
+    """``build()`` with torch seeded by ``seed`` (the caller's RNG untouched), the module in eval mode:
+    the module an export with this seed comes from, and its example args."""
+    torch = _torch()
+    with torch.random.fork_rng(devices=[]):  # seeded weights without touching the caller's RNG
+        torch.manual_seed(seed)
+        module, args, in_names, out_names = build()
+        _seeded(module, seed)
+    module.eval()
+    return module, args, in_names, out_names
+
+
+def export_cached(
+    name: str, build: Callable, seed: int, version: int | str, *, tag: str = ""
+) -> onnx.ModelProto:
+    """``build()`` (module, example args, input names, output names) with torch seeded by ``seed``,
+    exported to ONNX opset 17 in eval mode, cached as
+    ``NAME-vVERSION-sSEED-torchVERSION[TAG].onnx`` (``tag``: what else the export depends on)."""
     torch = _torch()
     cache = cache_dir()
-    path = cache / f"{name}-v{BUILDERS_VERSION}-s{seed}-torch{torch.__version__.replace('+', '_')}.onnx"
+    path = cache / f"{name}-v{version}-s{seed}-torch{torch.__version__.replace('+', '_')}{tag}.onnx"
     if path.is_file():
         return onnx.load(str(path))
     import warnings
 
-    with torch.random.fork_rng(devices=[]):  # seeded weights without touching the caller's RNG
-        torch.manual_seed(seed)
-        module, args, in_names, out_names = TORCH_MODELS[name]()
-        _seeded(module, seed)
-    module.eval()
+    module, args, in_names, out_names = seeded_build(build, seed)
     cache.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=cache, suffix=".onnx.tmp")
     os.close(fd)

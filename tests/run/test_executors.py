@@ -170,3 +170,20 @@ def test_exported_compiled_module_runs_and_a_changed_one_is_refused(tmp_path):
         f.write(b"\0")
     with pytest.raises(PlanError, match="SHA-256 differs"):
         RelaxExecutor(load_plan_dir(tmp_path / "plan"), compiled=True).compile()
+
+
+def test_an_int64_tensor_from_onnxruntime_feeds_an_openvino_partition():
+    # ONNX Runtime returns int64 as numpy's longlong ('q'), which OpenVINO's binding refused
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.INT64, [1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [1, 8])
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"], name="a"), helper.make_node("Mul", ["a", "x"], ["y"], name="b")]
+    model = helper.make_model(helper.make_graph(nodes, "i64", [x], [y]), opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)
+    g = graph_of(model)
+    first, second = (op.id for op in g.ops)
+    mat = materialize(g, {first: "onnxruntime", second: "openvino"})
+    feeds = {"x": np.arange(8, dtype=np.int64).reshape(1, 8)}
+    res = run_plan(mat, [feeds], requests=1, warmup=0)
+    np.testing.assert_array_equal(res.outputs[0]["y"], 2 * feeds["x"] * feeds["x"])
