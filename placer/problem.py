@@ -126,6 +126,42 @@ def _float_array(value: Any, shape: tuple[int, ...], what: str, default: float) 
     return arr
 
 
+def _check_target_cores(value: Any, targets: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """Validate ``target_cores``; returns ``{target: sorted distinct core ids}`` in target order."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ProblemError(f"target_cores: expected a mapping target -> list of core ids, got "
+                           f"{type(value).__name__}")
+    known = set(targets)
+    for name in value:
+        if name not in known:
+            raise ProblemError(f"target_cores: unknown target {name!r}; targets are {list(targets)}")
+    out: dict[str, tuple[int, ...]] = {}
+    for name in targets:
+        cores = value.get(name)
+        if cores is None:
+            continue
+        if isinstance(cores, (str, bytes)) or not isinstance(cores, (Sequence, np.ndarray, set, frozenset)):
+            raise ProblemError(f"target_cores[{name!r}]: expected a list of core ids (or null for a "
+                               f"private resource), got {cores!r}")
+        ids = []
+        for c in cores:
+            if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)):
+                if isinstance(c, (float, np.floating)) and float(c).is_integer():
+                    c = int(c)
+                else:
+                    raise ProblemError(f"target_cores[{name!r}]: core id {c!r} is not an integer")
+            if int(c) < 0:
+                raise ProblemError(f"target_cores[{name!r}]: core id {int(c)} is negative")
+            ids.append(int(c))
+        if not ids:
+            raise ProblemError(f"target_cores[{name!r}]: empty list of cores (omit the target, or "
+                               "give null, for a private resource)")
+        out[name] = tuple(sorted(set(ids)))
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class PlacementProblem:
     """A placement problem (see the module docstring for the semantics).
@@ -826,42 +862,6 @@ class PlacementProblem:
             partition_overhead_ms=per_target("partition_overhead_ms", 0.0),
             provenance=provenance, target_cores=target_cores,
         )
-
-
-def _check_target_cores(value: Any, targets: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
-    """Validate ``target_cores``; returns ``{target: sorted distinct core ids}`` in target order."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ProblemError(f"target_cores: expected a mapping target -> list of core ids, got "
-                           f"{type(value).__name__}")
-    known = set(targets)
-    for name in value:
-        if name not in known:
-            raise ProblemError(f"target_cores: unknown target {name!r}; targets are {list(targets)}")
-    out: dict[str, tuple[int, ...]] = {}
-    for name in targets:
-        cores = value.get(name)
-        if cores is None:
-            continue
-        if isinstance(cores, (str, bytes)) or not isinstance(cores, (Sequence, np.ndarray, set, frozenset)):
-            raise ProblemError(f"target_cores[{name!r}]: expected a list of core ids (or null for a "
-                               f"private resource), got {cores!r}")
-        ids = []
-        for c in cores:
-            if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)):
-                if isinstance(c, (float, np.floating)) and float(c).is_integer():
-                    c = int(c)
-                else:
-                    raise ProblemError(f"target_cores[{name!r}]: core id {c!r} is not an integer")
-            if int(c) < 0:
-                raise ProblemError(f"target_cores[{name!r}]: core id {int(c)} is negative")
-            ids.append(int(c))
-        if not ids:
-            raise ProblemError(f"target_cores[{name!r}]: empty list of cores (omit the target, or "
-                               "give null, for a private resource)")
-        out[name] = tuple(sorted(set(ids)))
-    return out
 
 
 def _num(v: Any, what: str, where: str) -> float:
