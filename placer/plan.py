@@ -12,15 +12,18 @@ Latency mode
     at the producer's end on the same target, else ``link_ms + partition_overhead_ms[dst]`` later
     (one copy per (tensor, destination target); copies occupy no target, links are concurrent).
     A target runs one op at a time (an op of cost 0 is instantaneous and occupies no time on its
-    target). ``bottleneck_ms`` = the largest per-target busy time (sum of
-    the costs of the ops placed on it).
+    target), and targets that share a core (``PlacementProblem.target_cores``) never run ops at
+    the same time. ``bottleneck_ms`` = the largest per-resource busy time (sum of the costs of
+    the ops placed on the targets using it; the largest per-target busy time when no core is
+    shared).
 Pipeline mode
     Each stage runs on its own target; ``stage(u) <= stage(v)`` on every edge. A stage's time is
     ``compute + send + recv``: ``compute`` = its ops' costs; for each (tensor, destination target)
     copy ``a -> b`` the link time goes to the sender stage's ``send`` if ``link_charge[a][b]`` is
     ``"sender"``/``"both"`` and to the receiver's ``recv`` if ``"receiver"``/``"both"``; the
     receiver also pays ``partition_overhead_ms[b]`` per tensor received. ``bottleneck_ms`` = the
-    slowest stage (1 / throughput); ``makespan_ms`` = the latency of one request through the idle
+    slowest stage (1 / throughput), or rather the busiest resource: stages on targets sharing a
+    core add their times up on it; ``makespan_ms`` = the latency of one request through the idle
     pipeline = the sum of the stage times (the stages run one after the other, each receiving,
     computing its ops in topological order, then sending). ``start_ms`` / ``end_ms`` follow that
     timeline.
@@ -257,8 +260,9 @@ class Plan:
 
         Checks: every op placed exactly once on a supporting target; pins; colocation; memory
         caps; op costs; in latency mode the stored schedule (precedence with transfer delays, one
-        op at a time per target, ``end = start + cost``); in pipeline mode stage monotonicity,
-        distinct stage targets, contiguity / stage count if the plan was solved with them, and
+        op at a time per resource: a target, or a core shared by targets; ``end = start + cost``);
+        in pipeline mode stage monotonicity, distinct stage targets, contiguity / stage count if
+        the plan was solved with them, and
         the stage costs; the transfers list; and that ``makespan_ms`` / ``bottleneck_ms``
         recompute from the problem (relative tolerance ``tol``).
         """
@@ -348,12 +352,16 @@ class Plan:
                     raise PlanError(f"op {p.ops[v]!r} starts at {start[v]:.6g} ms before its input "
                                     f"{p.tensors[k].name!r} from {p.ops[u]!r} is ready on "
                                     f"{p.targets[assign[v]]!r} at {ready:.6g} ms")
-        for d in range(p.n_targets):  # instantaneous (cost 0) ops occupy no time on their target
-            idx = np.flatnonzero((assign == d) & (end > start))
+        for users in p.resource_users:  # instantaneous (cost 0) ops occupy no time on their target
+            idx = np.flatnonzero(np.isin(assign, users) & (end > start))
             idx = idx[np.lexsort((end[idx], start[idx]))]
             for a, b in itertools.pairwise(idx):
                 if start[b] < end[a] - tol * max(1.0, abs(end[a])):
-                    raise PlanError(f"ops {p.ops[a]!r} and {p.ops[b]!r} overlap on {p.targets[d]!r}")
+                    if assign[a] == assign[b]:
+                        raise PlanError(f"ops {p.ops[a]!r} and {p.ops[b]!r} overlap on "
+                                        f"{p.targets[assign[a]]!r}")
+                    raise PlanError(f"ops {p.ops[a]!r} on {p.targets[assign[a]]!r} and {p.ops[b]!r} on "
+                                    f"{p.targets[assign[b]]!r} overlap, but the targets share a core")
         for t in self.transfers:
             u = p.tensor_producer[p.tensor_index[t.tensor]]
             if t.start_ms is None or not _close(t.start_ms, end[u], tol) or t.end_ms is None or \
@@ -363,7 +371,7 @@ class Plan:
         if not _close(self.makespan_ms, makespan, tol):
             raise PlanError(f"makespan_ms {self.makespan_ms} != recomputed {makespan} (op "
                             f"{p.ops[int(end.argmax())]!r} ends last)")
-        busy = ev.target_busy_ms(p, assign)
+        busy = ev.resource_busy_ms(p, assign)
         if not _close(self.bottleneck_ms, float(busy.max()), tol):
             raise PlanError(f"bottleneck_ms {self.bottleneck_ms} != recomputed {float(busy.max())}")
 

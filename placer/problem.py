@@ -32,6 +32,16 @@ Model
   ``memory_cap_bytes[d]`` (``np.inf`` = no cap).
 * ``pinned[op] = target`` forces a placement; each group of ``colocate`` must share one target
   (overlapping groups are merged).
+* ``target_cores[target]`` is the tuple of CPU core ids the target runs on, or ``None`` (the
+  default for every target): a private resource nobody else uses. Two targets *conflict* iff
+  their core sets intersect (a target always conflicts with itself); conflicting targets never
+  run at the same time. In latency mode an op (of positive cost) on target ``t`` occupies every
+  core of ``t`` while it runs; in pipeline mode the stage times of the targets using a core add
+  up on it and the bottleneck is the busiest core. ``onnxruntime@cpu:t2`` and ``openvino@cpu:t2``
+  on cores ``(0, 1)`` share them (they serialize); ``onnxruntime@cpu0:t1`` on ``(0,)`` and
+  ``openvino@cpu1:t1`` on ``(1,)`` run concurrently. :attr:`PlacementProblem.resource_sets` gives
+  every target its resources as abstract ids, private targets included, so the solvers treat
+  everything alike ("a target occupies all its resources while it runs an op").
 
 Examples
 --------
@@ -69,7 +79,7 @@ _CHARGE_CODE = {"sender": 1, "receiver": 2, "both": 3}
 
 _JSON_KEYS = {
     "version", "ops", "targets", "cost_ms", "tensors", "links", "memory_cap_bytes", "weight_bytes",
-    "pinned", "colocate", "partition_overhead_ms", "provenance",
+    "pinned", "colocate", "partition_overhead_ms", "target_cores", "provenance",
 }
 
 
@@ -116,6 +126,42 @@ def _float_array(value: Any, shape: tuple[int, ...], what: str, default: float) 
     return arr
 
 
+def _check_target_cores(value: Any, targets: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """Validate ``target_cores``; returns ``{target: sorted distinct core ids}`` in target order."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ProblemError(f"target_cores: expected a mapping target -> list of core ids, got "
+                           f"{type(value).__name__}")
+    known = set(targets)
+    for name in value:
+        if name not in known:
+            raise ProblemError(f"target_cores: unknown target {name!r}; targets are {list(targets)}")
+    out: dict[str, tuple[int, ...]] = {}
+    for name in targets:
+        cores = value.get(name)
+        if cores is None:
+            continue
+        if isinstance(cores, (str, bytes)) or not isinstance(cores, (Sequence, np.ndarray, set, frozenset)):
+            raise ProblemError(f"target_cores[{name!r}]: expected a list of core ids (or null for a "
+                               f"private resource), got {cores!r}")
+        ids = []
+        for c in cores:
+            if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)):
+                if isinstance(c, (float, np.floating)) and float(c).is_integer():
+                    c = int(c)
+                else:
+                    raise ProblemError(f"target_cores[{name!r}]: core id {c!r} is not an integer")
+            if int(c) < 0:
+                raise ProblemError(f"target_cores[{name!r}]: core id {int(c)} is negative")
+            ids.append(int(c))
+        if not ids:
+            raise ProblemError(f"target_cores[{name!r}]: empty list of cores (omit the target, or "
+                               "give null, for a private resource)")
+        out[name] = tuple(sorted(set(ids)))
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class PlacementProblem:
     """A placement problem (see the module docstring for the semantics).
@@ -144,6 +190,10 @@ class PlacementProblem:
         Groups of ops that must share one target.
     partition_overhead_ms : float or array-like (n_targets,)
         Entry cost charged once per tensor received on a target (default 0).
+    target_cores : mapping target -> sequence of int or None
+        CPU core ids each target runs on (see the module docstring). Targets not listed, or
+        mapped to ``None``, are private resources (the default: every target runs independently).
+        Stored as ``{target: sorted tuple of distinct ids}`` for the listed targets only.
     provenance : mapping
         Free metadata (model hash, cost-model id, ...), copied into every Plan.
 
@@ -166,6 +216,7 @@ class PlacementProblem:
     colocate: tuple[tuple[str, ...], ...] = ()
     partition_overhead_ms: Any = None
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    target_cores: Mapping[str, Sequence[int] | None] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ construction / validation
     def __post_init__(self) -> None:
@@ -384,6 +435,8 @@ class PlacementProblem:
                 raise ProblemError(f"infeasible memory: ops pinned to {targets[j]!r} need "
                                    f"{pinned_load[j]:.6g} bytes, cap is {caps[j]:.6g}")
 
+        cores = _check_target_cores(self.target_cores, targets)
+
         set_(self, "ops", ops)
         set_(self, "targets", targets)
         set_(self, "cost_ms", cost)
@@ -397,6 +450,7 @@ class PlacementProblem:
         set_(self, "colocate", tuple(tuple(ops[i] for i in g) for g in groups))
         set_(self, "partition_overhead_ms", overhead)
         set_(self, "provenance", dict(self.provenance or {}))
+        set_(self, "target_cores", cores)
 
     # ------------------------------------------------------------------ basic accessors
     @property
@@ -467,6 +521,75 @@ class PlacementProblem:
     def tensor_bytes(self) -> np.ndarray:
         """Bytes of each tensor."""
         return np.array([tt.nbytes for tt in self.tensors], dtype=float)
+
+    # ------------------------------------------------------------------ shared resources (cores)
+    @cached_property
+    def resource_sets(self) -> tuple[tuple[int, ...], ...]:
+        """Per target, the ids (``0 .. n_resources - 1``) of the resources it occupies while it runs.
+
+        Resources are the cores of ``target_cores`` canonicalized: cores used by the same set of
+        targets are one resource, and a core whose users are a subset of another core's users is
+        dropped (its constraint is implied); a target without cores gets a fresh private id. Ids
+        are numbered by first use in target order, so when no two targets share a core every
+        target has exactly one resource and ``resource_sets[d] == (d,)`` (the independent-target
+        model). Two targets conflict iff their resource sets intersect.
+        """
+        users_of_core: dict[int, set[int]] = {}
+        for d, name in enumerate(self.targets):
+            for core in self.target_cores.get(name) or ():
+                users_of_core.setdefault(core, set()).add(d)
+        user_sets = {frozenset(u) for u in users_of_core.values()}
+        maximal = {u for u in user_sets if not any(u < other for other in user_sets)}
+        ids: dict[Any, int] = {}
+        out = []
+        for d, name in enumerate(self.targets):
+            if name in self.target_cores:
+                keys = sorted((min(u), sorted(u)) for u in maximal if d in u)
+                rs = []
+                for _, key in keys:
+                    k = ("shared", tuple(key))
+                    if k not in ids:
+                        ids[k] = len(ids)
+                    rs.append(ids[k])
+                out.append(tuple(sorted(rs)))
+            else:
+                ids[("private", d)] = len(ids)
+                out.append((ids[("private", d)],))
+        return tuple(out)
+
+    @cached_property
+    def n_resources(self) -> int:
+        """Number of resources (see :attr:`resource_sets`)."""
+        return 1 + max(r for rs in self.resource_sets for r in rs)
+
+    @cached_property
+    def resource_users(self) -> tuple[tuple[int, ...], ...]:
+        """Per resource, the (sorted) indices of the targets that use it."""
+        users: list[list[int]] = [[] for _ in range(self.n_resources)]
+        for d, rs in enumerate(self.resource_sets):
+            for r in rs:
+                users[r].append(d)
+        return tuple(tuple(u) for u in users)
+
+    @cached_property
+    def conflicts(self) -> tuple[tuple[int, ...], ...]:
+        """Per target, the (sorted) targets it conflicts with (shares a resource with), itself included."""
+        out = []
+        for rs in self.resource_sets:
+            out.append(tuple(sorted({d for r in rs for d in self.resource_users[r]})))
+        return tuple(out)
+
+    @cached_property
+    def shares_resources(self) -> bool:
+        """True if two distinct targets share a core (else every target is its own resource)."""
+        return any(len(u) > 1 for u in self.resource_users)
+
+    def resource_loads(self, per_target: np.ndarray) -> np.ndarray:
+        """Per resource, the sum of ``per_target`` over the targets using it (e.g. busy times)."""
+        per_target = np.asarray(per_target, dtype=float)
+        if not self.shares_resources:
+            return per_target.copy()
+        return np.array([float(sum(per_target[d] for d in u)) for u in self.resource_users])
 
     @cached_property
     def in_tensors(self) -> tuple[tuple[int, ...], ...]:
@@ -609,6 +732,8 @@ class PlacementProblem:
                                       if x},
             "provenance": _jsonable(self.provenance),
         }
+        if self.target_cores:  # omitted when every target is private (the canonical form stays as before)
+            out["target_cores"] = {d: list(c) for d, c in self.target_cores.items()}
         return out
 
     def save(self, path: str | os.PathLike) -> None:
@@ -728,6 +853,9 @@ class PlacementProblem:
         provenance = data.get("provenance") or {}
         if not isinstance(provenance, Mapping):
             raise ProblemError(f"{where}: provenance must be an object")
+        target_cores = data.get("target_cores") or {}
+        if not isinstance(target_cores, Mapping):
+            raise ProblemError(f"{where}: target_cores must map target -> list of core ids")
         return cls(
             ops=ops, targets=targets, cost_ms=cost, tensors=tensors,
             link_latency_ms=_num_matrix(links.get("latency_ms"), "links.latency_ms", where),
@@ -736,7 +864,7 @@ class PlacementProblem:
             memory_cap_bytes=per_target("memory_cap_bytes", math.inf),
             weight_bytes=weights, pinned=pinned, colocate=[tuple(g) for g in colocate],
             partition_overhead_ms=per_target("partition_overhead_ms", 0.0),
-            provenance=provenance,
+            provenance=provenance, target_cores=target_cores,
         )
 
 

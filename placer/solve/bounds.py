@@ -8,8 +8,10 @@ Latency mode
       ``start[v] + tail[v] <= makespan``.
     * critical path ``max_v head[v] + tail[v]``.
     * load: the LP relaxation of the assignment, ``min M  s.t.  sum_d x[v,d] = 1,
-      sum_v c[v,d] x[v,d] <= M,  x >= 0`` over allowed pairs (colocation groups as one unit):
-      every target runs one op at a time so its busy time is a lower bound on the makespan.
+      sum_{d uses r} sum_v c[v,d] x[v,d] <= M  for every resource r,  x >= 0`` over allowed pairs
+      (colocation groups as one unit): every resource (a target, or a core shared by targets,
+      ``PlacementProblem.resource_sets``) runs one op at a time, so its busy time is a lower bound
+      on the makespan. Without shared cores the resources are the targets.
     * per-target heads / tails (:func:`target_heads_tails`): ``H[v,d]`` earliest start of ``v``
       if it runs on ``d`` and ``Q[v,d]`` least time from its end to the makespan, minimizing over
       the targets of the other ops (with the actual pairwise delays, so a transfer into ``d`` counts).
@@ -19,9 +21,12 @@ Latency mode
       ``min(c[v,d], (tau - Q[v,d])+)``, so ``load_d + (tau - that work) + (tau' - that work)
       <= M`` for windows with ``tau + tau' <= M`` (``tau, tau' <= LB / 2`` for a proven ``LB``);
       rows are added as cutting planes. It sees, e.g., the targets idle while a lone source op runs.
+      With shared cores the same holds per resource (loads and window work summed over the
+      targets using it).
 Pipeline mode
-    * the same LP with ``sum_d sum_v c[v,d] x[v,d] <= K * B`` added (at most K stages), and
-      ``B >= min_d c[unit, d]`` for every unit.
+    * the same LP with ``sum_d sum_v c[v,d] x[v,d] <= K * B`` added (at most K stages; each
+      stage's time is at most its resources' load <= B), and ``B >= min_d c[unit, d]`` for every
+      unit.
 """
 
 from __future__ import annotations
@@ -102,10 +107,12 @@ def _unit_costs(problem: PlacementProblem, costs: Costs) -> np.ndarray:
 
 
 class MinMaxLoadLP:
-    """``min M s.t. sum_d x[u,d] = 1, sum_u c[u,d] x[u,d] + offset[d] <= M, 0 <= x <= 1`` over units.
+    """``min M s.t. sum_d x[u,d] = 1, sum_{d uses r} sum_u c[u,d] x[u,d] + offset[r] <= M,
+    0 <= x <= 1`` over units, one load row per resource ``r`` (``problem.resource_sets``; the
+    targets themselves when no core is shared).
 
     With ``num_stages`` < T also ``sum_{u,d} c[u,d] x[u,d] <= K M``; with ``memory`` the weight
-    caps. Built once; :meth:`solve` changes only the offsets, so GLOP re-solves warm.
+    caps. Built once; :meth:`solve` changes only the offsets (per resource), so GLOP re-solves warm.
     """
 
     def __init__(self, problem: PlacementProblem, costs: Costs, num_stages: int | None = None,
@@ -120,7 +127,8 @@ class MinMaxLoadLP:
         inf = solver.infinity()
         self.m = m = solver.NumVar(0, inf, "M")
         self.load = []
-        for _ in range(t):
+        res = p.resource_sets
+        for _ in range(p.n_resources):
             ct = solver.Constraint(-inf, 0.0)
             ct.SetCoefficient(m, -1.0)
             self.load.append(ct)
@@ -141,7 +149,8 @@ class MinMaxLoadLP:
                 self.xs[i, d] = x
                 one.SetCoefficient(x, 1.0)
                 if uc[i, d] > 0:
-                    self.load[d].SetCoefficient(x, float(uc[i, d]))
+                    for r in res[d]:
+                        self.load[r].SetCoefficient(x, float(uc[i, d]))
                     if total is not None:
                         total.SetCoefficient(x, float(uc[i, d]))
                 if mem[d] is not None and uw[i] > 0:
@@ -154,8 +163,8 @@ class MinMaxLoadLP:
     def solve(self, offset: np.ndarray | None = None) -> tuple[float, np.ndarray] | None:
         """Return ``(M, x)`` (x of shape (units, targets)), or None if GLOP fails."""
         inf = self.solver.infinity()
-        for d, ct in enumerate(self.load):
-            ct.SetBounds(-inf, -(0.0 if offset is None else float(offset[d])))
+        for r, ct in enumerate(self.load):
+            ct.SetBounds(-inf, -(0.0 if offset is None else float(offset[r])))
         if self.solver.Solve() != self._ok:
             return None
         frac = np.zeros(self.xs.shape)
@@ -172,55 +181,72 @@ def minmax_load_lp(problem: PlacementProblem, costs: Costs, num_stages: int | No
 
 
 def dual_load_bound(unit_costs: np.ndarray, num_stages: int | None = None, iterations: int = 80,
-                    tol: float = 1e-7) -> float:
+                    tol: float = 1e-7, resources: tuple[tuple[int, ...], ...] | None = None) -> float:
     """Lagrangian lower bound of the min-max-load LP (see :func:`dual_load`)."""
-    return dual_load(unit_costs, num_stages, None, iterations, tol)[0]
+    return dual_load(unit_costs, num_stages, None, iterations, tol, resources)[0]
 
 
 def dual_load(unit_costs: np.ndarray, num_stages: int | None = None, offset: np.ndarray | None = None,
-              iterations: int = 80, tol: float = 1e-7) -> tuple[float, np.ndarray]:
+              iterations: int = 80, tol: float = 1e-7, resources: tuple[tuple[int, ...], ...] | None = None
+              ) -> tuple[float, np.ndarray]:
     """Lagrangian (dual) lower bound of the min-max-load LP, maximized by Kelley's cutting planes.
 
-    For ``lam >= 0`` on the targets (and ``mu >= 0`` when ``K < T``) with
-    ``sum(lam) + K mu = 1``, weak duality gives ``B >= g(lam, mu) = sum_u min_d (lam_d + mu) c[u,d]``,
+    For ``lam >= 0`` on the resources (and ``mu >= 0`` when ``K < T``) with
+    ``sum(lam) + K mu = 1``, weak duality gives ``B >= g(lam, mu) = sum_u min_d (price_d + mu) c[u,d]``
+    with ``price_d = sum_{r in resources[d]} lam_r`` (a target's time occupies all its resources),
     so every iterate is a valid bound and the best is returned. ``g`` is concave and its
-    supergradient is the load vector of the minimizing assignment, so a master LP over at most
-    ``T + 1`` variables finds the next point. Each step is one vectorized pass over the costs:
-    far cheaper than the full LP on big graphs, and within ``tol`` (relative) of it on convergence.
-    ``offset[d]`` is a constant added to target ``d``'s load (term ``lam_d offset_d``). Returns the
-    best bound and the multipliers ``lam (+ mu)`` per target that achieve it.
+    supergradient is the load vector (per resource) of the minimizing assignment, so a master LP
+    over at most ``R + 1`` variables finds the next point. Each step is one vectorized pass over
+    the costs: far cheaper than the full LP on big graphs, and within ``tol`` (relative) of it on
+    convergence. ``resources`` (``PlacementProblem.resource_sets``; default: every target its own
+    resource) maps targets to resources; ``offset[r]`` is a constant added to resource ``r``'s
+    load (term ``lam_r offset_r``). Returns the best bound and the prices ``price (+ mu)`` per
+    target that achieve it.
     """
     from ortools.linear_solver import pywraplp
 
     uc = np.asarray(unit_costs, dtype=float)
     n_u, t = uc.shape
+    inc = None  # (T, R) incidence of targets on resources; None = identity
+    n_r = t
+    if resources is not None and any(rs != (d,) for d, rs in enumerate(resources)):
+        n_r = 1 + max(r for rs in resources for r in rs)
+        inc = np.zeros((t, n_r))
+        for d, rs in enumerate(resources):
+            inc[d, list(rs)] = 1.0
     use_mu = num_stages is not None and num_stages < t
-    dim = t + 1 if use_mu else t
+    dim = n_r + 1 if use_mu else n_r
     big = np.where(np.isfinite(uc), uc, 0.0)
     finite = np.isfinite(uc)
     rows = np.arange(n_u)
-    point = np.full(dim, 1.0 / (t + (num_stages if use_mu else 0)))
+    point = np.full(dim, 1.0 / (n_r + (num_stages if use_mu else 0)))
     if not use_mu:
-        point = np.full(t, 1.0 / t)
-    off = np.zeros(t) if offset is None else np.asarray(offset, dtype=float)
+        point = np.full(n_r, 1.0 / n_r)
+    off = np.zeros(n_r) if offset is None else np.asarray(offset, dtype=float)
+
+    def prices(pt: np.ndarray) -> np.ndarray:
+        lam_r = pt[:n_r] if inc is None else inc @ pt[:n_r]
+        return lam_r + (pt[n_r] if use_mu else 0.0)
+
     cuts: list[tuple[float, np.ndarray, np.ndarray]] = []
     best = 0.0
-    best_lam = point[:t] + (point[t] if use_mu else 0.0)
+    best_lam = prices(point)
     for _ in range(iterations):
-        lam = point[:t] + (point[t] if use_mu else 0.0)
+        lam = prices(point)
         scaled = np.where(finite, big * lam[None, :], np.inf)
         choice = np.argmin(scaled, axis=1)
-        g = float(scaled[rows, choice].sum() + (point[:t] * off).sum())
+        g = float(scaled[rows, choice].sum() + (point[:n_r] * off).sum())
         if g > best:
             best, best_lam = g, lam
-        load = np.bincount(choice, weights=big[rows, choice], minlength=t) + off
-        grad = np.append(load, load.sum()) if use_mu else load
+        load_t = np.bincount(choice, weights=big[rows, choice], minlength=t)
+        load = (load_t if inc is None else load_t @ inc) + off
+        grad = np.append(load, load.sum() if inc is None else load_t.sum()) if use_mu else load
         cuts.append((g, point.copy(), grad))
         # master: max theta s.t. theta <= g_k + grad_k . (x - x_k), x in the (weighted) simplex
         solver = pywraplp.Solver.CreateSolver("GLOP")
         xs = [solver.NumVar(0.0, 1.0, "") for _ in range(dim)]
         theta = solver.NumVar(0.0, solver.infinity(), "")
-        weights = [1.0] * t + ([float(num_stages)] if use_mu else [])
+        weights = [1.0] * n_r + ([float(num_stages)] if use_mu else [])
         solver.Add(solver.Sum([wgt * x for wgt, x in zip(weights, xs)]) == 1.0)
         for gk, xk, sk in cuts:
             solver.Add(theta <= gk + solver.Sum([float(sk[j]) * (xs[j] - float(xk[j])) for j in range(dim)]))
@@ -236,11 +262,11 @@ def dual_load(unit_costs: np.ndarray, num_stages: int | None = None, offset: np.
 
 def load_bound(problem: PlacementProblem, costs: Costs, num_stages: int | None = None,
                lp_max_size: int = 12000) -> float:
-    """Bound on the largest per-target load (see the module docstring): the LP optimum (GLOP) for
+    """Bound on the largest per-resource load (see the module docstring): the LP optimum (GLOP) for
     problems with at most ``lp_max_size`` (unit, target) pairs, else its Lagrangian dual bound."""
     uc = _unit_costs(problem, costs)
     if np.isfinite(uc).sum() > lp_max_size:
-        return shave(dual_load_bound(uc, num_stages))
+        return shave(dual_load_bound(uc, num_stages, resources=problem.resource_sets))
     res = minmax_load_lp(problem, costs, num_stages)
     if res is None:  # pragma: no cover
         uc = _unit_costs(problem, costs)
@@ -339,6 +365,10 @@ def window_load_bound(problem: PlacementProblem, costs: Costs, lower: float = 0.
     (``max_pairs`` allowed (unit, target) pairs), fails, or runs past ``deadline`` (the last solved
     value if any, which is valid too). Solved with GLOP (as the other LPs here); the LP value
     is shaved by ``1e-7`` (relative and absolute) to stay valid within the solver's tolerances.
+
+    With shared cores the rows are per resource ``r`` (``problem.resource_sets``) rather than per
+    target: the ops of all targets using ``r`` never overlap, so ``sum_{d uses r} load_d + S_r +
+    E_r <= M`` with ``S_r >= tau - sum_{d uses r} sum_u a_u(tau) x[u,d]`` (and ``E_r`` alike).
     """
     import time
 
@@ -373,15 +403,17 @@ def window_load_bound(problem: PlacementProblem, costs: Costs, lower: float = 0.
     solver = pywraplp.Solver.CreateSolver("GLOP")  # GLOP: one unexplained crash was seen around CLP
     inf = solver.infinity()
     m = solver.NumVar(0, inf, "M")
-    s_var = [solver.NumVar(0, inf, f"S{d}") for d in range(t)]
-    e_var = [solver.NumVar(0, inf, f"E{d}") for d in range(t)]
+    n_r = p.n_resources  # rows per resource (= per target when no core is shared)
+    res, users = p.resource_sets, p.resource_users
+    s_var = [solver.NumVar(0, inf, f"S{r}") for r in range(n_r)]
+    e_var = [solver.NumVar(0, inf, f"E{r}") for r in range(n_r)]
     xs = np.empty((n_u, t), dtype=object)
     loads = []
-    for d in range(t):
+    for r in range(n_r):
         ct = solver.Constraint(-inf, 0.0)
         ct.SetCoefficient(m, -1.0)
-        ct.SetCoefficient(s_var[d], 1.0)
-        ct.SetCoefficient(e_var[d], 1.0)
+        ct.SetCoefficient(s_var[r], 1.0)
+        ct.SetCoefficient(e_var[r], 1.0)
         loads.append(ct)
     for i in range(n_u):
         one = solver.Constraint(1.0, 1.0)
@@ -392,7 +424,8 @@ def window_load_bound(problem: PlacementProblem, costs: Costs, lower: float = 0.
             xs[i, d] = x
             one.SetCoefficient(x, 1.0)
             if uc[i, d] > 0:
-                loads[d].SetCoefficient(x, float(uc[i, d]))
+                for r in res[d]:
+                    loads[r].SetCoefficient(x, float(uc[i, d]))
     objective = solver.Objective()
     objective.SetCoefficient(m, 1.0)
     objective.SetMinimization()
@@ -415,18 +448,21 @@ def window_load_bound(problem: PlacementProblem, costs: Costs, lower: float = 0.
         rows = []
         for side, coef, var in ((0, a, s_var), (1, b, e_var)):
             cover = np.einsum("ud,udw->dw", frac, coef)  # (T, W)
-            for d in range(t):
-                viol = taus - cover[d] - slack[side][d]
+            if p.shares_resources:  # (R, W): the window work of every target using the resource
+                cover = np.array([cover[list(u)].sum(axis=0) for u in users])
+            for r in range(n_r):
+                viol = taus - cover[r] - slack[side][r]
                 w = int(np.argmax(viol))
-                if viol[w] > 1e-7 * max(1.0, lower) and (side, d, w) not in added:
-                    rows.append((side, d, w, coef, var))
+                if viol[w] > 1e-7 * max(1.0, lower) and (side, r, w) not in added:
+                    rows.append((side, r, w, coef, var))
         new = len(rows)
-        for side, d, w, coef, var in rows:
-            added.add((side, d, w))
+        for side, r, w, coef, var in rows:
+            added.add((side, r, w))
             row = solver.Constraint(float(taus[w]), inf)
-            row.SetCoefficient(var[d], 1.0)
-            for i in np.flatnonzero(coef[:, d, w] > 0):
-                row.SetCoefficient(xs[i, d], float(coef[i, d, w]))
+            row.SetCoefficient(var[r], 1.0)
+            for d in users[r]:
+                for i in np.flatnonzero(coef[:, d, w] > 0):
+                    row.SetCoefficient(xs[i, d], float(coef[i, d, w]))
         if not new:
             break
     return best

@@ -3,12 +3,14 @@
 Latency mode
     A depth-first search over (next op, its target): at each step any op whose predecessors are
     all scheduled may be appended on any allowed target (pins, colocation and memory respected),
-    starting at ``max(target free, inputs arrived)``. This enumerates every topological order
-    and every assignment, hence every per-target op sequence; for fixed sequences appending in
-    such an order gives the earliest (semi-active) schedule, and some semi-active schedule is
-    optimal (sorting an optimal schedule by start time gives a topological order that
-    reproduces it or better). So the minimum found is the exact optimum, in float arithmetic.
-    Identical partial states (same set of scheduled ops, target free times, memory use, group
+    starting at ``max(target free, inputs arrived)``; a target is free once the last op on it and
+    on every target sharing a core with it (``problem.conflicts``) has ended. This enumerates
+    every topological order and every assignment, hence every per-resource op sequence; for fixed
+    sequences appending in such an order gives the earliest (semi-active) schedule, and some
+    semi-active schedule is optimal (sorting an optimal schedule by start time gives a
+    topological order that reproduces it or better: ops of conflicting targets never overlap, so
+    the earlier-started one ended first). So the minimum found is the exact optimum, in float
+    arithmetic. Identical partial states (same set of scheduled ops, target free times, memory use, group
     targets, and (target, end) of every scheduled op that still feeds an unscheduled one) are
     memoized.
 Pipeline mode
@@ -16,7 +18,8 @@ Pipeline mode
     every assignment is enumerated (numpy, vectorized): kept if memory fits, at most
     ``num_stages`` targets are used, the target quotient graph is acyclic (a monotone stage order
     exists) and, if ``contiguous``, each target's ops form one run of the op order; the best
-    (bottleneck, latency) wins.
+    (bottleneck, latency) wins. The bottleneck is the largest per-resource sum of stage times
+    (targets sharing a core add up on it).
 
 Refuses problems beyond ``max_ops`` ops (latency: 10) or ``max_assignments`` assignments
 (pipeline: 2,000,000).
@@ -54,6 +57,17 @@ def exact_latency(problem: PlacementProblem, deadline: float | None = None) -> t
     has_caps = any(np.isfinite(caps))
     w = [float(x) for x in p.weight_bytes]
     cost, link, entry = c.cost, c.link, c.entry
+    conf = p.conflicts  # (d,) each when no core is shared
+
+    def occupy(avail: tuple, d: int, e: float) -> tuple:
+        """``avail`` after an op on ``d`` ending at ``e``: d and the targets sharing a core wait."""
+        if len(conf[d]) == 1:
+            return avail[:d] + (e,) + avail[d + 1:]
+        out = list(avail)
+        for d2 in conf[d]:
+            out[d2] = max(out[d2], e)
+        return tuple(out)
+
     full = (1 << n) - 1
     memo: dict[tuple, tuple[float, tuple[int, int]]] = {}
     counter = [0]
@@ -89,7 +103,7 @@ def exact_latency(problem: PlacementProblem, deadline: float | None = None) -> t
                 if e >= best:
                     continue
                 tgt[v], end[v] = d, e
-                av2 = avail[:d] + (e,) + avail[d + 1:] if cost[v, d] > 0 else avail
+                av2 = occupy(avail, d, e) if cost[v, d] > 0 else avail
                 mem2 = mem[:d] + (mem[d] + w[v],) + mem[d + 1:] if has_caps else mem
                 gt2 = gt[:g] + (d,) + gt[g + 1:] if g >= 0 else gt
                 val = max(e, rec(mask | 1 << v, av2, tgt, end, mem2, gt2))
@@ -120,7 +134,7 @@ def exact_latency(problem: PlacementProblem, deadline: float | None = None) -> t
             s = max(s, avail[d])
         tgt[v], end[v] = d, s + cost[v, d]
         if cost[v, d] > 0:
-            avail = avail[:d] + (end[v],) + avail[d + 1:]
+            avail = occupy(avail, d, end[v])
         if has_caps:
             mem = mem[:d] + (mem[d] + w[v],) + mem[d + 1:]
         if group[v] >= 0:
@@ -190,7 +204,9 @@ def exact_pipeline(problem: PlacementProblem, num_stages: int, contiguous: bool,
         ok &= changes == used.sum(axis=1) - 1
     if not ok.any():
         raise ProblemError("bruteforce: no feasible pipeline (memory caps, stage limit, colocation)")
-    bott = np.where(ok, total.max(axis=1), np.inf)
+    per_res = total if not p.shares_resources else np.stack(
+        [total[:, list(u)].sum(axis=1) for u in p.resource_users], axis=1)  # stages sharing a core add up
+    bott = np.where(ok, per_res.max(axis=1), np.inf)
     lat = np.where(ok, total.sum(axis=1), np.inf)
     bmin = bott.min()
     cand = ok & (bott <= bmin + 1e-9 * max(1.0, bmin))

@@ -13,9 +13,11 @@ Variables
     ``x[v,d]``.
 Constraints
     * ``sum_d x[v,d] = 1``
-    * ``NoOverlap({I[v,d] : v, c[v,d] > 0})`` for every target ``d`` (an op of cost 0 is
-      instantaneous and occupies no time on its target, as in :mod:`placer.plan`; CP-SAT would
-      otherwise forbid a zero-length interval strictly inside another one)
+    * ``NoOverlap({I[v,d] : d uses r, v, c[v,d] > 0})`` for every resource ``r``
+      (``problem.resource_sets``: one per target when no core is shared, so one NoOverlap per
+      target; a core shared by targets gets one NoOverlap over the intervals of all of them). An
+      op of cost 0 is instantaneous and occupies no time on its target, as in :mod:`placer.plan`;
+      CP-SAT would otherwise forbid a zero-length interval strictly inside another one
     * every edge ``(u,v)``: ``s[v] >= e[u]``, and for ``a != b``:
       ``x[u,a] and x[v,b] => s[v] >= e[u] + delta[u,v,a,b]`` (encoded with one constraint per
       ``b`` enforced by ``x[v,b] and not x[u,b]`` at the smallest delay into ``b``, plus one per
@@ -23,11 +25,12 @@ Constraints
       copies occupy no target and overlap freely, so per-consumer readiness is exact.
     * memory: ``sum_v w[v] x[v,d] <= cap[d]``
     * ``M >= e[v]`` for every sink ``v``
-    * redundant: ``M >= sum_v c[v,d] x[v,d]`` per target; ``Cumulative`` of the intervals
-      ``[s[v], e[v])`` with capacity = number of targets (option ``redundant``)
+    * redundant: ``M >= sum_{d uses r} sum_v c[v,d] x[v,d]`` per resource; ``Cumulative`` of the
+      intervals ``[s[v], e[v])`` with capacity = the most targets that can run at once (number of
+      targets when no core is shared) (option ``redundant``)
     * symmetry breaking between interchangeable targets (option ``symmetry_breaking``)
-    * pooling (option ``pool_identical``): a class of interchangeable targets without memory caps
-      or partition overhead, with free copies between its members, in a problem without
+    * pooling (option ``pool_identical``): a class of interchangeable targets sharing no core,
+      without memory caps or partition overhead, with free copies between its members, in a problem without
       colocation groups, is modelled as *one* resource of capacity ``m`` = its size
       (``Cumulative`` of unit demands instead of ``m`` NoOverlaps). Exact: intervals that overlap
       at most ``m`` at a time can be given ``m`` machines (interval graph colouring), which is done
@@ -234,7 +237,13 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
             else:
                 iv = model.new_optional_fixed_size_interval_var(s[v], size, lit, f"I{v}_{d}")
             per_target[d].append(iv)
-    for d in range(t):
+    for users in p.resource_users:  # one per target unless targets share cores
+        if len(users) > 1:  # a shared core (pools never share one): ops of all its targets in turn
+            ivs = [iv for d in users for iv in per_target[d]]
+            if len(ivs) > 1:
+                model.add_no_overlap(ivs)
+            continue
+        d = users[0]
         if capacity[d] > 1 and len(per_target[d]) > capacity[d]:
             model.add_cumulative(per_target[d], [1] * len(per_target[d]), capacity[d])
         elif capacity[d] == 1 and len(per_target[d]) > 1:
@@ -269,14 +278,15 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
         if not p.succs[v]:
             model.add(makespan >= e[v])
     if options.get("redundant", True):
-        for d in range(t):
-            terms = [(to_int(ci.cost[v, d]), x[v][d]) for v in range(n) if d in x[v]]
+        for users in p.resource_users:
+            terms = [(to_int(ci.cost[v, d]), x[v][d]) for d in users for v in range(n) if d in x[v]]
             terms = [(c_, lit) for c_, lit in terms if c_ > 0]
             if terms:
-                model.add(capacity[d] * makespan >= sum(c_ * lit for c_, lit in terms))
-        if t > 1 and n <= int(options.get("cumulative_max_ops", 3000)):
+                model.add(capacity[users[0]] * makespan >= sum(c_ * lit for c_, lit in terms))
+        width = _max_parallel(p)
+        if width > 1 and n <= int(options.get("cumulative_max_ops", 3000)):
             mains = [model.new_interval_var(s[v], dur[v], e[v], f"J{v}") for v in range(n)]
-            model.add_cumulative(mains, [1] * n, t)
+            model.add_cumulative(mains, [1] * n, width)
     y = add_first_use_order(model, p, unit_lits, classes) if classes else {}
 
     # ---------------------------------------------------------------- objective
@@ -386,13 +396,31 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     return _replace_stats(plan, stats, ctx)
 
 
+def _max_parallel(p: PlacementProblem) -> int:
+    """The most targets that can run ops at the same time: the number of targets, or with shared
+    cores the largest set of pairwise non-conflicting targets (exhaustive for <= 12 targets)."""
+    t = p.n_targets
+    if not p.shares_resources or t > 12:
+        return t
+    conf_mask = [sum(1 << d2 for d2 in p.conflicts[d]) for d in range(t)]
+    best = 1
+    for mask in range(1, 1 << t):
+        members = [d for d in range(t) if mask >> d & 1]
+        if len(members) > best and all(conf_mask[d] & mask == 1 << d for d in members):
+            best = len(members)
+    return best
+
+
 def _pools(p: PlacementProblem, classes: list[list[int]]) -> list[list[int]]:
     """Classes of interchangeable targets that can be modelled as one resource of capacity |class|:
-    no memory caps, no partition overhead, free copies between members, no colocation groups."""
+    no shared cores, no memory caps, no partition overhead, free copies between members, no
+    colocation groups."""
     if p.colocate:
         return []
     out = []
     for cl in classes:
+        if any(len(p.conflicts[d]) > 1 for d in cl):
+            continue
         if any(np.isfinite(p.memory_cap_bytes[d]) or p.partition_overhead_ms[d] != 0 for d in cl):
             continue
         if any(p.link_latency_ms[a, b] != 0 or p.link_ms_per_byte[a, b] != 0 for a in cl for b in cl if a != b):

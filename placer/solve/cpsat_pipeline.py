@@ -28,7 +28,9 @@ Constraints
     * ``sum_d used[d] <= K``; unused targets take the last positions
       (``not used[d] => pos[d] >= sum used``)
     * ``L[d] = sum_v c[v,d] x[v,d] + sum_{k,a} z[k,a,d] (rcv[a,d] link[k,a,d] + entry[d])
-      + sum_{k,b} z[k,d,b] snd[d,b] link[k,d,b]``; ``B >= L[d]``
+      + sum_{k,b} z[k,d,b] snd[d,b] link[k,d,b]``; ``B >= sum_{d uses r} L[d]`` for every
+      resource ``r`` (``problem.resource_sets``: ``B >= L[d]`` per target when no core is shared;
+      stages on targets sharing a core add up on it)
     * redundant: ``sum_d L[d] <= K * B``; symmetry breaking between interchangeable targets
 Objective (lexicographic, two solves)
     phase 0 (``contiguous=False`` only, option ``contiguous_warm_start``): the same model with the
@@ -187,15 +189,16 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
                 if sc:
                     send_terms[a].append((sc, zz))
     loads = []
-    max_load = 0
+    his = []
     for d in range(t):
         comp = [(to_int(ci.cost[v, d]), x[v][d]) for v in range(n) if d in x[v]]
         terms = [(c_, lit) for c_, lit in comp + recv_terms[d] + send_terms[d] if c_ > 0]
         hi = sum(c_ for c_, _ in terms)
-        max_load = max(max_load, hi)
+        his.append(hi)
         ld = model.new_int_var(0, hi, f"L{d}")
         model.add(ld == sum(c_ * lit for c_, lit in terms))
         loads.append(ld)
+    max_load = max([0] + [sum(his[d] for d in users) for users in p.resource_users])  # per resource
     ub = max_load
     if hint is not None:
         ub = min(ub, round(hint_key[0]))
@@ -229,8 +232,11 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
         model.add(pos[d] >= n_used).only_enforce_if(used[d].Not())
         for d2 in range(d + 1, t):
             model.add(pos[d] < pos[d2]).only_enforce_if([used[d].Not(), used[d2].Not()])
-    for d in range(t):
-        model.add(bott >= loads[d])
+    for users in p.resource_users:
+        if len(users) == 1:
+            model.add(bott >= loads[users[0]])
+        else:  # a core shared by several targets: their stage times add up on it
+            model.add(bott >= sum(loads[d] for d in users))
     model.add(sum(loads) <= K * bott)
     y = add_first_use_order(model, p, unit_lits, classes) if classes else {}
 

@@ -13,7 +13,8 @@ Time units
 
 Symmetry
     Targets that are interchangeable (same costs, memory cap, partition overhead, links to and
-    from every other target, link charges, and no pins) form classes; within a class, target
+    from every other target, link charges, no pins, and swapping them maps the shared-core
+    structure onto itself) form classes; within a class, target
     ``d_{j+1}`` may only be used by a placement unit if ``d_j`` is used by an earlier unit
     (units in topological order). Hints are relabelled to satisfy this.
 """
@@ -73,6 +74,7 @@ def interchangeable_classes(problem: PlacementProblem) -> list[list[int]]:
     t = p.n_targets
     pinned = {int(x) for x in p.pin_of if x >= 0}
     lat, pb, code = p.link_latency_ms, p.link_ms_per_byte, p.charge_code
+    family = {frozenset(u) for u in p.resource_users}  # which targets share each resource
 
     def same(a: int, b: int) -> bool:
         if a in pinned or b in pinned:
@@ -88,6 +90,8 @@ def interchangeable_classes(problem: PlacementProblem) -> list[list[int]]:
         for m in (lat, pb, code):
             if not np.array_equal(m, m[np.ix_(perm, perm)]):
                 return False
+        if p.shares_resources and {frozenset(perm[d] for d in u) for u in family} != family:
+            return False
         return True
 
     classes: list[list[int]] = []

@@ -18,7 +18,12 @@ Why a label-setting DP
     ``(max closed stage time, sum of closed stage times, time so far of each stage that still
     has open tensors)``: the future adds the same amounts to the same components for every label
     of a state, so a dominated label can never end better in (bottleneck, latency), and keeping
-    the Pareto set is exact. Extending a state tries every unused target ``e`` and every end
+    the Pareto set is exact. With targets sharing cores (``problem.target_cores``) the
+    bottleneck is the largest per-resource sum of stage times, so a closed stage on a target with
+    shared resources adds its time to a per-resource component ``rsum[r]`` of the label instead
+    of ``max closed stage time`` (which keeps the targets with a private resource); the final
+    bottleneck is ``max(cmax, max rsum)``, still monotone in every component, so the Pareto
+    pruning stays exact. Extending a state tries every unused target ``e`` and every end
     ``j > i``, incrementally (stops at the first op ``e`` cannot run, a memory overflow, or a
     colocation group cut at ``i``).
 
@@ -52,9 +57,13 @@ class _Label:
     target: int
     start: int
     end: int
+    rsum: tuple[float, ...] = ()  # closed stage time per shared resource (empty without shared cores)
 
     def vec(self) -> tuple[float, ...]:
-        return (self.cmax, self.csum) + self.open_cost
+        return (self.cmax, self.csum) + self.rsum + self.open_cost
+
+    def bottleneck(self) -> float:
+        return max((self.cmax,) + self.rsum)
 
 
 def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
@@ -89,7 +98,11 @@ def dp_contiguous(problem: PlacementProblem, num_stages: int, costs: Costs | Non
 
     # states[i]: dict key -> list of labels; key = (used_mask, producer targets of open_at[i])
     states: list[dict[tuple, list[_Label]]] = [{} for _ in range(n + 1)]
-    states[0][(0, ())] = [_Label(0.0, 0.0, (), None, -1, 0, 0)]
+    # shared resources get a running sum each; a target with a private resource feeds cmax
+    shared = [r for r, u in enumerate(p.resource_users) if len(u) > 1]
+    slot_of = {r: i for i, r in enumerate(shared)}
+    shared_slots = [tuple(slot_of[r] for r in rs if r in slot_of) for rs in p.resource_sets]
+    states[0][(0, ())] = [_Label(0.0, 0.0, (), None, -1, 0, 0, (0.0,) * len(shared))]
     n_labels = 1
 
     def add(i: int, key: tuple, lab: _Label) -> None:
@@ -157,19 +170,27 @@ def dp_contiguous(problem: PlacementProblem, num_stages: int, costs: Costs | Non
                         cur = {d: lab.open_cost[slot[d]] + sender_add[slot[d]] for d in open_targets}
                         cur[e] = stage_cost
                         cmax, csum = lab.cmax, lab.csum
+                        rsum = lab.rsum
                         for d, val in cur.items():
                             if d not in new_targets:
-                                cmax = max(cmax, val)
+                                if shared_slots[d]:  # its cores are shared: add up on each
+                                    rs_ = list(rsum)
+                                    for q in shared_slots[d]:
+                                        rs_[q] += val
+                                    rsum = tuple(rs_)
+                                else:
+                                    cmax = max(cmax, val)
                                 csum += val
                         oc = tuple(cur[d] for d in new_targets)
-                        add(j, (used | 1 << e, new_ptgt), _Label(cmax, csum, oc, lab, e, i, j))
+                        add(j, (used | 1 << e, new_ptgt), _Label(cmax, csum, oc, lab, e, i, j, rsum))
         states[i].clear()  # free memory: every label at i has been extended
 
     finals = [lab for labels in states[n].values() for lab in labels]
     if not finals:
         raise ProblemError("dp: no feasible contiguous pipeline (stage limit, memory caps, colocation)")
-    bmin = min(lab.cmax for lab in finals)
-    best = min((lab for lab in finals if lab.cmax <= bmin + 1e-9 * max(1.0, bmin)), key=lambda lab: lab.csum)
+    bmin = min(lab.bottleneck() for lab in finals)
+    best = min((lab for lab in finals if lab.bottleneck() <= bmin + 1e-9 * max(1.0, bmin)),
+               key=lambda lab: lab.csum)
     assign = np.full(n, -1, dtype=int)
     order: list[int] = []
     lab: _Label | None = best
@@ -177,7 +198,7 @@ def dp_contiguous(problem: PlacementProblem, num_stages: int, costs: Costs | Non
         assign[lab.start:lab.end] = lab.target
         order.append(lab.target)
         lab = lab.parent
-    return best.cmax, best.csum, assign, order[::-1], n_labels
+    return best.bottleneck(), best.csum, assign, order[::-1], n_labels
 
 
 @register_solver("dp")

@@ -5,11 +5,12 @@ a plan means the same thing whoever produced it.
 
 * :func:`latency_schedule` list-schedules an assignment in latency mode: ops are taken in a
   given topological *priority order*; each starts as soon as its target is free (after the
-  previous op taken on that target) and its inputs have arrived. For a fixed assignment and
-  per-target op sequences this is the earliest (semi-active) schedule, so re-timing any feasible
-  schedule by its own start order never makes it later.
-* :func:`pipeline_eval` computes stage times, bottleneck and latency of an assignment with a
-  given stage order.
+  previous op taken on that target, or on any target sharing a resource with it: see
+  ``PlacementProblem.target_cores``) and its inputs have arrived. For a fixed assignment and
+  per-resource op sequences this is the earliest (semi-active) schedule, so re-timing any
+  feasible schedule by its own start order never makes it later.
+* :func:`pipeline_eval` computes stage times, bottleneck (the busiest resource: the stage times
+  of targets sharing a core add up on it) and latency of an assignment with a given stage order.
 * :func:`make_latency_plan` / :func:`make_pipeline_plan` wrap both into a :class:`~placer.plan.Plan`.
 
 All functions take op/target *indices* (``assign[i]`` = target index of op ``i``) and optionally a
@@ -110,6 +111,12 @@ def target_busy_ms(problem: PlacementProblem, assign: np.ndarray, costs: Costs |
     return busy
 
 
+def resource_busy_ms(problem: PlacementProblem, assign: np.ndarray, costs: Costs | None = None) -> np.ndarray:
+    """Sum of op costs per resource (``problem.resource_sets``): the per-target busy times of the
+    targets sharing a resource add up. Equal to :func:`target_busy_ms` when no core is shared."""
+    return problem.resource_loads(target_busy_ms(problem, assign, costs))
+
+
 def check_assignment(problem: PlacementProblem, assign: np.ndarray) -> None:
     """Raise ProblemError if ``assign`` breaks support, pins, colocation or memory caps."""
     p = problem
@@ -131,9 +138,12 @@ def latency_schedule(problem: PlacementProblem, assign: np.ndarray, order: Any =
                      costs: Costs | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Earliest schedule of ``assign`` taking ops in ``order`` (a topological order; default: op order).
 
-    An op of cost 0 is instantaneous: it starts when its inputs are ready, whether or not its
-    target is busy, and does not delay the target's next op (CP-SAT's no-overlap semantics for
-    zero-length intervals, and the physical meaning of a free op).
+    An op of positive cost on target ``d`` starts when its inputs are ready and every resource of
+    ``d`` is free: after the last op taken so far on ``d`` or on a target sharing a core with it
+    (``problem.conflicts[d]``), and occupies them all until it ends. An op of cost 0 is
+    instantaneous: it starts when its inputs are ready, whether or not its target is busy, and
+    does not delay the target's next op (CP-SAT's no-overlap semantics for zero-length
+    intervals, and the physical meaning of a free op).
 
     Returns
     -------
@@ -145,7 +155,8 @@ def latency_schedule(problem: PlacementProblem, assign: np.ndarray, order: Any =
     order = range(n) if order is None else order
     start = np.zeros(n)
     end = np.full(n, np.nan)
-    avail = [0.0] * p.n_targets
+    avail = [0.0] * p.n_targets  # when each target may start its next op
+    conf = p.conflicts if p.shares_resources else None
     prod, in_t = p.tensor_producer, p.in_tensors
     cost, link, entry = c.cost, c.link, c.entry
     for v in order:
@@ -163,7 +174,12 @@ def latency_schedule(problem: PlacementProblem, assign: np.ndarray, order: Any =
         if c_v > 0:
             start[v] = max(t0, avail[d])
             end[v] = start[v] + c_v
-            avail[d] = end[v]
+            if conf is None:
+                avail[d] = end[v]
+            else:  # every target sharing a resource with d waits for this op too
+                for d2 in conf[d]:
+                    if avail[d2] < end[v]:
+                        avail[d2] = end[v]
         else:  # an instantaneous op neither waits for nor occupies its target
             start[v] = end[v] = t0
     if np.isnan(end).any():
@@ -179,7 +195,8 @@ def order_by_start(problem: PlacementProblem, start: np.ndarray) -> list[int]:
 
 @dataclass(frozen=True)
 class PipelineEval:
-    """Result of :func:`pipeline_eval` (arrays indexed by *target*)."""
+    """Result of :func:`pipeline_eval` (arrays indexed by *target*; ``bottleneck`` is the largest
+    per-resource sum of stage times, the largest stage time when no core is shared)."""
 
     compute: np.ndarray
     send: np.ndarray
@@ -242,8 +259,11 @@ def pipeline_eval(problem: PlacementProblem, assign: np.ndarray, order: list[int
     used = sorted({int(x) for x in assign})
     if sorted(order) != used:
         raise ProblemError(f"stage order {order} does not list each used target {used} once")
-    return PipelineEval(compute, send, recv, total, float(total[order].max()), float(total[order].sum()),
-                        start, end)
+    if p.shares_resources:  # stages on targets sharing a core add up on it
+        bottleneck = float(p.resource_loads(total).max())
+    else:
+        bottleneck = float(total[order].max())
+    return PipelineEval(compute, send, recv, total, bottleneck, float(total[order].sum()), start, end)
 
 
 def stage_order(problem: PlacementProblem, assign: np.ndarray) -> list[int] | None:
@@ -325,7 +345,7 @@ def make_latency_plan(problem: PlacementProblem, assign: np.ndarray, solver: str
                                float(end[p.tensor_producer[k]]), float(end[p.tensor_producer[k]] + ms + en))
                       for k, a, b, ms, en in needed_transfers(p, assign))
     makespan = float(end.max())
-    busy = target_busy_ms(p, assign)
+    busy = resource_busy_ms(p, assign)
     return Plan(
         mode="latency", solver=solver, targets=tuple(p.targets),
         assignment={o: p.targets[assign[i]] for i, o in enumerate(names)},
@@ -398,4 +418,4 @@ def better(a: Plan | None, b: Plan | None, rtol: float = 1e-9) -> Plan | None:
     return a
 
 
-__all__ += ["better", "order_by_start", "pipeline_loads", "plan_key"]
+__all__ += ["better", "order_by_start", "pipeline_loads", "plan_key", "resource_busy_ms"]

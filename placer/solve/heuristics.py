@@ -22,6 +22,11 @@
   the targets that finish late; :func:`dynamic_list` is the one-call form. On wide graphs where
   load balance decides the makespan it keeps targets busy through the ramp-up where LP rounding
   leaves them idle.
+* Targets sharing a core (``PlacementProblem.target_cores``) never run at the same time: the
+  insertion schedulers keep one timeline per resource (``problem.resource_sets``) and a slot must
+  be free on every resource of the target; the dynamic list scheduler treats a target as free
+  when all of them are; the LP prices resources. The pipeline heuristics only build candidates;
+  :func:`~placer.solve.evaluate.pipeline_eval` scores them with the shared-core bottleneck.
 * :func:`repair_pipeline`: turn any assignment into a monotone pipeline with at most K stages
   (optionally contiguous in op order), greedily, keeping each op on its target when it can.
 * :func:`split_pipeline`: a fast pipeline heuristic: for each candidate stage order, cut the op
@@ -178,6 +183,23 @@ class _Timeline:
         self.ge[i:i + 1] = [b for _, b in new]
 
 
+def _earliest(lines: list[_Timeline], rs: tuple[int, ...], ready: float, dur: float) -> float:
+    """Earliest start >= ready of a ``dur``-long slot free on every timeline of ``rs``.
+
+    Each timeline's ``earliest`` is monotone and never earlier than its argument, so iterating
+    from ``ready`` climbs to the least common start (it never passes one)."""
+    if len(rs) == 1:
+        return lines[rs[0]].earliest(ready, dur)
+    t = ready
+    while True:
+        t2 = t
+        for r in rs:
+            t2 = lines[r].earliest(t2, dur)
+        if t2 == t:
+            return t
+        t = t2
+
+
 def heft(problem: PlacementProblem, costs: Costs | None = None, who: str = "heft"
          ) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """HEFT with insertion. Returns ``(assign, start, order)``; ``order`` = ops by start time."""
@@ -188,7 +210,8 @@ def heft(problem: PlacementProblem, costs: Costs | None = None, who: str = "heft
     assign = np.full(p.n_ops, -1, dtype=int)
     start = np.zeros(p.n_ops)
     end = np.zeros(p.n_ops)
-    lines = [_Timeline() for _ in range(p.n_targets)]
+    lines = [_Timeline() for _ in range(p.n_resources)]  # one per target unless cores are shared
+    res = p.resource_sets
     mem_free = np.array(p.memory_cap_bytes, dtype=float)
     group_target: dict[int, int] = {}
     prod, in_t = p.tensor_producer, p.in_tensors
@@ -200,7 +223,7 @@ def heft(problem: PlacementProblem, costs: Costs | None = None, who: str = "heft
             a = assign[u]
             r = end[u] if a == d else end[u] + c.link[k, a, d] + c.entry[d]
             ready = max(ready, r)
-        s = lines[d].earliest(ready, c.cost[v, d])
+        s = _earliest(lines, res[d], ready, c.cost[v, d])
         return s, s + c.cost[v, d]
 
     for v in order:
@@ -219,7 +242,8 @@ def heft(problem: PlacementProblem, costs: Costs | None = None, who: str = "heft
                 group_target[g] = d
         s, e = eft(v, d)
         assign[v], start[v], end[v] = d, s, e
-        lines[d].insert(s, e)
+        for r in res[d]:
+            lines[r].insert(s, e)
     order_by_start = sorted(range(p.n_ops), key=lambda i: (start[i], i))
     return assign, start, order_by_start
 
@@ -459,7 +483,8 @@ def schedule_fixed(problem: PlacementProblem, assign: np.ndarray, costs: Costs |
     if rank is None:
         rank = fixed_rank(p, assign, c)
     order = sorted(range(p.n_ops), key=lambda i: (-rank[i], i))
-    lines = [_Timeline() for _ in range(p.n_targets)]
+    lines = [_Timeline() for _ in range(p.n_resources)]
+    res = p.resource_sets
     start = np.zeros(p.n_ops)
     end = np.zeros(p.n_ops)
     prod, in_t = p.tensor_producer, p.in_tensors
@@ -472,10 +497,11 @@ def schedule_fixed(problem: PlacementProblem, assign: np.ndarray, costs: Costs |
             r = end[u] if a == d else end[u] + c.link[k, a, d] + c.entry[d]
             ready = max(ready, r)
         dur = c.cost[v, d]
-        s0 = lines[d].earliest(ready, dur) if dur > 0 else ready
+        s0 = _earliest(lines, res[d], ready, dur) if dur > 0 else ready
         start[v], end[v] = s0, s0 + dur
         if dur > 0:
-            lines[d].insert(s0, s0 + dur)
+            for r in res[d]:
+                lines[r].insert(s0, s0 + dur)
     return start, sorted(range(p.n_ops), key=lambda i: (start[i], i))
 
 
@@ -483,7 +509,7 @@ def lp_list(problem: PlacementProblem, costs: Costs | None = None, deadline: flo
             max_iter: int = 8, who: str = "lp-list", info: dict | None = None) -> tuple[np.ndarray, list[int]]:
     """LP-rounding assignment + :func:`schedule_fixed`, iterated with idle compensation.
 
-    Iteration ``i`` solves the min-max-load LP with each target's load increased by the idle time
+    Iteration ``i`` solves the min-max-load LP with each resource's load increased by the idle time
     its schedule showed so far (smoothed), so targets that wait a lot get less work; stops after
     ``max_iter`` rounds, two rounds without improvement, or at ``deadline``. Returns the best
     ``(assign, order)`` seen (by makespan); ``info["load_bound"]`` gets the first LP's optimum (a
@@ -491,12 +517,12 @@ def lp_list(problem: PlacementProblem, costs: Costs | None = None, deadline: flo
     """
 
     from placer.solve.bounds import MinMaxLoadLP, shave
-    from placer.solve.evaluate import latency_schedule, target_busy_ms
+    from placer.solve.evaluate import latency_schedule, resource_busy_ms
 
     p = problem
     c = costs or Costs.of(p)
     t = p.n_targets
-    idle = np.zeros(t)
+    idle = np.zeros(p.n_resources)
     best: tuple[float, np.ndarray, list[int]] | None = None
     stall = 0
     lp = MinMaxLoadLP(p, c, memory=True)
@@ -517,7 +543,9 @@ def lp_list(problem: PlacementProblem, costs: Costs | None = None, deadline: flo
             if stall >= 2:
                 break
         finish = np.array([end[assign == d].max() if (assign == d).any() else 0.0 for d in range(t)])
-        new_idle = np.maximum(finish - target_busy_ms(p, assign, c), 0.0)
+        if p.shares_resources:  # a resource is done when the last target using it is
+            finish = np.array([finish[list(u)].max() for u in p.resource_users])
+        new_idle = np.maximum(finish - resource_busy_ms(p, assign, c), 0.0)
         idle = new_idle if it == 0 else 0.5 * (idle + new_idle)
     assert best is not None
     return best[1], best[2]
@@ -534,6 +562,7 @@ class DynamicList:
     ``(value[v] / (lam[d] (c[v,d] + beta * wait)))**gamma + alpha * rank[v] / max(rank)``
     (``wait``: idle time until its inputs arrive on ``d``; ``rank``: HEFT's upward rank), and
     starts it as early as it can. A target that can run none of them waits for the next decision.
+    A target is free when every target sharing a core with it is (``problem.conflicts``).
     An op that costs 0 somewhere runs there the moment its inputs are ready (it occupies nothing).
     Colocation groups follow their first placed member; memory caps are checked when a unit is
     placed (:class:`HeuristicError` if a unit fits nowhere).
@@ -562,6 +591,7 @@ class DynamicList:
         self.capped = bool(np.isfinite(p.memory_cap_bytes).any() and self.unit_w.any())
         self.grouped = any(len(u) > 1 for u in p.units)
         self.t = t
+        self.conf = p.conflicts if p.shares_resources else None
 
     def schedule(self, lam: np.ndarray, alpha: float = 0.05, beta: float = 0.5, gamma: float = 1.0,
                  who: str = "dynamic") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -658,7 +688,11 @@ class DynamicList:
             cand[v] = False
             place(v, d, s)
             if end[v] > s:
-                avail[d] = end[v]
+                if self.conf is None:
+                    avail[d] = end[v]
+                else:  # the targets sharing a core with d wait for it too
+                    for d2 in self.conf[d]:
+                        avail[d2] = max(avail[d2], float(end[v]))
             release()
         self.work = n + scanned  # deterministic measure of the pass's effort (see DynamicListSearch)
         return assign, start, end
@@ -691,7 +725,8 @@ class DynamicListSearch:
         self.c = costs or Costs.of(p)
         self.engine = DynamicList(p, self.c)
         if lam is None:
-            lam = dual_load(_unit_costs(p, self.c))[1] if p.n_targets > 1 else np.ones(1)
+            lam = (dual_load(_unit_costs(p, self.c), resources=p.resource_sets)[1] if p.n_targets > 1
+                   else np.ones(1))
         lam = np.maximum(np.asarray(lam, dtype=float), 1e-6)
         self.lams = [lam / lam.sum() for _ in self.PORTFOLIO]
         self.eta = eta

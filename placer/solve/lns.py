@@ -15,8 +15,9 @@ staying as it is:
   the later ops, ends of sinks)``, ``F_d`` being when target ``d`` is done with the earlier and
   window ops. The window model minimizes that expression: the true makespan of the new plan.
 
-Window ops are optional intervals on their allowed targets (no-overlap per target, instantaneous
-ops occupy nothing), with the edge delays of :mod:`placer.solve.cpsat_latency`; colocation groups
+Window ops are optional intervals on their allowed targets (no-overlap per resource, i.e. per
+target unless targets share cores, where "target" above reads "resource"; instantaneous ops
+occupy nothing), with the edge delays of :mod:`placer.solve.cpsat_latency`; colocation groups
 with members outside the window stay where they are, memory caps count the fixed ops' weights.
 Times are rounded to the CP-SAT resolution (:func:`~placer.solve.cpsat_util.choose_resolution`);
 a step is kept only if the float re-timed makespan improves. :meth:`LatencyLNS.run` sweeps windows
@@ -84,9 +85,11 @@ class LatencyLNS:
         in_win[win] = True
         before = np.array([fstart[v] < t1 for v in range(n)])
         later = [v for v in order if not before[v] and not in_win[v]]
+        # per resource (= per target unless targets share cores): a target occupies all of its own
+        res, n_r = p.resource_sets, p.n_resources
         # L over the later ops (reverse order): own cost + longest path after it
         tail = np.zeros(n)
-        nxt: list[int | None] = [None] * t
+        nxt: list[int | None] = [None] * n_r
         for w in reversed(later):
             d = assign[w]
             cw = float(cost[w, d])
@@ -94,15 +97,17 @@ class LatencyLNS:
             for x in self.succ[w]:
                 m = max(m, float(dly[(w, x)][d, assign[x]]) + tail[x])
             if cw > 0:
-                if nxt[d] is not None:
-                    m = max(m, tail[nxt[d]])
-                nxt[d] = w
+                for r in res[d]:
+                    if nxt[r] is not None:
+                        m = max(m, tail[nxt[r]])
+                    nxt[r] = w
             tail[w] = cw + m
         first_later = nxt
-        avail = np.zeros(t)
+        avail = np.zeros(n_r)
         for v in range(n):
             if before[v] and cost[v, assign[v]] > 0:
-                avail[assign[v]] = max(avail[assign[v]], end[v])
+                for r in res[assign[v]]:
+                    avail[r] = max(avail[r], end[v])
         const = 0.0  # what the fixed ops alone force on the makespan
         for u in range(n):
             if not before[u]:
@@ -112,13 +117,13 @@ class LatencyLNS:
             for w in self.succ[u]:
                 if not before[w] and not in_win[w]:
                     const = max(const, end[u] + float(dly[(u, w)][assign[u], assign[w]]) + tail[w])
-        for d in range(t):
-            if first_later[d] is not None:
-                const = max(const, avail[d] + tail[first_later[d]])
+        for r in range(n_r):
+            if first_later[r] is not None:
+                const = max(const, avail[r] + tail[first_later[r]])
         horizon = int(max(end.max(), const)) + 1
         model = cp_model.CpModel()
         mk = model.new_int_var(int(const), horizon, "makespan")
-        fin = [model.new_int_var(int(avail[d]), horizon, f"F{d}") for d in range(t)]
+        fin = [model.new_int_var(int(avail[r]), horizon, f"F{r}") for r in range(n_r)]
         # units: free if every member is in the window
         lits: list[tuple[tuple[int, ...], dict[int, Any]]] = []  # free units and their literals
         free = np.zeros(n, dtype=bool)
@@ -141,7 +146,7 @@ class LatencyLNS:
             for v in members:
                 x[v] = u_lits
         s: dict[int, Any] = {}
-        per_target: list[list[Any]] = [[] for _ in range(t)]
+        per_res: list[list[Any]] = [[] for _ in range(n_r)]
         for v in win:
             lo = 0
             for u in self.pred[v]:
@@ -154,9 +159,10 @@ class LatencyLNS:
                 if c_ > 0:
                     iv = model.new_optional_fixed_size_interval_var(s[v], c_, lit, f"I{v}_{d}") \
                         if len(x[v]) > 1 else model.new_fixed_size_interval_var(s[v], c_, f"I{v}_{d}")
-                    per_target[d].append(iv)
-                    model.add(s[v] >= int(avail[d])).only_enforce_if(lit)
-                    model.add(fin[d] >= e_v).only_enforce_if(lit)
+                    model.add(s[v] >= int(max(avail[r] for r in res[d]))).only_enforce_if(lit)
+                    for r in res[d]:
+                        per_res[r].append(iv)
+                        model.add(fin[r] >= e_v).only_enforce_if(lit)
                 for u in self.pred[v]:
                     if before[u]:
                         model.add(s[v] >= int(end[u] + dly[(u, v)][assign[u], d])).only_enforce_if(lit)
@@ -165,11 +171,11 @@ class LatencyLNS:
                         model.add(mk >= e_v + int(dly[(v, w)][d, assign[w]] + tail[w])).only_enforce_if(lit)
                 if not self.succ[v]:
                     model.add(mk >= e_v).only_enforce_if(lit)
-        for d in range(t):
-            if len(per_target[d]) > 1:
-                model.add_no_overlap(per_target[d])
-            if first_later[d] is not None:
-                model.add(mk >= fin[d] + int(tail[first_later[d]]))
+        for r in range(n_r):
+            if len(per_res[r]) > 1:
+                model.add_no_overlap(per_res[r])
+            if first_later[r] is not None:
+                model.add(mk >= fin[r] + int(tail[first_later[r]]))
         for v in win:  # precedence inside the window, with the delay of the pair of targets
             for w in self.succ[v]:
                 if not in_win[w]:
