@@ -221,6 +221,17 @@ def graph_tensors(graph) -> list[Tensor]:
     return tensors
 
 
+def target_cores_of(names) -> dict[str, tuple[int, ...]]:
+    """The CPU cores each named target occupies (:func:`placer.devices.cores.core_sets`), for
+    ``PlacementProblem.target_cores``: targets that share a core never run at the same time.
+    Targets off this machine's cores (simulated, remote) are left out (each its own resource)."""
+    from placer.devices.base import TargetSpec
+    from placer.devices.cores import core_sets
+
+    sets = core_sets([TargetSpec.parse(n) for n in names])
+    return {n: c for n, c in sets.items() if c is not None}
+
+
 def build_problem(
     graph,
     table: CostTable,
@@ -279,6 +290,7 @@ def build_problem(
     return PlacementProblem(
         ops=[op.id for op in graph.ops],
         targets=names,
+        target_cores=target_cores_of(names),
         cost_ms=cost,
         tensors=graph_tensors(graph),
         link_latency_ms=lat,

@@ -116,8 +116,11 @@ def retarget(problem, names: list[str], source_cols: list[int], link_fallback_ms
         for b in range(len(names)):
             if a != b and src[a] == src[b]:  # same runtime on two cores: a hand-off = the call cost
                 lat[a, b], per_byte[a, b] = link_fallback_ms[b], 0.0
+    from placer.costing import target_cores_of
+
     return dataclasses.replace(
-        problem, targets=tuple(names), cost_ms=np.array(problem.cost_ms)[:, src], link_latency_ms=lat,
+        problem, targets=tuple(names), target_cores=target_cores_of(names),
+        cost_ms=np.array(problem.cost_ms)[:, src], link_latency_ms=lat,
         link_ms_per_byte=per_byte, link_charge="both", memory_cap_bytes=None, pinned={}, partition_overhead_ms=None,
     )
 
