@@ -87,16 +87,21 @@ def prepare(
     segments = fusion_groups(graph) if segments is True else [list(s) for s in (segments or [])]
     say = say or (lambda msg: None)
     if profile and real:
+        from placer.profile.contention import quiet_now
+
+        # rows flagged as measured on a busy machine are taken again, if the machine is quiet now
+        refresh = quiet_now()
         names = ", ".join(t.name for t in real)
         with _phase(say, f"profile ops: {len(graph.unique_signatures())} signatures"
                          f"{f' + {len(segments)} fusion segments' if segments else ''} on {names}"):
-            res = profile_graph(graph, real, store, timeout_s=timeout_s, progress=progress, segments=segments)
+            res = profile_graph(graph, real, store, timeout_s=timeout_s, progress=progress, segments=segments,
+                                retry_contended=refresh)
         if res.remeasured or res.contended:
             say(f"measurement conditions: other processes kept the machine busy during {res.remeasured} "
                 f"measurement(s), taken again; {res.contended} stayed contended (flagged; measured again next time)")
         if whole_models:
             with _phase(say, f"profile the whole model on {names}"):
-                profile_whole_model(graph, real, store, timeout_s=max(timeout_s, 120.0))
+                profile_whole_model(graph, real, store, timeout_s=max(timeout_s, 120.0), retry_contended=refresh)
         if len(real) > 1:
             with _phase(say, "profile the links between targets"):
                 profile_links(real, store)

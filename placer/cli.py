@@ -179,7 +179,8 @@ def cmd_tune(args) -> int:
     if args.trials is not None and args.trials < 1:
         raise PlacerError(f"--trials {args.trials}: must be >= 1")
     result = tune(args.model, targets=parse_targets(args.targets), objective=args.objective,
-                  budget_s=parse_budget(args.budget) if args.budget else None, out_dir=args.out, storage=args.storage, db=args.db,
+                  budget_s=parse_budget(args.budget) if args.budget is not None else None, out_dir=args.out,
+                  storage=args.storage, db=args.db,
                   shapes=parse_shapes(args.shape), n_trials=args.trials, seed=args.seed,
                   cost_model_dir=False if args.no_cost_model else (args.cost_model or True),
                   progress=lambda msg: console.print(msg, style="dim", markup=False, highlight=False))
@@ -365,6 +366,8 @@ def add_profile(sub) -> None:
     p.add_argument("--no-links", action="store_true", help="skip the target-to-target hand-off measurements")
     p.add_argument("--no-whole-model", action="store_true", help="skip the whole-model run per target")
     p.add_argument("--retry-failed", action="store_true", help="re-measure rows that errored, timed out or crashed")
+    p.add_argument("--retry-contended", action="store_true",
+                   help="re-measure rows flagged as taken while other processes kept the machine busy")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="TVM RPC tracker for tvm-rpc targets")
     p.add_argument("--rpc-key", default=None, help="TVM RPC device key for tvm-rpc targets")
@@ -393,7 +396,8 @@ def cmd_profile(args) -> int:
     return profile_command(args.model, targets=parse_targets(args.targets), db=args.db,
                            shapes=parse_shapes(args.shape), timeout_s=args.timeout, segments=args.segments,
                            links=not args.no_links, whole_model=not args.no_whole_model,
-                           retry_failed=args.retry_failed, progress=not args.quiet)
+                           retry_failed=args.retry_failed, progress=not args.quiet,
+                           retry_contended=args.retry_contended)
 
 
 def cmd_bench(args) -> int:

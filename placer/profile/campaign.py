@@ -332,7 +332,7 @@ class _Task:
 class _Engine:
     def __init__(self, store: ProfileStore, *, timeout_s: float, isolate: bool, progress: bool,
                  timing: TimingConfig | None, seed: int, retry_failed: bool, result: CampaignResult,
-                 colocate: Sequence[str] = ()):
+                 colocate: Sequence[str] = (), retry_contended: bool = False):
         self.store = store
         self.colocate = list(colocate)
         self.timeout_s = float(timeout_s)
@@ -341,6 +341,7 @@ class _Engine:
         self.timing = timing or TimingConfig()
         self.seed = seed
         self.retry_failed = retry_failed
+        self.retry_contended = retry_contended
         self.result = result
         self._bytes: dict[str, bytes] = {}
         self._start_failures: Counter = Counter()
@@ -355,11 +356,11 @@ class _Engine:
             self.result.results[(task.key, task.target.name)] = m
 
     def _is_done(self, m: Measurement | None) -> bool:
-        """A stored row is reused unless it failed (with ``retry_failed``) or was measured on a busy
-        machine: a contended row is measured again by the next campaign."""
+        """A stored row is reused unless it failed (with ``retry_failed``) or was flagged as measured on
+        a busy machine (with ``retry_contended``)."""
         if m is None:
             return False
-        return not ((self.retry_failed and m.status in FAILED) or is_contended(m.meta))
+        return not ((self.retry_failed and m.status in FAILED) or (self.retry_contended and is_contended(m.meta)))
 
     def _measure_quietly(self, worker, header: dict, payload: bytes, task: _Task) -> dict:
         """Measure; while other processes keep the machine busy (:data:`CONTENDED`), wait a moment and
@@ -618,6 +619,7 @@ def profile_graph(
     retry_failed: bool = False,
     seed: int = 0,
     colocate: bool = True,
+    retry_contended: bool = False,
 ) -> CampaignResult:
     """Profile every unique op signature of ``graph`` on every target; measure only what is missing.
 
@@ -627,7 +629,8 @@ def profile_graph(
     (op-id lists, profiled as one unit each) and the hand-off links between every pair of
     targets (``links``). ``timeout_s`` bounds one measurement (compile + timing);
     ``model_timeout_s`` (default 10x) the whole-model ones. ``retry_failed`` re-measures rows
-    whose status is error/timeout/crash. ``colocate``: each worker also imports the other
+    whose status is error/timeout/crash; ``retry_contended`` rows flagged as measured while other
+    processes kept the machine busy (:mod:`placer.profile.contention`). ``colocate``: each worker also imports the other
     targets' runtimes, as the executor's process does (they slow each other's calls).
     """
     t_start = time.perf_counter()
@@ -672,7 +675,8 @@ def profile_graph(
         uniq_rows = {r["key"]: r for r in rows + seg_tasks_rows}
         st.register_signatures(uniq_rows.values())
         eng = _Engine(st, timeout_s=timeout_s, isolate=isolate, progress=progress, timing=timing, seed=seed,
-                      retry_failed=retry_failed, result=res, colocate=[t.name for t in tlist] if colocate else ())
+                      retry_failed=retry_failed, result=res, colocate=[t.name for t in tlist] if colocate else (),
+                      retry_contended=retry_contended)
         eng.run(tasks)
         if links and len(tlist) > 1:
             _run_links(st, tlist, res, sizes=link_sizes, isolate=isolate, timeout_s=max(timeout_s, 120.0),
@@ -812,8 +816,10 @@ def profile_whole_model(
     isolate: bool = True,
     timing: TimingConfig | None = None,
     progress: bool = False,
+    retry_contended: bool = False,
 ) -> dict[str, Measurement]:
-    """Profile the whole model as one partition on each target -> ``{target_name: Measurement}``."""
+    """Profile the whole model as one partition on each target -> ``{target_name: Measurement}``
+    (``retry_contended``: re-measure a stored one flagged as taken on a busy machine)."""
     tlist = _measurable(_resolve_targets(targets), CampaignResult())
     st, owned = open_store(store)
     try:
@@ -826,7 +832,7 @@ def profile_whole_model(
             tasks.append(_Task(K.model_key(graph), "model", t, f"whole model {graph.name}", lambda: graph.model,
                                _min_timeout(t, timeout_s), _static_support(t, graph.ops)))
         _Engine(st, timeout_s=timeout_s, isolate=isolate, progress=progress, timing=timing, seed=0,
-                retry_failed=False, result=res).run(tasks)
+                retry_failed=False, result=res, retry_contended=retry_contended).run(tasks)
         return _collect(st, K.model_key(graph), tlist, res)
     finally:
         if owned:

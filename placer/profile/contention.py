@@ -72,3 +72,11 @@ class CpuWindow:
 def is_contended(meta: dict | None) -> bool:
     """True if a stored row's conditions say it was measured on a busy machine."""
     return bool(meta) and bool(meta.get("contended"))
+
+
+def quiet_now(seconds: float = 0.3) -> bool:
+    """Whether other processes leave the machine alone right now (a short idle probe): a campaign
+    re-measures rows flagged as contended only then, or it would take them again as badly."""
+    with CpuWindow() as w:
+        time.sleep(seconds)
+    return w.others is not None and w.others < CONTENDED

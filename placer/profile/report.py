@@ -59,14 +59,14 @@ def summary_lines(res: CampaignResult) -> list[str]:
         lines.append(
             f"measurement conditions: other processes kept the machine busy during {res.remeasured} measurement(s), "
             f"taken again; {res.contended} stayed contended in every attempt and are flagged in the store "
-            "(the next campaign measures them again)")
+            "(`placer profile --retry-contended` measures them again)")
     lines += [f"warning: {p}" for p in res.problems]
     return lines
 
 
 def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None, shapes: Mapping | None,
                     timeout_s: float, segments: int, links: bool, whole_model: bool, retry_failed: bool,
-                    progress: bool) -> int:
+                    progress: bool, retry_contended: bool = False) -> int:
     """``placer profile``: validate targets and store first (fast errors), then load and profile."""
     from placer.devices import make_targets
     from placer.errors import ProfileError
@@ -81,7 +81,7 @@ def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None
     with store:
         graph, res = profile_model(model, tlist, store, shapes=shapes or None, segments=segments or False,
                                    timeout_s=timeout_s, links=links, whole_model=whole_model,
-                                   retry_failed=retry_failed, progress=progress)
+                                   retry_failed=retry_failed, progress=progress, retry_contended=retry_contended)
     out = console()
     out.print(summary_table(graph, res))
     for line in summary_lines(res):
