@@ -454,8 +454,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate(signum, frame) -> None:
+    """SIGTERM stops placer like Ctrl-C: the same clean stop (stores consistent, exit 130)."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     args = build_parser().parse_args(argv)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(args.func(args) or 0)
     except PlacerError as exc:
@@ -467,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"placer {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"placer {args.command}: interrupted", file=sys.stderr)
+        resume = " (its study is kept: run the same command again to resume)" if args.command == "tune" else ""
+        print(f"placer {args.command}: interrupted{resume}", file=sys.stderr)
         return 130
 
 

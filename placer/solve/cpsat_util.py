@@ -183,6 +183,10 @@ def make_solver(options: dict[str, Any], time_s: float, seed: int, size: int = 0
     prm = s.parameters
     prm.num_workers = int(options.get("num_workers", 2))
     prm.random_seed = int(seed) % (2**31)
+    # OR-Tools installs its own SIGINT handler during a solve by default (and restores the default
+    # one after): Ctrl-C would then kill the whole process instead of raising KeyboardInterrupt,
+    # which placer turns into a clean stop (no RUNNING trial left, exit 130)
+    prm.catch_sigint_signal = False
     t = max(0.01, float(time_s))
     prm.max_time_in_seconds = t
     if options.get("deterministic", True):

@@ -136,7 +136,7 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
     from placer.tune import space
     from placer.run.bench import PlanBench
     from placer.tune.tuner import (TrialRecord, TuneResult, _write_outputs, assignment_key, open_storage,
-                                   sampler_seed, tell_trial, ask, fail_stale, trial_heartbeat)
+                                   sampler_seed, tell_trial, ask, fail_stale, running_trial)
     from placer.run.numerics import ReferenceRunner, check_against_reference, load_inputs
     from placer.run.yardsticks import DESCRIPTIONS, THROUGHPUT_KINDS, YardstickSet
 
@@ -265,7 +265,7 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
                 break
             fail_stale(study, say)
             trial = ask(study)
-            with trial_heartbeat(study, trial):  # a killed worker's trial is failed, not RUNNING forever
+            with running_trial(study, trial):  # a killed worker's trial is failed, not RUNNING forever
                 choice = [trial.suggest_categorical(f"core{c}", usable) for c in cores]
                 knobs: dict[str, Any] = {f"core{c}": k for c, k in zip(cores, choice)}
                 knobs["boundary_ms"] = trial.suggest_categorical("boundary_ms", [0.0, 0.03, 0.1, 0.3])

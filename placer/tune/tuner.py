@@ -28,6 +28,7 @@ The loop
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -327,6 +328,19 @@ def trial_heartbeat(study, trial):
     return get_heartbeat_thread(trial._trial_id, study._storage)
 
 
+@contextlib.contextmanager
+def running_trial(study, trial):
+    """The block that runs ``trial``: heartbeats while it runs (:func:`trial_heartbeat`), and if it is
+    interrupted (Ctrl-C, SIGTERM) or fails before telling Optuna, the trial is told FAIL, so the
+    study keeps no RUNNING trial and a later run resumes it cleanly."""
+    with trial_heartbeat(study, trial):
+        try:
+            yield
+        except BaseException:
+            tell_once(study, trial, None)
+            raise
+
+
 def fail_stale(study, say: Callable[[str], None] = lambda m: None) -> int:
     """Mark FAIL the RUNNING trials whose worker stopped sending heartbeats; returns how many."""
     import optuna
@@ -406,8 +420,10 @@ def tune(
         return _tune_in(out, graph, targets=targets, objective=objective, budget_s=budget_s, storage=storage,
                         db=db, n_trials=n_trials, seed=seed, solver_time_limit=solver_time_limit,
                         cost_model=cost_model, cost_model_dir=cost_model_dir, say=say, t_start=t_start)
+    except KeyboardInterrupt:  # interrupted: the study stays, so that the next run resumes it
+        raise
     except BaseException:
-        if created:  # a failed or interrupted run leaves nothing behind it created
+        if created:  # a failed run leaves nothing behind it created
             shutil.rmtree(out, ignore_errors=True)
         raise
 
@@ -588,7 +604,7 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
             fail_stale(study, say)
             trial = ask(study)
             n_plans = len(by_key)
-            with trial_heartbeat(study, trial):  # a killed worker's trial is failed, not RUNNING forever
+            with running_trial(study, trial):  # a killed worker's trial is failed, not RUNNING forever
                 n_done += int(run_trial(trial))
             repeats = repeats + 1 if len(by_key) == n_plans else 0
 

@@ -134,3 +134,30 @@ def test_tune_killed_twice_then_resumed(tmp_path):
     r = subprocess.run([python(), "-m", "placer.cli", "run", str(out), "--check"], cwd=ROOT, env=subprocess_env(),
                        capture_output=True, check=False, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def _running_trials(study: Path) -> list:
+    return _query(study, "SELECT number FROM trials WHERE state = 'RUNNING'")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_tune_interrupted_stops_cleanly_and_resumes(tmp_path, sig):
+    out = tmp_path / "out"
+    db, study, log = tmp_path / "profiles.db", out / "study.db", tmp_path / "tune.log"
+    argv = ["tune", "zoo:tiny", "--targets", "onnxruntime", "--out", str(out), "--db", str(db)]
+    p = _start(argv + ["--trials", "500"], log)
+    deadline = time.monotonic() + 240  # a hang guard only
+    while not (study.exists() and _finished_trials(study)):
+        assert p.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.05)
+    p.send_signal(sig)
+    assert p.wait(timeout=120) == 130, log.read_text()[-3000:]
+    assert "interrupted" in log.read_text() and "resume" in log.read_text()
+    assert _integrity(study) == "ok" and _integrity(db) == "ok"
+    assert _running_trials(study) == []  # the trial in flight was told FAIL, not left RUNNING
+    before = _finished_trials(study)
+    p = _start(argv + ["--trials", "1"], log)
+    assert p.wait(timeout=300) == 0, log.read_text()[-3000:]
+    after = _finished_trials(study)
+    assert all(after.get(n) == v for n, v in before.items()) and len(after) > len(before)
