@@ -454,17 +454,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _terminate(signum, frame) -> None:
-    """SIGTERM stops placer like Ctrl-C: the same clean stop (stores consistent, exit 130)."""
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
-    import signal
+    from placer import interrupts
 
     args = build_parser().parse_args(argv)
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _terminate)
+    # SIGTERM stops placer like Ctrl-C: the same clean stop (stores consistent, exit 130)
+    interrupts.install()
     try:
         return int(args.func(args) or 0)
     except PlacerError as exc:

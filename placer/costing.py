@@ -224,12 +224,14 @@ def graph_tensors(graph) -> list[Tensor]:
 def target_cores_of(names) -> dict[str, tuple[int, ...]]:
     """The CPU cores each named target occupies (:func:`placer.devices.cores.core_sets`), for
     ``PlacementProblem.target_cores``: targets that share a core never run at the same time.
-    Targets off this machine's cores (simulated, remote) are left out (each its own resource)."""
+    Targets off this machine's cores (simulated, remote) are left out (each its own resource).
+    Keys are the names as given (``onnxruntime`` stays ``onnxruntime``, not its full spec name)."""
     from placer.devices.base import TargetSpec
     from placer.devices.cores import core_sets
 
-    sets = core_sets([TargetSpec.parse(n) for n in names])
-    return {n: c for n, c in sets.items() if c is not None}
+    specs = {n: TargetSpec.parse(n) for n in names}
+    sets = core_sets(list(specs.values()))
+    return {n: sets[s.name] for n, s in specs.items() if sets.get(s.name) is not None}
 
 
 def build_problem(

@@ -14,6 +14,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from placer.interrupts import raise_if_stopped
+
 
 @dataclass(frozen=True)
 class LatencyStats:
@@ -84,6 +86,7 @@ class PlanBench:
             for key in keys:
                 self.candidates[key].samples_ms.clear()
         for r in range(rounds or self.rounds):
+            raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
             order = keys if r % 2 == 0 else keys[::-1]
             for key in order:
                 cand = self.candidates[key]

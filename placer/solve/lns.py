@@ -227,16 +227,18 @@ class LatencyLNS:
 
     # ------------------------------------------------------------------ sweep
     def run(self, deadline: float, window_ops: int = 70, step_s: float = 0.7, min_step_s: float = 0.25,
-            patience: int = 2) -> float:
+            patience: int = 2, max_windows: int | None = None) -> float:
         """Sweep windows of about ``window_ops`` ops (half overlapping) from the start of the
-        schedule until ``deadline``; each CP-SAT call gets at most ``step_s`` seconds. After
+        schedule until ``deadline`` (or ``max_windows`` CP-SAT calls); each call gets at most
+        ``step_s`` seconds (with the default ``deterministic`` option, ``dtime_per_s * step_s`` of
+        deterministic time, so a run bounded by ``max_windows`` is the same on any machine). After
         ``patience`` windows in a row without improvement the sweep starts again from the
         beginning with another window size (x1.5, x0.75, x1). Returns the makespan."""
         p = self.p
         n = p.n_ops
         sizes = [window_ops, max(8, int(1.5 * window_ops)), max(8, int(0.75 * window_ops))]
         size_i, pos, misses = 0, 0, 0
-        while True:
+        while max_windows is None or self.steps < max_windows:
             left = deadline - time.monotonic()
             if left < min_step_s:
                 break

@@ -45,6 +45,7 @@ from typing import Any, Callable
 import numpy as np
 
 from placer.errors import PlacerError
+from placer.interrupts import raise_if_stopped
 
 #: a pipeline candidate's measurement round runs about this long (requests sized from the baselines)
 MEASURE_S = 0.25
@@ -263,6 +264,7 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
                 break
             if budget_s is not None and time.monotonic() - t_start > budget_s * 0.8:
                 break
+            raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
             fail_stale(study, say)
             trial = ask(study)
             with running_trial(study, trial):  # a killed worker's trial is failed, not RUNNING forever

@@ -45,6 +45,7 @@ import numpy as np
 
 from placer.costing import segment_ratio_stats
 from placer.errors import PlacerError
+from placer.interrupts import raise_if_stopped
 
 
 @dataclass
@@ -131,6 +132,11 @@ class TuneResult:
                          f"{self.speedup_vs(default):.2f}x"
                          + (f"; vs ONNX Runtime at its defaults ({fig(ort)}): {self.speedup_vs(ort):.2f}x"
                             if ort is not None and ort is not default else ""))
+            if default.numerics_ok is False:
+                prec = default.knobs.get("INFERENCE_PRECISION_HINT")
+                lines.append(f"{default.label} does not pass the numerics check against the f32 reference"
+                             + (f" (it computes in {prec} on this CPU)" if prec else "")
+                             + "; it stays the yardstick all the same: it is what runs by default.")
             if self.speedup_vs(default) < 0.97:
                 lines.append(f"{default.label} was faster than every placement measured: "
                              f"use it ({default.knobs.get('what', '')}), or tune longer.")
@@ -601,6 +607,7 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
             if n_trials is None and repeats >= CONVERGED_AFTER:
                 say(f"search converged: the last {repeats} trials proposed plans already measured")
                 break
+            raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
             fail_stale(study, say)
             trial = ask(study)
             n_plans = len(by_key)

@@ -158,14 +158,29 @@ class FlakyTarget(OnnxRuntimeTarget):
 
 
 class _SleepyCompiled(_FlakyCompiled):
+    def __init__(self, inner, label):
+        super().__init__(inner)
+        self.label = label
+
     def run(self, feeds):
         import time
 
+        t0 = time.monotonic()
         time.sleep(SLEEP_S)
+        SLEEPS.append((self.label, t0, time.monotonic()))
         return self.inner.run(feeds)
 
 
 SLEEP_S = 0.05
+#: every sleep of a ``sleepy`` target: (target name, start, end), monotonic seconds. Tests check
+#: concurrency on these intervals (do two calls overlap?), never on wall-clock totals.
+SLEEPS: list[tuple[str, float, float]] = []
+
+
+def overlapping_sleeps(labels: set[str] | None = None) -> int:
+    """How many pairs of recorded sleeps (of targets in ``labels``, all if None) overlap in time."""
+    calls = sorted((c for c in SLEEPS if labels is None or c[0] in labels), key=lambda c: c[1])
+    return sum(1 for i, a in enumerate(calls) for b in calls[i + 1:] if b[1] < a[2])
 
 
 class SleepyTarget(OnnxRuntimeTarget):
@@ -175,7 +190,7 @@ class SleepyTarget(OnnxRuntimeTarget):
     runtime = "sleepy"
 
     def compile(self, model):
-        return _SleepyCompiled(super().compile(model))
+        return _SleepyCompiled(super().compile(model), self.name)
 
 
 def register_test_targets() -> None:

@@ -6,7 +6,15 @@ import json
 
 import numpy as np
 import pytest
-from mz_models import alternating_plan, diamond_model, graph_of, register_test_targets, zoo_graph
+from mz_models import (
+    SLEEPS,
+    alternating_plan,
+    diamond_model,
+    graph_of,
+    overlapping_sleeps,
+    register_test_targets,
+    zoo_graph,
+)
 
 from placer.materialize import materialize
 from placer.run import (
@@ -60,13 +68,18 @@ def test_independent_partitions_on_different_targets_run_at_the_same_time():
            "f": "onnxruntime"}
     mat = materialize(g, asg)
     feeds = random_inputs(g, 0)
+    sleepers = {"sleepy@cpu0:t1", "sleepy@cpu1:t1"}
+    SLEEPS.clear()
     with HybridExecutor(mat) as ex:
         assert ex.parallel and ex.has_parallelism
         res = ex.measure([feeds] * 3, warmup=1)
-    assert res.measurement.latency_p50_ms < 90, res.measurement.summary()  # ~50 ms, not ~100
+    # b's and c's sleeps overlap in every request (recorded intervals, not a wall-clock total)
+    assert {c[0] for c in SLEEPS} == sleepers and overlapping_sleeps(sleepers) >= 4
+    SLEEPS.clear()
     with HybridExecutor(mat, parallel=False) as ex:
         seq = ex.measure([feeds] * 2, warmup=0)
-    assert seq.measurement.latency_p50_ms >= 100
+    assert len(SLEEPS) == 4 and overlapping_sleeps() == 0
+    assert seq.measurement.latency_p50_ms >= 100  # two 50 ms sleeps one after the other: a floor, not a race
     assert compare(res.outputs[0], seq.outputs[0]).passed
 
 
@@ -78,10 +91,12 @@ def test_partitions_on_targets_that_share_a_core_never_run_at_once():
            "f": "onnxruntime"}
     mat = materialize(g, asg)
     feeds = random_inputs(g, 0)
+    SLEEPS.clear()
     with HybridExecutor(mat) as ex:
         assert not ex.has_parallelism
         assert len({ex.group_of[t] for t in ("sleepy@cpu:t2", "sleepy@cpu1:t1")}) == 1
         res = ex.measure([feeds] * 2, warmup=0)
+    assert len(SLEEPS) == 4 and overlapping_sleeps() == 0  # never at once
     assert res.measurement.latency_p50_ms >= 100, res.measurement.summary()  # 2 x 50 ms, one after the other
 
 

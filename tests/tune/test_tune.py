@@ -33,7 +33,10 @@ def test_cli_tune_latency_end_to_end(tmp_path, db, capsys):
     baselines = [r for r in records if r["kind"] == "baseline"]
     assert {r["label"] for r in baselines} == {"single:onnxruntime@cpu:t1", "single:openvino@cpu:t1"}
     measured = [r for r in records if r["measured_ms"] is not None]
-    assert measured and all(r["numerics_ok"] for r in measured)
+    # every placement candidate passes the numerics check; a yardstick is what a user runs, checked
+    # and reported but not required to pass (OpenVINO's default is bf16 on a CPU that has it)
+    assert measured and all(r["numerics_ok"] for r in measured if r["kind"] != "yardstick")
+    assert all(r["numerics_ok"] in (True, False) for r in measured if r["kind"] == "yardstick")
     # the plan written is the best measured candidate (the measured guard)
     plan = Plan.load(out / "plan.json")
     best = min(measured, key=lambda r: r["measured_ms"])

@@ -1,0 +1,43 @@
+"""A stop request (Ctrl-C, SIGTERM) that cannot be lost.
+
+Python runs a signal handler between bytecodes of the main thread; an exception it raises while the
+main thread is inside a finalizer (``__del__``, a weakref callback) is printed as "Exception
+ignored" and dropped, so a plain ``raise KeyboardInterrupt`` can vanish and a long loop runs to its
+end. The handler here also sets :data:`STOP`, and long loops call :func:`raise_if_stopped` at every
+step, so a dropped interrupt is raised again at the next one.
+"""
+
+from __future__ import annotations
+
+import threading
+
+__all__ = ["STOP", "request_stop", "raise_if_stopped", "install"]
+
+#: set once a stop was requested in this process
+STOP = threading.Event()
+
+
+def request_stop(signum=None, frame=None) -> None:
+    """Signal handler: remember the request, then stop now (KeyboardInterrupt)."""
+    STOP.set()
+    raise KeyboardInterrupt
+
+
+def raise_if_stopped() -> None:
+    """Raise KeyboardInterrupt if a stop was requested (a check point of a long loop)."""
+    if STOP.is_set():
+        raise KeyboardInterrupt
+
+
+def install() -> None:
+    """Route SIGINT and SIGTERM to :func:`request_stop` where they still have Python's defaults
+    (a caller that installed its own handler keeps it); clears an earlier request."""
+    import signal
+
+    STOP.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, request_stop)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, request_stop)
