@@ -33,6 +33,20 @@ class PlanningContext:
     links: Any
     problem: Any
 
+    @property
+    def precision(self) -> str:
+        """``bf16`` if a target computes in bf16 (``openvino-bf16``), else ``f32``: what the plans'
+        outputs are checked at (:data:`placer.run.numerics.TOLERANCES`)."""
+        return "bf16" if any(getattr(t, "precision", "f32") == "bf16" for t in self.targets) else "f32"
+
+    @property
+    def tolerance(self) -> dict[str, float]:
+        """``{"rtol": ..., "atol": ...}`` for numerics checks of this context's plans."""
+        from placer.run.numerics import tolerance_for
+
+        rtol, atol = tolerance_for(self.precision)
+        return {"rtol": rtol, "atol": atol}
+
 
 def load(model, shapes: Mapping[str, Sequence[int]] | None = None):
     """An OpGraph from a path, a ModelProto or a zoo reference (``zoo:squeezenet``)."""
@@ -291,7 +305,7 @@ def honest(ctx: PlanningContext, solved, *, measure: bool = False, say: Callable
     with PlanBench(feeds, rounds=5, per_round=5) as bench:
         for key, p in (("cut", solved), ("single", best)):
             bench.add(key, materialize(ctx.graph, p))
-            report = check_against_reference(ctx.graph.model, feeds, bench.outputs(key))
+            report = check_against_reference(ctx.graph.model, feeds, bench.outputs(key), **ctx.tolerance)
             if not report.passed:
                 raise PlacerError(f"--measure: the {key} plan's outputs differ from the reference: "
                                   f"{report.failures()[0].name}")

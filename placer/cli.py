@@ -168,6 +168,10 @@ def add_tune(sub) -> None:
     p.add_argument("--no-cost-model", action="store_true",
                    help="do not fit, use or save the learned cost model (measured costs only)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                   help="f32 (default): every output within the f32 tolerance of the reference; bf16: the "
+                        "default targets compute OpenVINO in bf16, as OpenVINO's own default does on a CPU "
+                        "with bf16 (refused on one without), outputs checked at the bf16 tolerance")
     p.set_defaults(func=cmd_tune)
 
 
@@ -183,6 +187,7 @@ def cmd_tune(args) -> int:
                   storage=args.storage, db=args.db,
                   shapes=parse_shapes(args.shape), n_trials=args.trials, seed=args.seed,
                   cost_model_dir=False if args.no_cost_model else (args.cost_model or True),
+                  precision=args.precision,
                   progress=lambda msg: console.print(msg, style="dim", markup=False, highlight=False))
     tp = result.objective == "throughput"
     default = result.best_default

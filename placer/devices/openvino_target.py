@@ -7,6 +7,8 @@ separate target, to be allowed only within the user's numeric tolerance.
 
 from __future__ import annotations
 
+import functools
+
 import os
 from typing import Any, Mapping
 
@@ -102,6 +104,23 @@ class OpenVinoTarget(Target):
             if len(inputs) > 1 and name not in port.get_names():
                 raise TargetError(f"{self.name}: input order differs from the model ({name!r} vs {port.get_names()})")
         return OvCompiled(compiled, inputs, outputs)
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 natively, as OpenVINO reports it (``OPTIMIZATION_CAPABILITIES``
+    lists ``BF16``); where it does, OpenVINO's default CPU precision is bf16. Detected, never assumed:
+    machines of one kind differ."""
+    return "BF16" in _cpu_capabilities()
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_capabilities() -> tuple[str, ...]:
+    try:
+        import openvino as ov
+
+        return tuple(str(c) for c in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    except Exception:  # noqa: BLE001 - no OpenVINO, or no CPU plugin: no bf16 we can use
+        return ()
 
 
 class OpenVinoBf16Target(OpenVinoTarget):

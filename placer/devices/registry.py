@@ -23,18 +23,38 @@ _KINDS: dict[str, str] = {
 #: (docs/tvm_notes.md): it never wins an op there, so it is profiled only when named
 #: (``--targets onnxruntime,openvino,tvm-llvm``) or tuned (``tvm-llvm-tuned``).
 DEFAULT_KINDS = ("onnxruntime", "openvino")
+#: the precisions a plan may compute in: ``f32`` (exact to the reference's tolerance) or ``bf16``
+#: (OpenVINO in bf16 where the CPU has it, as OpenVINO's own default does there; checked at a bf16
+#: tolerance, :data:`placer.run.numerics.TOLERANCES`)
+PRECISIONS = ("f32", "bf16")
 
 
-def default_target_names() -> list[str]:
-    """The default targets: each default runtime on the whole machine (one thread per core this
-    process may use), as a user's runtime at its defaults runs, and, on a machine of several
-    cores, each at one thread: on small models one thread beats a pool's hand-offs, and 1-thread
-    targets on different cores can run independent branches at once (:mod:`placer.devices.cores`).
-    Cores are a resource the plan decides."""
+def default_kinds(precision: str = "f32") -> tuple[str, ...]:
+    """The runtimes placed by default at ``precision`` (``bf16``: OpenVINO in bf16, ONNX Runtime
+    stays f32, having no bf16 CPU kernels); refuses bf16 on a CPU without it."""
+    if precision not in PRECISIONS:
+        raise TargetError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if precision == "f32":
+        return DEFAULT_KINDS
+    from placer.devices.openvino_target import _cpu_capabilities, cpu_has_bf16
+
+    if not cpu_has_bf16():
+        caps = ", ".join(_cpu_capabilities()) or "none reported"
+        raise TargetError(f"precision bf16: this CPU has no bf16 (OpenVINO's CPU capabilities: {caps})")
+    return ("onnxruntime", "openvino-bf16")
+
+
+def default_target_names(precision: str = "f32") -> list[str]:
+    """The default targets: each default runtime (:func:`default_kinds`) on the whole machine (one
+    thread per core this process may use), as a user's runtime at its defaults runs, and, on a
+    machine of several cores, each at one thread: on small models one thread beats a pool's
+    hand-offs, and 1-thread targets on different cores can run independent branches at once
+    (:mod:`placer.devices.cores`). Cores are a resource the plan decides."""
     import os
 
+    kinds = default_kinds(precision)
     n = len(os.sched_getaffinity(0))
-    return [f"{kind}:t{n}" for kind in DEFAULT_KINDS] + ([f"{kind}:t1" for kind in DEFAULT_KINDS] if n > 1 else [])
+    return [f"{kind}:t{n}" for kind in kinds] + ([f"{kind}:t1" for kind in kinds] if n > 1 else [])
 
 
 def register_target(kind: str, path: str) -> None:

@@ -36,6 +36,17 @@ from placer.errors import PlacerError
 
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-4
+#: (rtol, atol) per plan precision; atol is relative to max |reference| (module docstring). bf16
+#: keeps 8 significant bits: its rtol is torch.testing's for bf16 (1.6e-2), its atol 1 % of the
+#: output's range (OpenVINO's bf16 squeezenet: 0.1 % of max |ref|, 4 of 1000 elements past 1e-3).
+TOLERANCES = {"f32": (DEFAULT_RTOL, DEFAULT_ATOL), "bf16": (1.6e-2, 1e-2)}
+
+
+def tolerance_for(precision: str) -> tuple[float, float]:
+    """``(rtol, atol)`` for plans computed at ``precision`` (``f32`` or ``bf16``)."""
+    if precision not in TOLERANCES:
+        raise PlacerError(f"unknown precision {precision!r}; choose one of {', '.join(TOLERANCES)}")
+    return TOLERANCES[precision]
 #: below this max |ref| a float reference output counts as near-zero
 NEAR_ZERO = 1e-12
 #: std(ref) at most this times max |ref| counts as near-constant

@@ -35,13 +35,16 @@ import numpy as np
 LATENCY_KINDS = ("ort-default", "ort-parallel", "ov-default", "ov-latency")
 #: throughput yardsticks: the runtime's own way to serve many requests
 THROUGHPUT_KINDS = ("ov-throughput", "ort-sessions")
-KINDS = LATENCY_KINDS + THROUGHPUT_KINDS
+#: a latency yardstick only where the CPU has bf16 (:func:`placer.run.yardsticks.latency_kinds`)
+BF16_KINDS = ("ov-latency-bf16",)
+KINDS = LATENCY_KINDS + BF16_KINDS + THROUGHPUT_KINDS
 
 DESCRIPTIONS = {
     "ort-default": "ONNX Runtime, InferenceSession(path) with default options",
     "ort-parallel": "ONNX Runtime, execution_mode=ORT_PARALLEL",
     "ov-default": 'OpenVINO, compile_model(model, "CPU") with no config',
     "ov-latency": "OpenVINO, PERFORMANCE_HINT=LATENCY, INFERENCE_PRECISION_HINT=f32",
+    "ov-latency-bf16": "OpenVINO, PERFORMANCE_HINT=LATENCY, INFERENCE_PRECISION_HINT=bf16 (CPUs with bf16)",
     "ov-throughput": "OpenVINO, PERFORMANCE_HINT=THROUGHPUT driven by an AsyncInferQueue",
     "ort-sessions": "ONNX Runtime, one 1-thread session per core, each in its own thread",
 }
@@ -122,6 +125,7 @@ def _ov(model_path: str, kind: str) -> _Runner:
     config = {
         "ov-default": {},
         "ov-latency": {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"},
+        "ov-latency-bf16": {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "bf16"},
         "ov-throughput": {"PERFORMANCE_HINT": "THROUGHPUT"},
     }[kind]
     compiled = core.compile_model(model_path, "CPU", config)
@@ -129,7 +133,9 @@ def _ov(model_path: str, kind: str) -> _Runner:
     for prop in ("PERFORMANCE_HINT", "INFERENCE_PRECISION_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS",
                  "OPTIMAL_NUMBER_OF_INFER_REQUESTS"):
         try:
-            info[prop] = str(compiled.get_property(prop))
+            value = compiled.get_property(prop)
+            # an element type prints as "<Type: 'bfloat16'>"; its short name is "bf16"
+            info[prop] = value.get_type_name() if hasattr(value, "get_type_name") else str(value)
         except Exception:  # noqa: BLE001 - a property this version does not report
             pass
     request = compiled.create_infer_request()

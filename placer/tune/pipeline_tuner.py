@@ -40,7 +40,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -60,11 +60,12 @@ class _PipelineRuns:
     """One candidate on a started :class:`~placer.run.pipeline.PipelineExecutor`: measurement rounds
     over the same cycled inputs, every output checked against the reference outputs."""
 
-    def __init__(self, mat, feeds, refs, n_requests: int):
+    def __init__(self, mat, feeds, refs, n_requests: int, tolerance: Mapping[str, float] | None = None):
         from placer.run.pipeline import PipelineExecutor
 
         self.mat = mat
         self.refs = refs
+        self.tolerance = dict(tolerance or {})
         self.reqs = [feeds[i % len(feeds)] for i in range(n_requests)]
         self.pe = PipelineExecutor(mat, queue_size=2)
         self.rps: list[float] = []
@@ -87,7 +88,7 @@ class _PipelineRuns:
         if self.numerics is None:  # every output of the first round, in request order
             report = None
             for i, out in enumerate(res.outputs):
-                r = compare(out, self.refs[i % len(self.refs)])
+                r = compare(out, self.refs[i % len(self.refs)], **self.tolerance)
                 report = r if report is None else report.merge(r)
             self.numerics = report
         m = res.measurement
@@ -167,7 +168,8 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
                 try:
                     mat = materialize(graph, {op.id: name for op in graph.ops})
                     bench.add(name, mat)
-                    report = check_against_reference(graph.model, feeds, bench.outputs(name), reference=reference)
+                    report = check_against_reference(graph.model, feeds, bench.outputs(name), reference=reference,
+                                                     **ctx.tolerance)
                     if not report.passed:  # every measured candidate is checked, baselines included
                         raise PlacerError(f"numerics check failed: {report.failures()[0].name}")
                     base_names[name] = mat
@@ -207,7 +209,7 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
             """Measure a pipeline candidate into ``rec`` (FIRST_ROUNDS rounds); PlacerError -> rec.error."""
             try:
                 rec.n_partitions = len(mat.partitions)
-                with _PipelineRuns(mat, feeds, refs, n_requests) as runs:
+                with _PipelineRuns(mat, feeds, refs, n_requests, ctx.tolerance) as runs:
                     runs.round(warmup=4)
                     for _ in range(FIRST_ROUNDS - 1):
                         runs.round()
@@ -314,7 +316,8 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
                 runs: dict[str, _PipelineRuns] = {}
                 for r in finalists:
                     try:
-                        runs[r.key] = stack.enter_context(_PipelineRuns(pipe_mats[r.key], feeds, refs, n_requests))
+                        runs[r.key] = stack.enter_context(_PipelineRuns(pipe_mats[r.key], feeds, refs, n_requests,
+                                                                        ctx.tolerance))
                     except PlacerError as exc:
                         r.error, r.throughput_rps = f"final rounds: {str(exc).splitlines()[0]}", None
                 for rnd in range(FINAL_ROUNDS):

@@ -136,7 +136,8 @@ class TuneResult:
                 prec = default.knobs.get("INFERENCE_PRECISION_HINT")
                 lines.append(f"{default.label} does not pass the numerics check against the f32 reference"
                              + (f" (it computes in {prec} on this CPU)" if prec else "")
-                             + "; it stays the yardstick all the same: it is what runs by default.")
+                             + "; it stays the yardstick all the same: it is what runs by default"
+                             + (" (`--precision bf16` tunes at that precision)." if prec == "bf16" else "."))
             if self.speedup_vs(default) < 0.97:
                 lines.append(f"{default.label} was faster than every placement measured: "
                              f"use it ({default.knobs.get('what', '')}), or tune longer.")
@@ -172,9 +173,10 @@ def fill(rec: TrialRecord, s) -> None:
     rec.throughput_rps = 1000.0 / s.median_ms if s.median_ms == s.median_ms else None
 
 
-def add_yardsticks(bench, yardsticks, records: list[TrialRecord], model, feeds, say) -> list[str]:
+def add_yardsticks(bench, yardsticks, records: list[TrialRecord], model, feeds, say,
+                   tolerance: Mapping[str, float] | None = None) -> list[str]:
     """Put every yardstick that loaded into ``bench`` and ``records`` (numerics checked against the
-    reference, as the candidates are); returns their keys."""
+    reference at ``tolerance``, as the candidates are); returns their keys."""
     from placer.run.numerics import check_against_reference
     from placer.run.yardsticks import DESCRIPTIONS
 
@@ -184,7 +186,7 @@ def add_yardsticks(bench, yardsticks, records: list[TrialRecord], model, feeds, 
                           n_partitions=1)
         outs = y.outputs(len(feeds), yardsticks.output_names)
         if outs is not None:
-            report = check_against_reference(model, feeds, outs)
+            report = check_against_reference(model, feeds, outs, **(tolerance or {}))
             rec.numerics_ok = bool(report.passed)
             rec.max_abs_err = float(max((o.max_abs for o in report.outputs), default=0.0))
         if not y.ok:
@@ -387,6 +389,7 @@ def tune(
     cost_model=None,
     cost_model_dir: str | os.PathLike | None | bool = True,
     progress: Callable[[str], None] | None = None,
+    precision: str = "f32",
 ) -> TuneResult:
     """Tune the placement of ``model``; write plan, stage config, Relax module and report to ``out_dir``.
 
@@ -403,6 +406,11 @@ def tune(
     ``cost_model_dir`` (``True``: next to the profile store; ``None``/``False``: no learned
     model at all, measured costs only). Measured partitions are fed to it between trials (it prices the
     ``costs="learned"`` variant) and it is saved back to ``cost_model_dir`` at the end.
+
+    ``precision`` picks the default targets (``targets`` None): ``f32`` (every output within the f32
+    tolerance of the reference) or ``bf16`` (OpenVINO in bf16 where the CPU has it, as OpenVINO's own
+    default does there; outputs checked at the bf16 tolerance). Given targets, the precision follows
+    them (a ``openvino-bf16`` target makes the plans bf16).
     """
     from placer import api
 
@@ -417,7 +425,10 @@ def tune(
         raise PlacerError(f"--out {out}: exists and is not a directory")
     # cheap checks before any costly work: the targets parse, the model loads
     from placer.devices import make_targets
+    from placer.devices.registry import default_target_names
 
+    if targets is None:
+        targets = default_target_names(precision)
     make_targets(targets)
     graph = api.load(model, shapes) if not hasattr(model, "ops") else model
     created = not out.exists()
@@ -442,7 +453,7 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
     from placer import api
     from placer.materialize import materialize
     from placer.run.numerics import check_against_reference, load_inputs
-    from placer.run.yardsticks import LATENCY_KINDS, YardstickSet
+    from placer.run.yardsticks import YardstickSet, latency_kinds
     from placer.solve import solve
     from placer.tune import learned, space
     from placer.run.bench import PlanBench
@@ -477,9 +488,9 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
     names = [t.name for t in ctx.targets]
 
     bench = PlanBench(feeds, rounds=3, per_round=4)
-    yardsticks = YardstickSet(graph.model, feeds, LATENCY_KINDS, say=say)
+    yardsticks = YardstickSet(graph.model, feeds, latency_kinds(), say=say)
     try:
-        ys_keys = add_yardsticks(bench, yardsticks, records, graph.model, feeds, say)
+        ys_keys = add_yardsticks(bench, yardsticks, records, graph.model, feeds, say, ctx.tolerance)
         best_default_key: list[str] = []  # the fastest yardstick, once the baselines are measured
 
         def measure_plan(plan, label: str, kind: str, knobs: dict, problem, solve_s: float) -> TrialRecord:
@@ -492,7 +503,7 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
                 rec.n_partitions = len(mat.partitions)
                 bench.add(key, mat)
                 outs = bench.outputs(key)
-                report = check_against_reference(graph.model, feeds, outs)
+                report = check_against_reference(graph.model, feeds, outs, **ctx.tolerance)
                 rec.numerics_ok = bool(report.passed)
                 rec.max_abs_err = float(max((o.max_abs for o in report.outputs), default=0.0))
                 if not report.passed:
