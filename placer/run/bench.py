@@ -78,10 +78,13 @@ class PlanBench:
         ex = self.candidates[key].executor
         return [ex.run(f) for f in self.feeds]
 
-    def measure(self, keys: Sequence[str], *, rounds: int | None = None, fresh: bool = False) -> dict[str, LatencyStats]:
-        """Interleaved rounds over ``keys``; returns the stats over *all* samples taken so far, or
-        with ``fresh`` over the samples of these rounds only (figures to be compared side by side)."""
+    def measure(self, keys: Sequence[str], *, rounds: int | None = None, fresh: bool = False,
+                per_round: int | None = None) -> dict[str, LatencyStats]:
+        """Interleaved rounds over ``keys`` (``per_round`` requests per candidate per round, default
+        the bench's); returns the stats over *all* samples taken so far, or with ``fresh`` over the
+        samples of these rounds only (figures to be compared side by side)."""
         keys = list(dict.fromkeys(keys))
+        n_req = max(2, int(per_round or self.per_round))
         if fresh:
             for key in keys:
                 self.candidates[key].samples_ms.clear()
@@ -91,10 +94,10 @@ class PlanBench:
             for key in order:
                 cand = self.candidates[key]
                 if cand.yardstick is not None:  # times its own requests in its process
-                    cand.samples_ms.extend(cand.yardstick.run_batch(self.per_round - 1, r * self.per_round))
+                    cand.samples_ms.extend(cand.yardstick.run_batch(n_req - 1, r * n_req))
                     continue
-                for i in range(self.per_round):
-                    feeds = self.feeds[(r * self.per_round + i) % len(self.feeds)]
+                for i in range(n_req):
+                    feeds = self.feeds[(r * n_req + i) % len(self.feeds)]
                     t0 = time.perf_counter_ns()
                     if i == 0:
                         _, times = cand.executor.run_timed(feeds)

@@ -157,10 +157,20 @@ class TuneResult:
 
 #: single-target baselines predicted this many times slower than the fastest are not measured
 SKIP_BASELINE_FACTOR = 5.0
-#: the final interleaved rounds measure the best this many candidates (plus the best single target
+#: the final interleaved rounds measure the best this many candidates (plus every single target
 #: and every yardstick); the others keep the figure of their trial and cannot win
 FINAL_CANDIDATES = 8
 FINAL_ROUNDS = 5
+#: each candidate's share of a final round lasts about this long (more requests for small models:
+#: a few sub-millisecond requests are at the mercy of one scheduler tick), within 4..64 requests
+FINAL_ROUND_MS = 25.0
+
+
+def final_requests(best_ms: float) -> int:
+    """Requests per candidate per final round for a model whose best candidate takes ``best_ms``."""
+    if not (best_ms > 0 and math.isfinite(best_ms)):
+        return 4
+    return int(min(64, max(4, math.ceil(FINAL_ROUND_MS / best_ms))))
 #: the search stops early (budget or not) after this many trials in a row proposed measured plans
 CONVERGED_AFTER = 40
 #: the budget when neither a budget nor a trial count is given
@@ -633,11 +643,14 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
         measured = sorted((r for r in records if r.measured_ms is not None and r.kind != "yardstick"),
                           key=lambda r: r.measured_ms)
         finalists = measured[:FINAL_CANDIDATES]
+        # every single target too: its trial-time figure may come from a noisier moment than the others'
+        finalists += [r for r in measured if r.kind == "baseline" and r not in finalists]
         if best_single not in finalists:
             finalists.append(best_single)
         say(f"final rounds: {len(finalists)} candidate(s) and {len(ys_keys)} yardstick(s), interleaved")
         final_keys = [r.key for r in finalists] + ys_keys
-        stats = bench.measure(final_keys, rounds=FINAL_ROUNDS, fresh=True)
+        stats = bench.measure(final_keys, rounds=FINAL_ROUNDS, fresh=True,
+                              per_round=final_requests(min((r.measured_ms for r in finalists), default=math.nan)))
         for r in records:
             if r.key in stats:
                 fill(r, stats[r.key])
