@@ -117,6 +117,8 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool) 
                                             "model", g.name))
     for link in st.link_rows():
         src, dst = link["src_name"], link["dst_name"]
+        if src == dst:  # a target's cut cost (placer.devices.links.measure_cut_points), not a hand-off
+            continue
         if not (ok(src) and ok(dst)) or (use is not None and (use[src], use[dst]) != (link["src"], link["dst"])):
             continue
         for p in link["points"]:

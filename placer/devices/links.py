@@ -36,6 +36,19 @@ each point weighted by its noise, 2% of the chain time + 2 us), and ``latency_ms
 Measured on the 2-core reference box (ORT / OpenVINO / TVM, 1 thread each): the hand-off is
 the destination's call cost plus ~0: the copies are already inside each runtime's own ``run``
 (and inside the op profiles), so no per-byte term shows above the noise (the fitted slope is ~0).
+
+What the hand-off misses: the cut itself (:func:`measure_cut_points`)
+----------------------------------------------------------------------
+That cancellation hides what a cut costs each runtime: op profiles time each op alone, its
+conversions into and out of the runtime's internal layout included, and the whole-model
+calibration scales them down to the fused whole; a plan cut into partitions pays, at every
+boundary, what the fused whole did not (OpenVINO's blocked-layout reorders, fusion lost). Timed
+on a 4-conv chain, whole vs cut after every conv (2-core AMD EPYC, session 4): ONNX Runtime
+17-126 us per boundary for 196-784 KiB activations, OpenVINO 60-210 us, against a fitted
+hand-off of ~6-16 us: CP-SAT plans of 13-39 partitions measured 2-3x their prediction. The
+profiler stores each target's cut cost per byte as a link from the target to itself, and
+:meth:`placer.profile.store.ProfileStore.link_model` adds half of each side's to every boundary
+(``meta["cut_ms_per_byte"]``).
 """
 
 from __future__ import annotations
@@ -278,3 +291,119 @@ def measure_link(src, dst, sizes: Sequence[int] = DEFAULT_LINK_SIZES, **kw) -> L
     if src.name == dst.name:
         return LinkFit(src.name, dst.name, 0.0, 0.0)
     return fit_points(src.name, dst.name, measure_link_points(src, dst, sizes, **kw))
+
+
+# ---- cut cost: what a runtime loses when a model is cut into more partitions ---------------------
+#: activations of the conv chains timed by :func:`measure_cut_points`: (channels, height = width);
+#: 1x16x56x56 and 1x16x112x112 float32 tensors (196 KiB, 784 KiB)
+CUT_SHAPES = ((16, 56), (16, 112))
+#: convolutions in each chain; the chain is timed whole and as this many one-conv partitions
+CUT_LAYERS = 4
+
+
+def conv_chain_model(layers: int, channels: int, hw: int, seed: int = 0):
+    """``layers`` 1x1 convolutions on a 1 x channels x hw x hw activation (seeded weights)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    nodes, inits, prev = [], [], "x"
+    for i in range(layers):
+        w = (rng.standard_normal((channels, channels, 1, 1)) / np.sqrt(channels)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        out = f"t{i}" if i < layers - 1 else "y"
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [out], name=f"conv{i}"))
+        prev = out
+    shape = [1, channels, hw, hw]
+    g = helper.make_graph(nodes, f"cutchain{layers}x{channels}x{hw}",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def _single_convs(model):
+    """The chain cut after every convolution: one model per conv (input x, output y)."""
+    from onnx import helper
+
+    g = model.graph
+    shape = g.input[0].type
+    out = []
+    for i, node in enumerate(g.node):
+        n = helper.make_node("Conv", ["x", node.input[1]], ["y"], name=node.name)
+        init = [t for t in g.initializer if t.name == node.input[1]]
+        x = helper.make_value_info("x", shape)
+        y = helper.make_value_info("y", shape)
+        sub = helper.make_graph([n], f"{g.name}_part{i}", [x], [y], initializer=init)
+        out.append(helper.make_model(sub, opset_imports=list(model.opset_import), ir_version=model.ir_version))
+    return out
+
+
+def measure_cut_points(target, shapes: Sequence[tuple[int, int]] = CUT_SHAPES, layers: int = CUT_LAYERS, *,
+                       rounds_s: float = 0.3, min_rounds: int = 7, max_rounds: int = 200) -> list[dict]:
+    """Time a chain of ``layers`` convolutions on ``target`` whole and cut into ``layers``
+    partitions, in interleaved rounds, for each activation shape. Per point: ``nbytes`` (one
+    activation), ``whole_ms``, ``cut_ms``, ``per_boundary_ms = (cut - whole) / (layers - 1)``.
+
+    Op profiles time each op alone (its own layout conversions in and out included) and the
+    whole-model calibration scales them to the fused whole; a plan cut into partitions pays, at
+    every boundary, what the runtime's fused whole did not: converting the activation out of and
+    back into its internal layout (OpenVINO's blocked formats), fusion lost, one more call. The
+    cross-runtime hand-off (:func:`measure_link_points`) cancels these out by construction, so
+    they are measured here, on the runtime alone, and added to every boundary's price.
+    """
+    import gc
+    import time
+
+    pc = time.perf_counter_ns
+    points = []
+    for channels, hw in shapes:
+        model = conv_chain_model(layers, channels, hw)
+        whole = target.compile(model)
+        parts = [target.compile(m) for m in _single_convs(model)]
+        x = np.random.default_rng(0).standard_normal((1, channels, hw, hw)).astype(np.float32)
+
+        def run_cut():
+            y = x
+            for p in parts:
+                y = p.run({"x": y})["y"]
+            return y
+
+        for _ in range(3):  # warm-up
+            whole.run({"x": x})
+            run_cut()
+        w_t, c_t = [], []
+        gc.collect()
+        gc.disable()
+        try:
+            t_start = pc()
+            rounds = 0
+            while rounds < max_rounds:
+                t0 = pc()
+                whole.run({"x": x})
+                t1 = pc()
+                run_cut()
+                t2 = pc()
+                w_t.append(t1 - t0)
+                c_t.append(t2 - t1)
+                rounds += 1
+                if rounds >= min_rounds and (pc() - t_start) / 1e9 >= rounds_s:
+                    break
+        finally:
+            gc.enable()
+        w_ms, c_ms = float(np.median(w_t)) / 1e6, float(np.median(c_t)) / 1e6
+        points.append({"nbytes": int(x.nbytes), "whole_ms": w_ms, "cut_ms": c_ms, "rounds": rounds,
+                       "per_boundary_ms": (c_ms - w_ms) / max(layers - 1, 1)})
+        whole.close()
+        for p in parts:
+            p.close()
+    return points
+
+
+def fit_cut_points(points: Sequence[Mapping], overhead_ms: float = 0.0) -> float:
+    """``ms_per_byte`` of a boundary on this runtime beyond its call overhead (charged apart, as the
+    destination's call in the link latency): least squares through the origin of
+    ``per_boundary_ms - overhead_ms`` over ``nbytes``, never negative."""
+    x = np.array([float(p["nbytes"]) for p in points])
+    y = np.array([float(p["per_boundary_ms"]) - overhead_ms for p in points])
+    if not x.size or float(np.sum(x * x)) <= 0:
+        return 0.0
+    return max(float(np.sum(x * y) / np.sum(x * x)), 0.0)

@@ -709,10 +709,12 @@ def _fill_totals(st: ProfileStore, graph, tlist, res: CampaignResult, whole_mode
 
 def _run_links(st: ProfileStore, tlist, res: CampaignResult, *, sizes, isolate: bool, timeout_s: float,
                progress: bool) -> None:
-    from placer.devices.links import DEFAULT_LINK_SIZES, fit_points
+    from placer.devices.links import DEFAULT_LINK_SIZES, fit_cut_points, fit_points
 
     sizes = list(sizes or DEFAULT_LINK_SIZES)
-    pairs = [(a, b) for a in tlist for b in tlist if a.name != b.name]
+    # (t, t): the cost of a cut on t itself (placer.devices.links.measure_cut_points), folded into
+    # every boundary t takes part in; measured once there is a boundary to price (two targets)
+    pairs = [(a, b) for a in tlist for b in tlist if a.name != b.name or len(tlist) > 1]
     todo = [(a, b) for a, b in pairs if not st.has_link(a, b)]
     res.links_cached += len(pairs) - len(todo)
     if not todo:
@@ -733,6 +735,16 @@ def _run_links(st: ProfileStore, tlist, res: CampaignResult, *, sizes, isolate: 
                                             "overhead_ms": overheads}, b"", timeout_s, what=f"while timing link {a.name}->{b.name}")
                 except WorkerDied as exc:
                     res.problems.append(exc.reason)
+                    bar.advance()
+                    continue
+                if a.name == b.name:  # a cut cost that cannot be measured prices cuts as before: no failure
+                    ok = reply.get("status") == "ok"
+                    points = reply["points"] if ok else []
+                    per_byte = fit_cut_points(points, overheads.get(a.name, 0.0)) if ok else 0.0
+                    st.put_link(a, a, 0.0, per_byte, points,
+                                {"kind": "cut", "method": "conv chain whole vs cut per conv, minus the call overhead"}
+                                | ({} if ok else {"error": str(reply.get("reason"))}))
+                    res.links_measured += 1
                     bar.advance()
                     continue
                 if reply.get("status") != "ok":

@@ -539,6 +539,10 @@ class ProfileStore:
             m = self.get(OVERHEAD_KEY, h)
             if m is not None and m.ok:
                 overheads[name] = float(m.median_ms)
+        cut = {}  # a boundary's extra cost per byte on each target (placer.devices.links.measure_cut_points)
+        for h, name in hashes:
+            r = self._conn.execute("SELECT ms_per_byte FROM links WHERE src=? AND dst=?", (h, h)).fetchone()
+            cut[name] = float(r[0]) if r is not None and math.isfinite(float(r[0])) else 0.0
         for sh, sname in hashes:
             for dh, dname in hashes:
                 if sh == dh:
@@ -550,9 +554,14 @@ class ProfileStore:
                     if missing == "error":
                         raise ProfileError(f"no link measured from {sname} to {dname} in {self.path!r}: run `placer profile`")
                     continue
+                # the hand-off itself, plus half the cut cost of each side (out of the source's
+                # layout, into the destination's): what a boundary costs beyond the two runtimes' calls
+                cut_pb = 0.5 * (cut[sname] + cut[dname])
+                meta = dict(_json_column(r[3], "link meta")) | {"handoff_ms_per_byte": float(r[1]),
+                                                                "cut_ms_per_byte": cut_pb}
                 fits[(sname, dname)] = LinkFit(
-                    src=sname, dst=dname, latency_ms=float(r[0]), ms_per_byte=float(r[1]),
-                    points=tuple(_json_column(r[2], "link points")), meta=_json_column(r[3], "link meta"),
+                    src=sname, dst=dname, latency_ms=float(r[0]), ms_per_byte=float(r[1]) + cut_pb,
+                    points=tuple(_json_column(r[2], "link points")), meta=meta,
                 )
         return LinkModel(fits, overheads)
 

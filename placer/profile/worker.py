@@ -167,9 +167,14 @@ class WorkerCore:
                 "contention": window.others, "loadavg": window.loadavg}
 
     def link(self, header: dict) -> dict:
-        from placer.devices.links import measure_link_points
+        from placer.devices.links import measure_cut_points, measure_link_points
 
         src, dst = self.targets[header["src"]], self.targets[header["dst"]]
+        if src.name == dst.name:  # a target to itself: what cutting a model into partitions costs on it
+            try:
+                return {"status": "ok", "points": measure_cut_points(src)}
+            except Exception as exc:
+                return {"status": "error", "reason": f"cut cost on {src.name}: {type(exc).__name__}: {_first_line(exc)}"}
         try:
             pts = measure_link_points(src, dst, header["sizes"], overhead_ms=header.get("overhead_ms") or {},
                                       rounds_s=float(header.get("rounds_s", 0.25)))
