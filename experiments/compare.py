@@ -227,7 +227,8 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
           "defaults or at its best latency settings, all cores, each in its own process, measured in the same "
           "rounds); `x ORT default`: than `onnxruntime.InferenceSession(path)`; `x best 1-thread`: than the best "
           "runtime at 1 thread (the old yardstick, an extra column). `best default passing numerics`: the "
-          "fastest yardstick whose outputs pass the check at this run's precision (OpenVINO's default computes "
+          "fastest yardstick whose outputs pass the check at this run's precision (OpenVINO's default "
+          "computes "
           "in bf16 on a CPU that has bf16, outside the f32 tolerance).")
     doc.table(["model", "ops", "best default", "tuned choice", "tuned x best default", "tuned x ORT default",
                "tuned x best single target", "CP-SAT (untuned) x best default", "tuned x best 1-thread",
@@ -339,7 +340,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     from placer.devices.registry import default_target_names
 
-    targets = [t for t in args.targets.split(",") if t] if args.targets else default_target_names(args.precision)
+    targets = ([t for t in args.targets.split(",") if t] if args.targets
+               else default_target_names(args.precision))
     pipe_models = set(args.pipeline_models.split(",")) if args.pipeline_models else None
     results = []
     meta = {"cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)), "targets": targets,
@@ -350,7 +352,8 @@ def main(argv=None) -> int:
         ref = MODELS.get(name, name)
         results.append(compare_model(ref, targets, args.db, out, tune_budget_s=args.tune_budget,
                                      solver_time_limit=args.solver_time_limit,
-                                     pipeline=args.pipeline or (pipe_models is not None and name in pipe_models),
+                                     pipeline=args.pipeline or (pipe_models is not None
+                                                                and name in pipe_models),
                                      say=lambda m: print(m, flush=True), work=Path(args.work), label=name if name in MODELS else None))
         (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
     path = write_report(results, out, meta)

@@ -333,7 +333,8 @@ def _single_convs(model):
         x = helper.make_value_info("x", shape)
         y = helper.make_value_info("y", shape)
         sub = helper.make_graph([n], f"{g.name}_part{i}", [x], [y], initializer=init)
-        out.append(helper.make_model(sub, opset_imports=list(model.opset_import), ir_version=model.ir_version))
+        out.append(helper.make_model(sub, opset_imports=list(model.opset_import),
+                                     ir_version=model.ir_version))
     return out
 
 

@@ -742,7 +742,8 @@ def _run_links(st: ProfileStore, tlist, res: CampaignResult, *, sizes, isolate: 
                     points = reply["points"] if ok else []
                     per_byte = fit_cut_points(points, overheads.get(a.name, 0.0)) if ok else 0.0
                     st.put_link(a, a, 0.0, per_byte, points,
-                                {"kind": "cut", "method": "conv chain whole vs cut per conv, minus the call overhead"}
+                                {"kind": "cut",
+                                 "method": "conv chain whole vs cut per conv, minus the call overhead"}
                                 | ({} if ok else {"error": str(reply.get("reason"))}))
                     res.links_measured += 1
                     bar.advance()

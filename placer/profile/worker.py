@@ -174,7 +174,8 @@ class WorkerCore:
             try:
                 return {"status": "ok", "points": measure_cut_points(src)}
             except Exception as exc:
-                return {"status": "error", "reason": f"cut cost on {src.name}: {type(exc).__name__}: {_first_line(exc)}"}
+                why = f"cut cost on {src.name}: {type(exc).__name__}: {_first_line(exc)}"
+                return {"status": "error", "reason": why}
         try:
             pts = measure_link_points(src, dst, header["sizes"], overhead_ms=header.get("overhead_ms") or {},
                                       rounds_s=float(header.get("rounds_s", 0.25)))

@@ -168,8 +168,8 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
                 try:
                     mat = materialize(graph, {op.id: name for op in graph.ops})
                     bench.add(name, mat)
-                    report = check_against_reference(graph.model, feeds, bench.outputs(name), reference=reference,
-                                                     **ctx.tolerance)
+                    report = check_against_reference(graph.model, feeds, bench.outputs(name),
+                                                     reference=reference, **ctx.tolerance)
                     if not report.passed:  # every measured candidate is checked, baselines included
                         raise PlacerError(f"numerics check failed: {report.failures()[0].name}")
                     base_names[name] = mat
@@ -316,8 +316,8 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
                 runs: dict[str, _PipelineRuns] = {}
                 for r in finalists:
                     try:
-                        runs[r.key] = stack.enter_context(_PipelineRuns(pipe_mats[r.key], feeds, refs, n_requests,
-                                                                        ctx.tolerance))
+                        runs[r.key] = stack.enter_context(
+                            _PipelineRuns(pipe_mats[r.key], feeds, refs, n_requests, ctx.tolerance))
                     except PlacerError as exc:
                         r.error, r.throughput_rps = f"final rounds: {str(exc).splitlines()[0]}", None
                 for rnd in range(FINAL_ROUNDS):

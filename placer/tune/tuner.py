@@ -649,8 +649,8 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
             finalists.append(best_single)
         say(f"final rounds: {len(finalists)} candidate(s) and {len(ys_keys)} yardstick(s), interleaved")
         final_keys = [r.key for r in finalists] + ys_keys
-        stats = bench.measure(final_keys, rounds=FINAL_ROUNDS, fresh=True,
-                              per_round=final_requests(min((r.measured_ms for r in finalists), default=math.nan)))
+        fastest = min((r.measured_ms for r in finalists), default=math.nan)
+        stats = bench.measure(final_keys, rounds=FINAL_ROUNDS, fresh=True, per_round=final_requests(fastest))
         for r in records:
             if r.key in stats:
                 fill(r, stats[r.key])
