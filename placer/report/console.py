@@ -6,6 +6,8 @@ width on a terminal and takes at least :data:`MIN_WIDTH` columns otherwise; :fun
 makes every column fold (wrap inside the cell) instead of ellipsizing, so long cells such as error
 messages are shown whole. :func:`add_row` adds cells as plain text: an error message such as
 ``expected [1, 3] ... [/x]`` is shown as written, not read as rich markup (which can raise).
+Text from a user's files goes through :func:`placer.safe_io.printable` first (escape sequences
+escaped, never sent to the terminal).
 """
 
 from __future__ import annotations
@@ -43,10 +45,13 @@ def make_table(columns: Sequence[str], *, title: str | None = None, justify: Ite
 
 
 def add_row(table, cells: Iterable[Any]) -> None:
-    """Add ``cells`` to ``table`` as plain text (``None`` -> "-"), never parsed as markup."""
+    """Add ``cells`` to ``table`` as plain text (``None`` -> "-"), never parsed as markup, control
+    characters escaped (a name from a model cannot send terminal escape sequences)."""
     from rich.text import Text
 
-    table.add_row(*(c if isinstance(c, Text) else Text("-" if c is None else str(c)) for c in cells))
+    from placer.safe_io import printable
+
+    table.add_row(*(c if isinstance(c, Text) else Text("-" if c is None else printable(c)) for c in cells))
 
 
 def render_text(renderable: Any, width: int = 1000) -> str:
