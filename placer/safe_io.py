@@ -77,6 +77,8 @@ def check_regular_file(path: str | os.PathLike, what: str, error: type[PlacerErr
         raise error(f"{path}: cannot read {what} (no such file)") from None
     except OSError as exc:
         raise error(f"{path}: cannot read {what} ({exc.strerror or type(exc).__name__})") from None
+    except ValueError:  # an embedded NUL
+        raise error(f"{path!r}: cannot read {what} (not a valid path)") from None
     if not stat.S_ISREG(st.st_mode):
         raise error(f"{path}: cannot read {what}: it is {_kind(st.st_mode)}, not a regular file")
     if max_bytes is not None and st.st_size > max_bytes:

@@ -486,15 +486,15 @@ def _plan_spec_from_json(d: Any) -> PlanSpec:
     if not isinstance(d, Mapping) or "assignment" not in d:
         raise PlanError("plan.json has no op -> target assignment")
     if not isinstance(d["assignment"], Mapping):
-        raise PlanError("plan.json: assignment must map op -> target")
+        raise PlanError("assignment must map op -> target")
     for o, t in d["assignment"].items():
         if not isinstance(t, str):
-            raise PlanError(f"plan.json: assignment: op {o!r} is placed on {str(t)[:60]!r}, which is not a "
-                            "target name")
+            raise PlanError(f"assignment: op {o!r} is placed on {str(t)[:60]!r}, which is not a target "
+                            "name")
     try:
         return plan_spec(d)
     except (TypeError, ValueError, AttributeError, OverflowError) as exc:  # e.g. a list where a stage is
-        raise PlanError(f"plan.json: malformed ({type(exc).__name__}: {str(exc)[:160]})") from None
+        raise PlanError(f"malformed ({type(exc).__name__}: {str(exc)[:160]})") from None
 
 
 def show_plan_dir(path: str | Path, *, ir: bool = False, as_json: bool = False) -> str:

@@ -35,10 +35,13 @@ def make_console(*, stderr: bool = False, min_width: int = MIN_WIDTH):
 def make_table(columns: Sequence[str], *, title: str | None = None, justify: Iterable[str] = ()):
     """A rich Table whose columns fold long cells (never "..."); columns named in ``justify`` are
     right-aligned (numbers)."""
+    from rich.markup import escape
     from rich.table import Table
 
+    from placer.safe_io import printable
+
     right = set(justify)
-    table = Table(title=title)
+    table = Table(title=escape(printable(title)) if title is not None else None)  # a title is never markup
     for col in columns:
         table.add_column(col, overflow="fold", justify="right" if col in right else "left")
     return table
