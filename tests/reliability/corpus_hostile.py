@@ -15,7 +15,8 @@
   carriage returns, in problems, models, plan directories and arguments. Accepted inputs among
   them must run (``accept``) and, like every case, print no raw control character;
 * ``overwrite``: a cost-model directory this placer cannot read (a newer format, damaged, half
-  written) and stores it must refuse: refused *and left byte for byte as they were*;
+  written) and stores it must refuse: refused *and left byte for byte as they were* (and, under
+  ``store``, a store where every row crashed: nothing to fit, not a model fitted on nothing);
 * ``trust``: a plan directory's ``module.so`` not compiled by this user's placer (planted and
   resealed, a forged or borrowed HMAC, a symlink, a world-readable trust key): refused before
   anything is loaded;
