@@ -156,9 +156,23 @@ class TrainingData:
 
     @staticmethod
     def from_json(path: str | Path) -> "TrainingData":
+        import zlib
+
+        from costmodels.errors import CostModelError
+        from placer.safe_io import loads, max_json_bytes, read_bytes
+
         p = Path(path)
-        blob = p.read_bytes()
-        return TrainingData.from_dict(json.loads(gzip.decompress(blob) if p.suffix == ".gz" else blob))
+        limit = max_json_bytes()
+        blob = read_bytes(p, "the training data", CostModelError, limit)
+        if p.suffix == ".gz":  # bounded: a small gzip bomb is refused, not inflated
+            d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            try:
+                blob = d.decompress(blob, limit + 1)
+            except zlib.error as exc:
+                raise CostModelError(f"{p}: not a gzip file ({exc})") from None
+            if len(blob) > limit or d.unconsumed_tail:
+                raise CostModelError(f"{p}: decompresses to more than {limit} bytes")
+        return TrainingData.from_dict(loads(blob, str(p), CostModelError))
 
     def fingerprint(self, targets: Iterable[str] | None = None) -> str:
         """SHA-256 (16 hex) of the training rows (of ``targets`` only, if given)."""

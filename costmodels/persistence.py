@@ -10,11 +10,17 @@ A saved model is a directory::
     tables.json        exact measurements, call overheads, partition records, roofline specs
 
 Loading re-hashes every file named in the card and refuses (:class:`ArtifactIntegrityError`
-naming the file) one whose SHA-256 differs, one that is missing, and a skops file whose types
+naming the file) one whose SHA-256 differs, one that is missing, is not a regular file or is a
+symbolic link leading out of the directory, and a skops file whose types
 (``skops.io.get_untrusted_types``) are not all in :data:`TRUSTED_TYPES`; only then is it loaded,
 with exactly that allowlist. JSON files are only ever parsed as JSON. The card cannot hash
 itself: someone who rewrites the card and a file together defeats the hash check, not the type
-allowlist, so a tampered file can still never run code on load.
+allowlist, so a tampered file can still never run code on load. JSON files are read with
+:func:`placer.safe_io.load_json` (size, nesting, repeated keys, number range).
+
+Saving never overwrites what it cannot read: a directory that holds a model's files whose card
+is unreadable, of another format version, or whose files fail their hashes is refused
+(:func:`check_overwritable`), so a newer placer's model or a damaged one is left as it is.
 """
 
 from __future__ import annotations
@@ -81,9 +87,29 @@ def _dump_skops(obj: Any, path: Path) -> None:
         raise CostModelError(f"{path}: types outside the allowlist {sorted(untrusted)}; extend TRUSTED_TYPES")
 
 
-def save_cost_model(cm: Any, directory: str | Path) -> Path:
-    """Write ``cm`` to ``directory`` (created; existing files of a previous save are replaced)."""
+#: the files a save writes (a directory holding any of them holds a model, or what is left of one)
+SAVED_NAMES = (CARD, "tables.json", "transfer.skops", "partition.skops", "op_models")
+
+
+def check_overwritable(directory: str | Path) -> None:
+    """CostModelError unless ``directory`` is new, holds none of a model's files, or holds a model this
+    code reads whose files pass their hashes: anything else (a newer format version, a damaged or
+    half-written model) is the user's and is not overwritten."""
     d = Path(directory)
+    if not d.exists() or not any((d / name).exists() or (d / name).is_symlink() for name in SAVED_NAMES):
+        return
+    try:
+        verify_saved(d)
+    except CostModelError as exc:
+        raise CostModelError(f"{d}: holds a cost model this placer cannot read ({exc}); refusing to "
+                             "overwrite it: move it away or save to another directory") from None
+
+
+def save_cost_model(cm: Any, directory: str | Path) -> Path:
+    """Write ``cm`` to ``directory`` (created; the files of a previous save this code reads are replaced,
+    a model it cannot read is refused: :func:`check_overwritable`)."""
+    d = Path(directory)
+    check_overwritable(d)
     d.mkdir(parents=True, exist_ok=True)
     artifacts: dict[str, str] = {}
     targets = sorted(cm.op_models)
@@ -119,8 +145,12 @@ def save_cost_model(cm: Any, directory: str | Path) -> Path:
 
 def _verified(d: Path, rel: str, expected: str) -> Path:
     path = d / rel
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise ArtifactIntegrityError(path, "the file is missing")
+    if not path.resolve().is_relative_to(d.resolve()):
+        raise ArtifactIntegrityError(path, "it is a symbolic link leading out of the model directory")
+    if not path.is_file():  # a directory, FIFO or device: never opened (a FIFO would block)
+        raise ArtifactIntegrityError(path, "not a regular file")
     got = sha256_file(path)
     if got != expected:
         raise ArtifactIntegrityError(path, f"SHA-256 {got[:16]}... does not match the card's {expected[:16]}...")
@@ -143,38 +173,58 @@ def _load_skops(path: Path) -> Any:
         raise ArtifactIntegrityError(path, f"skops could not load it ({type(exc).__name__}: {exc})") from None
 
 
-def load_cost_model(directory: str | Path):
-    """Load and verify a model saved by :func:`save_cost_model`."""
-    from costmodels.cost_model import CostModel
-    from costmodels.roofline import RooflineModel
+def verify_saved(directory: str | Path) -> tuple[dict, dict[str, Path]]:
+    """``(card, {relative path: path})`` of a saved model whose card this code reads and whose every
+    file passes its hash (nothing unpickled, nothing loaded); CostModelError naming the file otherwise."""
+    from placer.safe_io import load_json
 
     d = Path(directory)
     card_path = d / CARD
-    if not card_path.is_file():
+    if not card_path.exists():
         raise CostModelError(f"{d} is not a saved cost model: {CARD} is missing")
-    try:
-        card = json.loads(card_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ArtifactIntegrityError(card_path, f"not valid JSON ({exc})") from None
+    card = load_json(card_path, "the cost model's card", CostModelError)
     if not isinstance(card, dict) or card.get("format") != FORMAT:
         raise ArtifactIntegrityError(card_path, f"not a {FORMAT} card")
     if card.get("version") != VERSION:
-        raise CostModelError(f"{card_path}: format version {card.get('version')} (this code reads {VERSION})")
+        raise CostModelError(f"{card_path}: format version {str(card.get('version'))[:20]} "
+                             f"(this code reads {VERSION})")
     artifacts = card.get("artifacts") or {}
+    ops = card.get("op_model_files", {})
+    if not (isinstance(artifacts, dict) and all(isinstance(v, str) for v in artifacts.values())
+            and isinstance(ops, dict) and all(isinstance(v, str) and k in artifacts for k, v in ops.items())):
+        raise ArtifactIntegrityError(card_path, "malformed: artifacts must map file -> SHA-256 and "
+                                                "op_model_files file -> target, each among the artifacts")
     for rel in artifacts:
         if Path(rel).is_absolute() or ".." in Path(rel).parts:
             raise ArtifactIntegrityError(card_path, f"artifact path {rel!r} leaves the model directory")
     for required in ("tables.json", "transfer.skops"):
         if required not in artifacts:
             raise ArtifactIntegrityError(card_path, f"the card lists no {required}")
-    paths = {rel: _verified(d, rel, sha) for rel, sha in artifacts.items()}
-    try:
-        tables = json.loads(paths["tables.json"].read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ArtifactIntegrityError(paths["tables.json"], f"not valid JSON ({exc})") from None
+    return card, {rel: _verified(d, rel, sha) for rel, sha in artifacts.items()}
+
+
+def load_cost_model(directory: str | Path):
+    """Load and verify a model saved by :func:`save_cost_model`."""
+    from placer.safe_io import load_json
+
+    card, paths = verify_saved(directory)
+    tables = load_json(paths["tables.json"], "the cost model's tables", CostModelError)
     op_models = {t: _load_skops(paths[rel]) for rel, t in card.get("op_model_files", {}).items()}
     transfer = _load_skops(paths["transfer.skops"])
     partition = _load_skops(paths["partition.skops"]) if "partition.skops" in paths else None
+    try:
+        return _from_tables(tables, op_models, transfer, partition, card)
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise ArtifactIntegrityError(paths["tables.json"], f"malformed tables ({type(exc).__name__}: "
+                                                           f"{str(exc)[:160]})") from None
+
+
+def _from_tables(tables: dict, op_models: dict, transfer: Any, partition: Any, card: dict):
+    from costmodels.cost_model import CostModel
+    from costmodels.roofline import RooflineModel
+
+    if not isinstance(tables, dict):
+        raise TypeError("tables.json is not an object")
     return CostModel(
         op_models=op_models,
         roofline={t: RooflineModel.from_spec(spec) for t, spec in tables.get("roofline", {}).items()},

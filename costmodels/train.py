@@ -160,8 +160,11 @@ def fit_store(db: Any, out_dir: Any = None, *, targets: Sequence[str] | None = N
     ``targets`` are target names as given to placer (``onnxruntime``, ``openvino@cpu1``: made
     canonical); ``graphs`` (OpGraphs) add their whole-model measurements as partitions.
     """
+    from costmodels.persistence import check_overwritable
     from costmodels.store import training_data_from_store
 
+    if out_dir is not None:  # before the fit: a model there this code cannot read is the user's, not ours
+        check_overwritable(out_dir)
     names = None
     if targets:
         from placer.devices.base import TargetSpec
@@ -169,6 +172,9 @@ def fit_store(db: Any, out_dir: Any = None, *, targets: Sequence[str] | None = N
         names = [TargetSpec.parse(t).name for t in targets]
     data = training_data_from_store(db, graphs=graphs, targets=names)
     cm = fit_cost_model(data, names, tune_trials=tune_trials, seed=seed)
+    if not cm.op_models:  # every op of every target failed: a model that knows nothing is not a fit
+        raise CostModelError(f"profile store {getattr(db, 'path', db)}: no op measurement of any target ran "
+                             f"(every row failed, timed out or crashed); nothing to fit")
     cm.card["source"] = {"profile_store": str(getattr(db, "path", db))}
     if out_dir is not None:
         cm.save(out_dir)

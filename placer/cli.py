@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from placer.errors import PlacerError
-
+from placer.safe_io import printable
 
 DB_HELP = "profile store (SQLite); default $PLACER_DB, else ~/.cache/placer/profiles.db"
 TARGETS_HELP = ("comma-separated targets, e.g. onnxruntime,openvino:t1,tvm-llvm "
@@ -33,6 +33,48 @@ def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
         except ValueError:
             raise PlacerError(f"--shape {item!r}: expected NAME=D1xD2x..., e.g. input=1x3x224x224") from None
     return shapes
+
+
+#: upper bounds of the counting options (beyond them a number is a typo, and would run for ever)
+MAX_TRIALS = 100_000
+MAX_SEED = 2**31 - 1  # CP-SAT and the samplers take 32-bit seeds
+MAX_BUDGET_S = 30 * 24 * 3600.0
+MAX_SEGMENT_LEN = 64
+
+
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in ``[lo, hi]`` (argparse prints "argument --X: ..." and exits 2)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            shown = printable(text[:40], newlines=False)
+            raise argparse.ArgumentTypeError(f"invalid int value: {shown!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: expected {lo} to {hi}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def db_path(text: str) -> str:
+    """An argparse ``type`` for ``--db``: a file path (not empty, not SQLite's ``:memory:``, where nothing
+    would be kept)."""
+    if not text.strip() or text.strip() == ":memory:":
+        raise argparse.ArgumentTypeError(f"{text!r}: expected the path of a profile store file "
+                                         "(an in-memory or empty name keeps nothing)")
+    return text
+
+
+def say_plain(console) -> Callable[[str], None]:
+    """A progress callback printing each message dim, as plain text, control characters escaped."""
+    return lambda msg: console.print(printable(msg), style="dim", markup=False, highlight=False)
+
+
+def out(text: str) -> None:
+    """Print text that may hold names from a user's file (op names, paths): control characters escaped."""
+    print(printable(text))
 
 
 def parse_targets(text: str | None) -> list[str] | None:
@@ -83,12 +125,12 @@ def add_plan(sub) -> None:
                    help="cpsat (default), heft, greedy, dp, single:<target> (e.g. single:onnxruntime) ...")
     p.add_argument("--stages", type=int, default=None, help="pipeline stages (default: solver's choice)")
     p.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds (default 10)")
-    p.add_argument("--db", default=None, help=DB_HELP)
+    p.add_argument("--db", default=None, type=db_path, help=DB_HELP)
     p.add_argument("--shape", action="append", help="bind an input shape: NAME=1x3x224x224 (repeatable)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="write a runnable plan directory here (plan.json, stage_config.json, Relax module, "
                         "partitions: `placer run DIR`); a path ending in .json gets the plan JSON alone")
-    p.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
+    p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, help="solver random seed (default 0)")
     p.add_argument("--measure", action="store_true",
                    help="latency mode: run a plan that cuts the model against the best single target "
                         "(interleaved, outputs checked) and keep the faster")
@@ -99,33 +141,32 @@ def cmd_plan(args) -> int:
     from placer.problem import PlacementProblem
     from placer.solve import solve
 
-    out = Path(args.out) if args.out else None
+    out_path = Path(args.out) if args.out else None
     if args.problem:
         problem = PlacementProblem.from_json(args.problem)
         plan = solve(problem, args.mode, args.solver, time_limit=args.time_limit, num_stages=args.stages,
                      seed=args.seed)
-        print(plan.summary())
-        if out:  # no model to materialize: the plan JSON is the whole output
-            plan.save(out)
-            print(f"plan written to {out}")
+        out(plan.summary())
+        if out_path:  # no model to materialize: the plan JSON is the whole output
+            plan.save(out_path)
+            out(f"plan written to {out_path}")
         return 0
     from placer import api
     from placer.report.console import make_console
 
-    if out is not None and out.exists() and not out.is_dir() and out.suffix != ".json":
-        raise PlacerError(f"--out {out}: exists and is not a directory")
+    if out_path is not None and out_path.exists() and not out_path.is_dir() and out_path.suffix != ".json":
+        raise PlacerError(f"--out {out_path}: exists and is not a directory")
     console = make_console(stderr=True)
     planned = api.plan(args.model, targets=parse_targets(args.targets), mode=args.mode, solver=args.solver,
                        db=args.db, shapes=parse_shapes(args.shape), time_limit=args.time_limit,
-                       num_stages=args.stages, seed=args.seed, measure=args.measure,
-                       say=lambda msg: console.print(msg, style="dim", markup=False, highlight=False))
-    print(planned.plan.summary())
-    if out is not None and out.suffix == ".json":
-        planned.plan.save(out)
-        print(f"plan written to {out} (give --out a directory for a plan you can `placer run`)")
-    elif out is not None:
-        mat = planned.save(out)
-        print(f"plan directory written to {mat.out_dir}: run it with `placer run {out} --check`")
+                       num_stages=args.stages, seed=args.seed, measure=args.measure, say=say_plain(console))
+    out(planned.plan.summary())
+    if out_path is not None and out_path.suffix == ".json":
+        planned.plan.save(out_path)
+        out(f"plan written to {out_path} (give --out a directory for a plan you can `placer run`)")
+    elif out_path is not None:
+        mat = planned.save(out_path)
+        out(f"plan directory written to {mat.out_dir}: run it with `placer run {out_path} --check`")
     return 0
 
 
@@ -138,8 +179,9 @@ def parse_budget(text: str) -> float:
         seconds = float(t[:-1]) * mult if mult else float(t)
     except ValueError:
         raise PlacerError(f"--budget {text!r}: expected seconds or a duration like 90s, 10m, 1h") from None
-    if not (0 < seconds < float("inf")):
-        raise PlacerError(f"--budget {text!r}: must be a positive, finite duration like 90s, 10m, 1h")
+    if not (0 < seconds <= MAX_BUDGET_S):
+        raise PlacerError(f"--budget {text!r}: must be a positive duration of at most 30 days, like 90s, "
+                          "10m, 1h")
     return seconds
 
 
@@ -157,17 +199,17 @@ def add_tune(sub) -> None:
                         "(default latency)")
     p.add_argument("--budget", default=None,
                    help="time budget, e.g. 90s, 10m (default 2m, or none when --trials is given)")
-    p.add_argument("--trials", type=int, default=None,
+    p.add_argument("--trials", type=int_in(1, MAX_TRIALS), default=None,
                    help="stop after this many trials (with --budget: whichever comes first)")
     p.add_argument("--out", default="placer-out", help="output directory (default placer-out)")
     p.add_argument("--storage", default=None, help="Optuna storage URL (default sqlite:///OUT/study.db)")
-    p.add_argument("--db", default=None, help=DB_HELP)
+    p.add_argument("--db", default=None, type=db_path, help=DB_HELP)
     p.add_argument("--shape", action="append", help="bind an input shape: NAME=1x3x224x224 (repeatable)")
     p.add_argument("--cost-model", default=None, metavar="DIR",
                    help="learned cost model to update (default: costmodel/ next to the profile store)")
     p.add_argument("--no-cost-model", action="store_true",
                    help="do not fit, use or save the learned cost model (measured costs only)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, help="random seed (default 0)")
     p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
                    help="f32 (default): every output within the f32 tolerance of the reference; bf16: the "
                         "default targets compute OpenVINO in bf16, as OpenVINO's own default does on a CPU "
@@ -188,7 +230,7 @@ def cmd_tune(args) -> int:
                   shapes=parse_shapes(args.shape), n_trials=args.trials, seed=args.seed,
                   cost_model_dir=False if args.no_cost_model else (args.cost_model or True),
                   precision=args.precision,
-                  progress=lambda msg: console.print(msg, style="dim", markup=False, highlight=False))
+                  progress=say_plain(console))
     tp = result.objective == "throughput"
     default = result.best_default
     table = make_table(("candidate", "kind", "partitions", "predicted ms", "measured ms" if not tp else "req/s",
@@ -211,9 +253,10 @@ def cmd_tune(args) -> int:
                         {True: "ok", False: "MISMATCH", None: "-"}[r.numerics_ok], note))
     console.print(table)
     for line in result.verdict():
-        console.print(line, highlight=False, markup=False)
+        console.print(printable(line), highlight=False, markup=False)
     console.print(f"({result.wall_s:.0f} s)")
-    console.print(f"report: {result.report_path}  (and {result.out_dir}/report.html)")
+    console.print(printable(f"report: {result.report_path}  (and {result.out_dir}/report.html)"),
+                  markup=False)
     return 0
 
 
@@ -230,9 +273,13 @@ def cmd_report(args) -> int:
     from placer.report import write_tune_report
     from placer.tune.tuner import load_tune_result
 
-    result, ctx = load_tune_result(args.out_dir)
-    path = write_tune_report(result, ctx)
-    print(f"report: {path}  (and {path.with_suffix('.html')})")
+    result, ctx = load_tune_result(args.out_dir)  # types of the records and summary checked
+    try:
+        path = write_tune_report(result, ctx)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a nested value of tune.json edited
+        raise PlacerError(f"{args.out_dir}: tune.json / trials.json hold a value the report cannot use "
+                          f"({type(exc).__name__}: {str(exc)[:160]}); was the directory edited?") from None
+    out(f"report: {path}  (and {path.with_suffix('.html')})")
     return 0
 
 
@@ -246,14 +293,14 @@ def add_fit(sub) -> None:
                        description="Fit the learned cost model (per-op cost per target, call overheads, "
                                    "partition correction) on a profile store and save it where "
                                    "`placer tune` starts from it (or to --out DIR, for `--cost-model DIR`).")
-    p.add_argument("--db", default=None, help=DB_HELP)
+    p.add_argument("--db", default=None, type=db_path, help=DB_HELP)
     p.add_argument("--out", default=None,
                    help="directory for the model (skops + JSON + card.json); default: costmodel/ next to the "
                         "profile store, where placer tune finds it")
     p.add_argument("--targets", default=None, help="comma-separated targets (default: all in the store)")
-    p.add_argument("--tune-trials", type=int, default=0,
+    p.add_argument("--tune-trials", type=int_in(0, MAX_TRIALS), default=0,
                    help="Optuna hyper-parameter trials per target (default 0: fixed defaults)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, help="random seed (default 0)")
     p.set_defaults(func=cmd_fit)
 
 
@@ -263,16 +310,20 @@ def cmd_fit(args) -> int:
     from placer.tune.learned import default_model_dir
 
     db = args.db or default_db()
+    if Path(db).exists():  # a directory, FIFO or device is refused here, never opened
+        from placer.safe_io import check_regular_file
+
+        check_regular_file(db, "the profile store (--db)")
     if not Path(db).is_file():
         raise PlacerError(f"--db {db}: no profile store there (run `placer profile MODEL` first)")
-    out = args.out or default_model_dir(db)
-    cm = fit_store(db, out, targets=parse_targets(args.targets), tune_trials=args.tune_trials,
+    out_dir = args.out or default_model_dir(db)
+    cm = fit_store(db, out_dir, targets=parse_targets(args.targets), tune_trials=args.tune_trials,
                    seed=args.seed)
     for t, c in sorted(cm.card["targets"].items()):
         m = c.get("metrics", {})
         cv = f", cv log-MAE {m['cv_log_mae']:.3f}" if "cv_log_mae" in m else ""
-        print(f"{t}: {c['n_rows']} op rows ({c['n_unsupported']} unsupported){cv}")
-    print(f"saved {cm.model_id} to {out}")
+        out(f"{t}: {c['n_rows']} op rows ({c['n_unsupported']} unsupported){cv}")
+    out(f"saved {cm.model_id} to {out_dir}")
     return 0
 
 
@@ -294,8 +345,13 @@ def add_run(sub) -> None:
     p.add_argument("--executor", choices=("hybrid", "relax"), default="hybrid",
                    help="hybrid: partitions on their runtimes; relax: the Relax module on the TVM VM")
     p.add_argument("--compiled", action="store_true",
-                   help="with --executor relax: load PLAN_DIR/module.so (native code: only directories you trust; "
-                        "its SHA-256 is checked against compiled.json) instead of compiling")
+                   help="with --executor relax: load PLAN_DIR/module.so instead of compiling. It is native "
+                        "code: only a module placer compiled on this machine for this user is loaded (an "
+                        "HMAC under ~/.config/placer/trust.key, checked with its SHA-256 against "
+                        "compiled.json)")
+    p.add_argument("--trust", action="store_true",
+                   help="with --compiled: load a module.so this machine did not make (it runs its native "
+                        "code: only for a plan directory from someone you trust)")
     p.add_argument("--warmup", type=int, default=2, help="untimed requests first (default 2)")
     p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of the numerics check")
     p.add_argument("--atol", type=float, default=1e-4,
@@ -312,13 +368,13 @@ def cmd_run(args) -> int:
     try:
         res = run_plan(args.plan_dir, args.inputs, executor=args.executor, pipeline=args.pipeline,
                        requests=args.requests, warmup=args.warmup, check=args.check, rtol=args.rtol,
-                       atol=args.atol, compiled=args.compiled)
+                       atol=args.atol, compiled=args.compiled, trust=args.trust)
     except (NumericsMismatch, PartitionError) as exc:
-        print(f"placer run: error: {exc}", file=sys.stderr)
+        print(f"placer run: error: {printable(exc, newlines=False)}", file=sys.stderr)
         return 1
-    print(res.measurement.summary())
+    out(res.measurement.summary())
     if res.numerics is not None:
-        print(res.numerics.summary())
+        out(res.numerics.summary())
     failed = [(i, e) for i, e in enumerate(res.errors) if e is not None]
     if args.json:
         blob = {"measurement": res.measurement.to_dict(),
@@ -328,7 +384,8 @@ def cmd_run(args) -> int:
             _json.dump(blob, f, indent=1, sort_keys=True)
     if failed:
         i, e = failed[0]
-        print(f"placer run: error: {len(failed)} request(s) failed; request {i}: {e}", file=sys.stderr)
+        why = printable(e, newlines=False)
+        print(f"placer run: error: {len(failed)} request(s) failed; request {i}: {why}", file=sys.stderr)
         return 1
     return 0
 
@@ -346,7 +403,7 @@ def add_show(sub) -> None:
 def cmd_show(args) -> int:
     from placer.materialize import show_plan_dir
 
-    print(show_plan_dir(args.plan_dir, ir=args.ir, as_json=args.json))
+    out(show_plan_dir(args.plan_dir, ir=args.ir, as_json=args.json))
     return 0
 
 
@@ -363,10 +420,11 @@ def add_profile(sub) -> None:
                                    "holds is not measured again.")
     p.add_argument("model", help="ONNX file or zoo:NAME (zoo:squeezenet, zoo:bert-tiny, ...)")
     p.add_argument("--targets", default=None, help=TARGETS_HELP)
-    p.add_argument("--db", default=None, help=DB_HELP)
+    p.add_argument("--db", default=None, type=db_path, help=DB_HELP)
     p.add_argument("--shape", action="append", default=None, help="bind an input shape, NAME=1x3x224x224 (repeatable)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per measurement (default 60)")
-    p.add_argument("--segments", nargs="?", type=int, const=3, default=0, metavar="MAX_LEN",
+    p.add_argument("--segments", nargs="?", type=int_in(0, MAX_SEGMENT_LEN), const=3, default=0,
+                   metavar="MAX_LEN",
                    help="also profile chain segments of 2..MAX_LEN ops as units (default 3)")
     p.add_argument("--no-links", action="store_true", help="skip the target-to-target hand-off measurements")
     p.add_argument("--no-whole-model", action="store_true", help="skip the whole-model run per target")
@@ -385,7 +443,8 @@ def add_profile(sub) -> None:
         b.add_argument("what", choices=["profile"], help="what to benchmark (profile: a profiling campaign)")
         b.add_argument("--model", default="zoo:resnet50", help="ONNX file or zoo:NAME (default zoo:resnet50)")
         b.add_argument("--targets", default=None, help=TARGETS_HELP)
-        b.add_argument("--db", default=None, help="store to use (default: a fresh temporary one)")
+        b.add_argument("--db", default=None, type=db_path,
+                       help="store to use (default: a fresh temporary one)")
         b.add_argument("--timeout", type=float, default=60.0, help="seconds per measurement (default 60)")
         b.add_argument("--json", default=None, help="write the figures here")
         b.set_defaults(func=cmd_bench)
@@ -467,13 +526,14 @@ def main(argv: list[str] | None = None) -> int:
     interrupts.install()
     try:
         return int(args.func(args) or 0)
-    except PlacerError as exc:
-        print(f"placer {args.command}: error: {exc}", file=sys.stderr)
+    except PlacerError as exc:  # one line, whatever names from a file it holds
+        print(f"placer {args.command}: error: {printable(exc, newlines=False)}", file=sys.stderr)
         return 2
     except OSError as exc:  # a path given on the command line cannot be read or written (missing folder,
         # a file where a folder is expected, permissions, disk full): the user's to fix, not a bug
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"placer {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        print(f"placer {args.command}: error: {printable(f'{exc.strerror or exc}{where}', newlines=False)}",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         resume = " (its study is kept: run the same command again to resume)" if args.command == "tune" else ""

@@ -176,27 +176,25 @@ class Plan:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Plan:
         """Read a plan written by :meth:`save`."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except OSError as exc:
-            raise PlanError(f"{path}: cannot read plan ({exc.strerror})") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise PlanError(f"{path}: invalid JSON ({exc})") from None
-        return cls.from_json(data)
+        from placer.safe_io import load_json
+
+        return cls.from_json(load_json(path, "the plan", PlanError))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | str) -> Plan:
         """Build a plan from :meth:`to_json` output (a dict or its JSON text)."""
         if isinstance(data, str):
-            try:
-                data = json.loads(data)
-            except json.JSONDecodeError as exc:
-                raise PlanError(f"invalid plan JSON ({exc})") from None
+            from placer.safe_io import loads
+
+            data = loads(data, "plan JSON", PlanError)
         if not isinstance(data, Mapping):
             raise PlanError("plan JSON must be an object")
         if data.get("version") != PLAN_VERSION:
             raise PlanError(f"unsupported plan version {data.get('version')!r} (expected {PLAN_VERSION})")
+        for key, want in _FIELD_TYPES.items():
+            if key in data and not isinstance(data[key], want):
+                raise PlanError(f"malformed plan JSON: {key!r} must be a JSON {_JSON_NAME[want]}, not "
+                                f"{type(data[key]).__name__}")
         try:
             plan = cls(
                 mode=data["mode"], solver=data["solver"], targets=tuple(data["targets"]),
@@ -215,8 +213,9 @@ class Plan:
                 options=dict(data.get("options", {})),
                 version=int(data["version"]),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise PlanError(f"malformed plan JSON: {exc!r}") from None
+        _check_names(plan)
         for what, x in [("makespan_ms", plan.makespan_ms), ("bottleneck_ms", plan.bottleneck_ms),
                         *((f"{key}[{o!r}]", v) for key in ("start_ms", "end_ms", "op_cost_ms")
                           for o, v in getattr(plan, key).items())]:
@@ -431,6 +430,32 @@ def _short(ops: list[str], limit: int = 8) -> str:
     if len(ops) <= limit:
         return ",".join(ops)
     return ",".join(ops[:limit]) + f",...(+{len(ops) - limit})"
+
+
+_FIELD_TYPES: dict[str, type] = {
+    "targets": list, "stage_targets": list, "transfers": list, "stages": list, "assignment": dict,
+    "start_ms": dict, "end_ms": dict, "op_cost_ms": dict, "stage": dict, "stats": dict, "provenance": dict,
+    "options": dict,
+}
+_JSON_NAME = {list: "array", dict: "object"}
+
+
+def _check_names(plan: Plan) -> None:
+    """Op, target and tensor names of a plan read from JSON are strings (a list where a name is
+    expected would surface later as an unhashable-type crash)."""
+    for what, names in (("targets", plan.targets), ("stage_targets", plan.stage_targets),
+                        ("assignment", [*plan.assignment, *plan.assignment.values()]),
+                        ("stage", plan.stage), ("start_ms", plan.start_ms), ("end_ms", plan.end_ms),
+                        ("op_cost_ms", plan.op_cost_ms)):
+        bad = next((x for x in names if not isinstance(x, str)), None)
+        if bad is not None:
+            raise PlanError(f"plan JSON: {what}: {bad!r} is not a name")
+    for tr in plan.transfers:
+        if not all(isinstance(x, str) for x in (tr.tensor, tr.src, tr.dst)):
+            raise PlanError(f"plan JSON: transfer {tr.tensor!r} {tr.src!r} -> {tr.dst!r}: names must be "
+                            "strings")
+    if not isinstance(plan.mode, str) or not isinstance(plan.solver, str):
+        raise PlanError("plan JSON: mode and solver must be strings")
 
 
 def _json_default(x: Any) -> Any:

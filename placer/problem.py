@@ -69,9 +69,12 @@ from typing import Any
 import numpy as np
 
 from placer.errors import ProblemError
+from placer.safe_io import load_json
 
 __all__ = ["LINK_CHARGES", "PlacementProblem", "Tensor", "resolve_target_name"]
 
+#: Largest ``nbytes`` of a tensor (a bigger one is a damaged or hostile input).
+MAX_NBYTES = 2**62
 #: Valid values of ``link_charge``.
 LINK_CHARGES = ("sender", "receiver", "both")
 #: Integer codes for ``link_charge`` used by the solvers: bit 1 = sender pays, bit 2 = receiver pays.
@@ -252,15 +255,29 @@ class PlacementProblem:
         for i in range(n):
             if not np.isfinite(cost[i]).any():
                 raise ProblemError(f"op {ops[i]!r} is supported on no target (all costs inf)")
+        with np.errstate(over="ignore"):  # finite costs whose sum is not: every schedule would be inf
+            worst = np.where(np.isfinite(cost), cost, 0.0).max(axis=1).sum()
+        if not np.isfinite(worst):
+            raise ProblemError("op costs too large: the ops' largest costs add up to more than a float holds "
+                               f"({np.finfo(float).max:.3g} ms); rescale them")
 
         # tensors
         tensors: list[Tensor] = []
         seen_t: set[str] = set()
         for tensor in self.tensors:
             if isinstance(tensor, Mapping):
-                tensor = Tensor(**tensor)
+                try:
+                    tensor = Tensor(**tensor)
+                except TypeError as exc:  # unknown keys, an unhashable consumer ...
+                    name = dict(tensor).get("name")
+                    raise ProblemError(f"tensors: malformed tensor {name!r} ({exc})") from None
             if not isinstance(tensor, Tensor):
                 raise ProblemError(f"tensors: expected Tensor, got {type(tensor).__name__}")
+            if not isinstance(tensor.name, str):
+                raise ProblemError(f"tensors: tensor name {tensor.name!r} is not a string")
+            if not isinstance(tensor.producer, (str, type(None))) or not all(isinstance(c, str)
+                                                                            for c in tensor.consumers):
+                raise ProblemError(f"tensor {tensor.name!r}: producer and consumers must be op names")
             if tensor.name in seen_t:
                 raise ProblemError(f"duplicate tensor name {tensor.name!r}")
             seen_t.add(tensor.name)
@@ -274,12 +291,16 @@ class PlacementProblem:
             nbytes = tensor.nbytes
             try:
                 ok = not isinstance(nbytes, bool) and float(nbytes).is_integer()
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 ok = False
             if not ok:
-                raise ProblemError(f"tensor {tensor.name!r}: nbytes {nbytes!r} is not an integer")
+                raise ProblemError(f"tensor {tensor.name!r}: nbytes {str(nbytes)[:40]} is not an integer "
+                                   f"(or out of range)")
             if int(nbytes) < 0:
                 raise ProblemError(f"tensor {tensor.name!r}: negative nbytes {nbytes}")
+            if int(nbytes) > MAX_NBYTES:
+                raise ProblemError(f"tensor {tensor.name!r}: nbytes {nbytes:.6g} is out of range "
+                                   f"(at most 2**62)")
             tensors.append(Tensor(tensor.name, tensor.producer, tuple(tensor.consumers), int(nbytes)))
 
         # topological order (stable Kahn); name a cycle if there is one
@@ -326,6 +347,12 @@ class PlacementProblem:
                 a, b = bad[0]
                 raise ProblemError(f"{what}[{targets[a]!r} -> {targets[b]!r}] = {arr[a, b]}: "
                                    "must be finite and >= 0")
+        if t and tensors:
+            with np.errstate(over="ignore"):
+                worst_link = float(lat.max()) + max(tt.nbytes for tt in tensors) * float(per_byte.max())
+            if not math.isfinite(worst_link):
+                raise ProblemError("link costs too large: link_latency_ms + nbytes * link_ms_per_byte of the "
+                                   "largest tensor overflows a float; rescale them")
         charge = self.link_charge
         if isinstance(charge, str):
             charge = [[charge] * t for _ in range(t)]
@@ -362,6 +389,8 @@ class PlacementProblem:
         # pins
         pinned = dict(self.pinned or {})
         for op, tgt in pinned.items():
+            if not isinstance(tgt, str):
+                raise ProblemError(f"pinned: op {op!r} pinned to {tgt!r}, which is not a target name")
             if op not in op_index:
                 raise ProblemError(f"pinned: unknown op {op!r}")
             if tgt not in tgt_index:
@@ -384,6 +413,8 @@ class PlacementProblem:
                 raise ProblemError(f"colocate: expected a list of op names, got the string {group!r}")
             members = []
             for op in group:
+                if not isinstance(op, str):
+                    raise ProblemError(f"colocate: {op!r} is not an op name")
                 if op not in op_index:
                     raise ProblemError(f"colocate: unknown op {op!r}")
                 members.append(op_index[op])
@@ -411,7 +442,10 @@ class PlacementProblem:
                                    "which does not support all its ops")
 
         # memory feasibility (necessary conditions; the solvers report the rest as infeasible)
-        total_w = float(weights.sum())
+        with np.errstate(over="ignore"):
+            total_w = float(weights.sum())
+        if not math.isfinite(total_w):
+            raise ProblemError("weight_bytes too large: the ops' weights add up to more than a float holds")
         if total_w > float(caps.sum()):
             raise ProblemError(f"infeasible memory: ops need {total_w:.6g} weight bytes, all targets "
                                f"together hold {float(caps.sum()):.6g}")
@@ -760,13 +794,7 @@ class PlacementProblem:
             where = "problem JSON"
         else:
             where = str(source)
-            try:
-                with open(source, encoding="utf-8") as f:
-                    data = json.load(f)
-            except OSError as exc:
-                raise ProblemError(f"{where}: cannot read ({exc.strerror})") from None
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise ProblemError(f"{where}: invalid JSON ({exc})") from None
+            data = load_json(source, "the problem JSON", ProblemError)
         if not isinstance(data, Mapping):
             raise ProblemError(f"{where}: expected a JSON object")
         unknown = sorted(set(data) - _JSON_KEYS)
@@ -782,20 +810,22 @@ class PlacementProblem:
             raise ProblemError(f"{where}: 'ops' must be a list of strings")
         if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
             raise ProblemError(f"{where}: 'targets' must be a list of strings")
-        op_set, tgt_set = set(ops), set(targets)
+        # name -> position dicts (not list.index: that made the {op: {target: ms}} form quadratic)
+        op_pos = {o: i for i, o in enumerate(ops)}
+        tgt_pos = {d: j for j, d in enumerate(targets)}
         n, t = len(ops), len(targets)
         raw = data["cost_ms"]
         cost = np.full((n, t), np.inf)
         if isinstance(raw, Mapping):
             for o, row in raw.items():
-                if o not in op_set:
+                if o not in op_pos:
                     raise ProblemError(f"{where}: cost_ms names unknown op {o!r}")
                 if not isinstance(row, Mapping):
                     raise ProblemError(f"{where}: cost_ms[{o!r}] must map target -> ms")
                 for d, v in row.items():
-                    if d not in tgt_set:
+                    if d not in tgt_pos:
                         raise ProblemError(f"{where}: cost_ms[{o!r}] names unknown target {d!r}")
-                    cost[ops.index(o), targets.index(d)] = _num(v, f"cost_ms[{o!r}][{d!r}]", where)
+                    cost[op_pos[o], tgt_pos[d]] = _num(v, f"cost_ms[{o!r}][{d!r}]", where)
         elif isinstance(raw, list):
             if len(raw) != n or any(not isinstance(r, list) or len(r) != t for r in raw):
                 raise ProblemError(f"{where}: cost_ms must be {n} rows of {t} numbers (null = unsupported)")
@@ -812,10 +842,15 @@ class PlacementProblem:
             extra = set(x) - {"name", "producer", "consumers", "nbytes"}
             if extra:
                 raise ProblemError(f"{where}: tensor {x['name']!r} has unknown keys {sorted(extra)}")
+            if not isinstance(x["name"], str):
+                raise ProblemError(f"{where}: tensor name {x['name']!r} is not a string")
             consumers = x.get("consumers", [])
-            if not isinstance(consumers, list):
-                raise ProblemError(f"{where}: tensor {x['name']!r}: consumers must be a list")
-            tensors.append(Tensor(str(x["name"]), x.get("producer"), tuple(consumers), x.get("nbytes", 0)))
+            if not isinstance(consumers, list) or not all(isinstance(c, str) for c in consumers):
+                raise ProblemError(f"{where}: tensor {x['name']!r}: consumers must be a list of op names")
+            if not isinstance(x.get("producer"), (str, type(None))):
+                raise ProblemError(f"{where}: tensor {x['name']!r}: producer {x['producer']!r} is not an op "
+                                   "name")
+            tensors.append(Tensor(x["name"], x.get("producer"), tuple(consumers), x.get("nbytes", 0)))
 
         links = data.get("links", {}) or {}
         extra = set(links) - {"latency_ms", "ms_per_byte", "charge"}
@@ -830,9 +865,9 @@ class PlacementProblem:
                 raise ProblemError(f"{where}: {key} must map target -> number")
             arr = np.full(t, default)
             for d, v in raw_map.items():
-                if d not in tgt_set:
+                if d not in tgt_pos:
                     raise ProblemError(f"{where}: {key} names unknown target {d!r}")
-                arr[targets.index(d)] = default if v is None else _num(v, f"{key}[{d!r}]", where)
+                arr[tgt_pos[d]] = default if v is None else _num(v, f"{key}[{d!r}]", where)
             return arr
 
         weights = None
@@ -841,14 +876,15 @@ class PlacementProblem:
                 raise ProblemError(f"{where}: weight_bytes must map op -> bytes")
             weights = np.zeros(n)
             for o, v in data["weight_bytes"].items():
-                if o not in op_set:
+                if o not in op_pos:
                     raise ProblemError(f"{where}: weight_bytes names unknown op {o!r}")
-                weights[ops.index(o)] = _num(v, f"weight_bytes[{o!r}]", where)
+                weights[op_pos[o]] = _num(v, f"weight_bytes[{o!r}]", where)
         pinned = data.get("pinned") or {}
-        if not isinstance(pinned, Mapping):
-            raise ProblemError(f"{where}: pinned must map op -> target")
+        if not isinstance(pinned, Mapping) or not all(isinstance(v, str) for v in pinned.values()):
+            raise ProblemError(f"{where}: pinned must map op -> target name")
         colocate = data.get("colocate") or []
-        if not isinstance(colocate, list) or not all(isinstance(g, list) for g in colocate):
+        if not isinstance(colocate, list) or not all(
+                isinstance(g, list) and all(isinstance(o, str) for o in g) for g in colocate):
             raise ProblemError(f"{where}: colocate must be a list of lists of op names")
         provenance = data.get("provenance") or {}
         if not isinstance(provenance, Mapping):
@@ -888,7 +924,10 @@ def _num(v: Any, what: str, where: str) -> float:
         return math.inf
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ProblemError(f"{where}: {what} = {v!r} is not a number")
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:  # an integer beyond the float range
+        raise ProblemError(f"{where}: {what} = {str(v)[:24]}... is out of range") from None
 
 
 def _num_matrix(v: Any, what: str, where: str) -> Any:

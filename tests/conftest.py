@@ -12,6 +12,8 @@
 * ``tiny_model``: a fresh copy of :func:`placer.zoo.tiny_branchy` (8 ops, one fork/join).
 * ``squeezenet_model``: a fresh copy of the re-weighted squeezenet (66 ops after folding).
 * ``bert_model``: a fresh copy of :func:`placer.zoo.bert_encoder` with its defaults.
+* ``_trust_key`` (session, autouse): ``$PLACER_TRUST_KEY`` points into the session's temporary
+  folder, so compiling a module never makes or uses the user's own ``~/.config/placer/trust.key``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,21 @@ from pathlib import Path
 
 import onnx
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _trust_key(tmp_path_factory):
+    import os
+
+    from placer.trust import KEY_ENV
+
+    old = os.environ.get(KEY_ENV)
+    os.environ[KEY_ENV] = str(tmp_path_factory.mktemp("trust") / "trust.key")
+    yield
+    if old is None:
+        os.environ.pop(KEY_ENV, None)
+    else:
+        os.environ[KEY_ENV] = old
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -35,6 +35,9 @@ import numpy as np
 
 from placer.errors import TargetError
 
+#: most threads a target may ask for (more is a typo or an attack: each is an OS thread)
+MAX_THREADS = 1024
+
 _NAME_RE = re.compile(r"^(?P<kind>[a-z][a-z0-9\-]*)"
                       r"(:(?!t[0-9]+(?![A-Za-z0-9_.\-/]))(?P<arg>[A-Za-z0-9_][A-Za-z0-9_.\-/]*))?"  # KIND:ARG
                       r"(@cpu(?P<cores>[0-9,]*))?(:t(?P<threads>[0-9]+))?$")
@@ -71,11 +74,14 @@ class TargetSpec:
                 "e.g. 'onnxruntime', 'openvino@cpu1', 'tvm-llvm:t2', 'sim:ultra96/dpu'"
             )
         cores = None
+        numbers = [c for c in (m.group("cores") or "").split(",") if c] + [m.group("threads") or ""]
+        if any(len(x) > 7 for x in numbers):  # a core id or thread count no machine has (and int() limits)
+            raise TargetError(f"target {text[:80]!r}: a core id or thread count is out of range")
         if m.group("cores"):
             cores = tuple(int(c) for c in m.group("cores").split(",") if c != "")
         threads = int(m.group("threads")) if m.group("threads") else (len(cores) if cores else 1)
-        if threads < 1:
-            raise TargetError(f"target {text!r}: threads must be >= 1")
+        if not 1 <= threads <= MAX_THREADS:
+            raise TargetError(f"target {text!r}: threads must be between 1 and {MAX_THREADS}")
         if cores:
             avail = os.sched_getaffinity(0)
             missing = [c for c in cores if c not in avail]

@@ -310,7 +310,22 @@ def find_spec(name: str) -> Path:
 
 @functools.lru_cache(maxsize=64)
 def _load_cached(path: str, mtime_ns: int, name: str) -> SpecFile:
-    return parse_spec(Path(path).read_text(encoding="utf-8"), name, path)
+    return parse_spec(_read_spec(path), name, path)
+
+
+#: largest devices.toml read (a spec is a few KB)
+MAX_SPEC_BYTES = 1 << 20
+
+
+def _read_spec(path: str | os.PathLike) -> str:
+    """A spec file's text: a regular file of at most 1 MiB (a FIFO or device is refused, not read)."""
+    from placer.safe_io import read_bytes
+
+    raw = read_bytes(path, "the devices.toml spec", TargetError, MAX_SPEC_BYTES)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TargetError(f"{path}: the devices.toml spec is not UTF-8 text") from None
 
 
 def load_spec(name: str) -> SpecFile:
@@ -323,7 +338,7 @@ def register_spec(path: str | os.PathLike) -> str:
     """Make a devices.toml file findable as ``sim:<stem>/<device>`` (here and in worker processes);
     returns the spec name. The file is parsed now, so a mistake is reported at once."""
     p = Path(path).resolve()
-    parse_spec(p.read_text(encoding="utf-8"), p.stem, str(p))
+    parse_spec(_read_spec(p), p.stem, str(p))
     entries = [e for e in os.environ.get(SPECS_ENV, "").split(os.pathsep) if e]
     if str(p) not in entries:
         os.environ[SPECS_ENV] = os.pathsep.join([str(p)] + entries)

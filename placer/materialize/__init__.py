@@ -27,8 +27,9 @@ PLAN_DIR layout
                           each partition function
       module.so           optional: the Relax module compiled by tvm.compile
                           (Materialized.export_compiled; placer tune writes it), with
-      compiled.json       its SHA-256, model and assignment hashes and TVM version, checked before
-                          ``placer run --executor relax --compiled`` loads it
+      compiled.json       its SHA-256, model and assignment hashes, TVM version and an HMAC under this
+                          user's key (placer.trust), checked before ``placer run --executor relax
+                          --compiled`` loads it: native code made elsewhere is refused without --trust
 
 Target names are canonicalized (``onnxruntime`` -> ``onnxruntime@cpu:t1``) before partitioning.
 """

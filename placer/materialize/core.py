@@ -22,6 +22,7 @@ from placer.materialize.stage_config import (
     check_stage_config,
     load_stage_config,
 )
+from placer.safe_io import load_json, read_bytes
 
 PLAN_FILE = "plan.json"
 STAGE_CONFIG_FILE = "stage_config.json"
@@ -31,6 +32,8 @@ RELAX_FILE = "module.relax.txt"
 COMPILED_FILE = "module.so"
 COMPILED_INFO_FILE = "compiled.json"
 ASSIGNMENT_FORMAT = "placer.assignment"
+#: a compiled module bigger than this is refused (before it is read)
+MAX_COMPILED_BYTES = 2**31
 
 
 # ---- plan adapter -------------------------------------------------------------------------------
@@ -170,26 +173,39 @@ class Materialized:
                               f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}") from exc
         finally:
             compiled.close()
+        from placer import trust
+
         digest = hashlib.sha256((out / COMPILED_FILE).read_bytes()).hexdigest()
         info = {"format": "placer.compiled", "version": 1, "file": COMPILED_FILE, "sha256": digest,
                 "model_hash": self.stage_config.model_hash, "assignment_hash": self.stage_config.assignment_hash,
                 "tvm": tvm.__version__, "compile_s": round(compiled.compile_s, 3)}
+        info["hmac"] = trust.tag(digest, _trust_context(info))  # made here, by this user: see placer.trust
         (out / COMPILED_INFO_FILE).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
         return out / COMPILED_FILE
 
-    def compiled_path(self) -> Path:
+    def compiled_path(self, *, trust: bool = False) -> Path:
         """``module.so`` of the plan directory, after checking it against ``compiled.json`` and the plan
-        (PlanError naming the file otherwise)."""
+        (PlanError naming the file otherwise). Loading it runs native code, so it must also be one this
+        user's placer compiled (its HMAC, :mod:`placer.trust`), unless ``trust`` (``--trust``)."""
+        return self.compiled_module(trust=trust)[0]
+
+    def compiled_module(self, *, trust: bool = False) -> tuple[Path, bytes]:
+        """``(path, bytes)`` of the checked ``module.so`` (see :meth:`compiled_path`): load these bytes
+        (a private copy), not the path, which may change after the check."""
         import hashlib
+
+        from placer import trust as _trust
 
         if self.out_dir is None:
             raise PlanError("this plan has no directory, so no compiled module")
         info_file, lib = self.out_dir / COMPILED_INFO_FILE, self.out_dir / COMPILED_FILE
+        if not info_file.exists():
+            raise PlanError(f"{info_file}: no compiled-module record; write one with "
+                            "Materialized.export_compiled or placer tune")
         try:
-            info = json.loads(info_file.read_text())
-        except (OSError, ValueError) as exc:
-            raise PlanError(f"{info_file}: no usable compiled-module record ({type(exc).__name__}: {exc}); "
-                            "write one with Materialized.export_compiled or placer tune") from None
+            info = load_json(info_file, "the compiled-module record", PlanError)
+        except PlanError as exc:
+            raise PlanError(f"no usable compiled-module record: {exc}") from None
         if not isinstance(info, dict) or info.get("format") != "placer.compiled":
             raise PlanError(f"{info_file}: not a placer.compiled record")
         for key in ("model_hash", "assignment_hash"):
@@ -201,11 +217,28 @@ class Materialized:
         if info.get("tvm") != tvm.__version__:  # a library built by another TVM may crash instead of failing
             raise PlanError(f"{info_file}: compiled with TVM {info.get('tvm')!r}, this is TVM {tvm.__version__}: "
                             "recompile it (Materialized.export_compiled)")
-        if not lib.is_file():
+        if info.get("file", COMPILED_FILE) != COMPILED_FILE:
+            raise PlanError(f"{info_file}: names the file {info.get('file')!r}; a plan's compiled module is "
+                            f"{COMPILED_FILE}")
+        if lib.is_symlink() or not lib.resolve().is_relative_to(self.out_dir.resolve()):
+            raise PlanError(f"{lib}: a symbolic link or outside the plan directory; refusing to load native "
+                            "code from it")
+        if not lib.exists():
             raise PlanError(f"{lib}: missing (named by {info_file})")
-        if hashlib.sha256(lib.read_bytes()).hexdigest() != info.get("sha256"):
+        data = read_bytes(lib, "the compiled module", PlanError, max_bytes=MAX_COMPILED_BYTES)
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != info.get("sha256"):
             raise PlanError(f"{lib}: SHA-256 differs from {info_file}: the file changed, refusing to load it")
-        return lib
+        try:
+            made_here = _trust.verify(digest, _trust_context(info), info.get("hmac"))
+        except _trust.TrustError as exc:
+            raise PlanError(f"{lib}: cannot check where it was made: {exc}") from None
+        if not (made_here or trust):
+            raise PlanError(f"{lib}: not compiled by placer on this machine for this user (its compiled.json "
+                            "has no valid HMAC under your trust key); loading it would run its native code. "
+                            "Recompile it (placer tune, Materialized.export_compiled) or pass --trust if you "
+                            "trust whoever made it")
+        return lib, data
 
     def save(self, out_dir: str | Path, *, relax: bool = True) -> Path:
         """Write the PLAN_DIR layout (see placer.materialize)."""
@@ -223,6 +256,11 @@ class Materialized:
             (out / RELAX_FILE).write_text(self.relax_text())
         self.out_dir = out
         return out
+
+
+def _trust_context(info: Mapping[str, Any]) -> dict[str, str]:
+    """What a compiled module's HMAC binds besides its bytes: the plan and TVM it was built for."""
+    return {k: str(info.get(k)) for k in ("model_hash", "assignment_hash", "tvm")}
 
 
 def _runtime_of(target: str) -> str:
@@ -405,14 +443,9 @@ def load_plan_dir(path: str | Path, graph=None) -> Materialized:
         raise PlanError(f"{root}: not a plan directory")
     if graph is None:
         graph = _load_graph(root / MODEL_FILE)
-    try:
-        plan_json = json.loads((root / PLAN_FILE).read_text())
-    except FileNotFoundError:
-        raise PlanError(f"{root / PLAN_FILE}: no plan in the plan directory") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanError(f"{root / PLAN_FILE}: cannot read the plan ({type(exc).__name__})") from None
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"{root / PLAN_FILE}: not valid JSON ({exc})") from None
+    if not (root / PLAN_FILE).exists():
+        raise PlanError(f"{root / PLAN_FILE}: no plan in the plan directory")
+    plan_json = load_json(root / PLAN_FILE, "the plan", PlanError)
     try:
         spec = _plan_spec_from_json(plan_json)
     except PlanError as exc:
@@ -452,7 +485,16 @@ def load_plan_dir(path: str | Path, graph=None) -> Materialized:
 def _plan_spec_from_json(d: Any) -> PlanSpec:
     if not isinstance(d, Mapping) or "assignment" not in d:
         raise PlanError("plan.json has no op -> target assignment")
-    return plan_spec(d)
+    if not isinstance(d["assignment"], Mapping):
+        raise PlanError("assignment must map op -> target")
+    for o, t in d["assignment"].items():
+        if not isinstance(t, str):
+            raise PlanError(f"assignment: op {o!r} is placed on {str(t)[:60]!r}, which is not a target "
+                            "name")
+    try:
+        return plan_spec(d)
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:  # e.g. a list where a stage is
+        raise PlanError(f"malformed ({type(exc).__name__}: {str(exc)[:160]})") from None
 
 
 def show_plan_dir(path: str | Path, *, ir: bool = False, as_json: bool = False) -> str:

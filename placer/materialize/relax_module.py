@@ -194,7 +194,7 @@ class RelaxProgram:
         return RelaxCompiled(self, ex, vm, callouts, compile_s)
 
 
-def load_compiled(program: RelaxProgram, path) -> "RelaxCompiled":
+def load_compiled(program: RelaxProgram, path, name=None) -> "RelaxCompiled":
     """A compiled module exported by :meth:`RelaxCompiled.export`, loaded with its callouts.
 
     The library is native code: load only files you trust (``placer run --compiled`` checks its
@@ -205,15 +205,20 @@ def load_compiled(program: RelaxProgram, path) -> "RelaxCompiled":
     import tvm_ffi
     from tvm import relax
 
+    name = name if name is not None else path  # the file to name in errors (``path`` may be a private copy)
     callouts = {sym: Callout(ext) for sym, ext in program.externals.items()}
     with _COMPILE_LOCK:
         try:
             lib = tvm.runtime.load_module(str(path))
         except Exception as exc:
-            raise TargetError(f"{path}: cannot load the compiled Relax module: {_first_line(exc)}") from exc
+            raise TargetError(f"{name}: cannot load the compiled Relax module: {_first_line(exc)}") from exc
         for sym, c in callouts.items():
             tvm_ffi.register_global_func(sym, c, override=True)
-        vm = relax.VirtualMachine(lib, tvm.cpu(0))
+        try:
+            vm = relax.VirtualMachine(lib, tvm.cpu(0))
+        except Exception as exc:  # a library that is not a Relax executable (another .so)
+            raise TargetError(f"{name}: not a compiled Relax module ({type(exc).__name__}: "
+                              f"{_first_line(exc)})") from exc
     return RelaxCompiled(program, lib, vm, callouts, 0.0)
 
 

@@ -399,16 +399,12 @@ def _structural_check(d: Mapping[str, Any]) -> None:  # pragma: no cover - fallb
 
 
 def load_stage_config(path: str | Path) -> StageConfig:
+    from placer.safe_io import load_json
+
     path = Path(path)
-    try:
-        d = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PlanError(f"{path}: no stage config") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanError(f"{path}: cannot read the stage config ({type(exc).__name__})") from None
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"{path}: not valid JSON ({exc})") from None
-    return StageConfig.from_dict(d)
+    if not path.exists():
+        raise PlanError(f"{path}: no stage config")
+    return StageConfig.from_dict(load_json(path, "the stage config", PlanError))
 
 
 def _check_stage_resources(cfg: StageConfig) -> None:

@@ -525,7 +525,11 @@ class _RichBar(_NoBar):
         self.task = self.progress.add_task("", total=total)
 
     def describe(self, text: str) -> None:
-        self.progress.update(self.task, description=text[:48])
+        from rich.markup import escape
+
+        from placer.safe_io import printable
+
+        self.progress.update(self.task, description=escape(printable(text[:48], newlines=False)))
 
     def advance(self) -> None:
         self.progress.advance(self.task)

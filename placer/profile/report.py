@@ -21,7 +21,12 @@ def summary_table(graph, res: CampaignResult, title: str | None = None):
     """A rich Table: one row per target (signatures measured/cached/unsupported/failed, op time)."""
     from rich.table import Table
 
-    t = Table(title=title or f"{graph.name}: {len(graph.ops)} ops, {res.unique_signatures} unique signatures")
+    from rich.markup import escape
+
+    from placer.safe_io import printable
+
+    title = title or f"{graph.name}: {len(graph.ops)} ops, {res.unique_signatures} unique signatures"
+    t = Table(title=escape(printable(title)))
     segs = any(k == "segment" for tot in res.per_target.values() for (k, _o) in tot.counts)
     cols = ["target", "measured", "cached", "unsupported", "failed", "ops unsupp.", "sum op ms (net)",
             "overhead us", "whole model ms", "wall s"] + (["segments meas./cached"] if segs else [])
@@ -64,6 +69,10 @@ def summary_lines(res: CampaignResult) -> list[str]:
     return lines
 
 
+#: longest --timeout of one measurement, seconds
+MAX_TIMEOUT_S = 86400.0
+
+
 def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None, shapes: Mapping | None,
                     timeout_s: float, segments: int, links: bool, whole_model: bool, retry_failed: bool,
                     progress: bool, retry_contended: bool = False) -> int:
@@ -71,9 +80,10 @@ def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None
     from placer.devices import make_targets
     from placer.errors import ProfileError
     from placer.profile.campaign import profile_model
+    from placer.safe_io import printable
 
-    if not timeout_s > 0:
-        raise ProfileError(f"--timeout {timeout_s}: must be > 0")
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise ProfileError(f"--timeout {timeout_s}: must be > 0 and at most {MAX_TIMEOUT_S:g} s (a day)")
     if segments and segments < 2:
         raise ProfileError(f"--segments {segments}: the longest chain segment must be >= 2 ops")
     tlist = make_targets(targets)
@@ -85,7 +95,7 @@ def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None
     out = console()
     out.print(summary_table(graph, res))
     for line in summary_lines(res):
-        out.print(line, highlight=False)
+        out.print(printable(line), highlight=False, markup=False)
     return 0
 
 

@@ -117,12 +117,23 @@ class Measurement:
 _M_COLS = "m.key, m.kind, m.target, t.name, m.status, m.reason, m.median_ms, m.net_ms, m.p10_ms, m.p90_ms, m.n, m.timestamp, m.meta"
 
 
+#: longest JSON text a store column may hold (signatures and metadata are small)
+MAX_JSON_COLUMN = 1 << 20
+
+
 def _json_column(text, what: str):
     """A JSON column (only JSON is ever decoded from a store); ProfileError if it is not JSON."""
+    from placer.safe_io import loads
+
+    if not isinstance(text, (str, bytes)):
+        raise ProfileError(f"{what} is not valid JSON (a damaged or edited profile store?)")
+    if len(text) > MAX_JSON_COLUMN:
+        raise ProfileError(f"{what} is {len(text)} characters of JSON, over {MAX_JSON_COLUMN} (a damaged or "
+                           "edited profile store?)")
     try:
-        return json.loads(text)
-    except (TypeError, ValueError):  # JSONDecodeError, UnicodeDecodeError, bytes of a pickle ...
-        raise ProfileError(f"{what} is not valid JSON (a damaged or edited profile store?)") from None
+        return loads(text, what, ProfileError)
+    except ProfileError as exc:  # invalid JSON, bytes of a pickle, nesting, repeated keys, huge numbers ...
+        raise ProfileError(f"{exc} (a damaged or edited profile store?)") from None
 
 
 def _row_to_measurement(r) -> Measurement:
@@ -147,12 +158,16 @@ class ProfileStore:
 
     def __init__(self, path: str | os.PathLike, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS, readonly: bool = False):
         self.path = str(path)
+        self._conn = None
         self._hash_cache: dict[str, str] = {}
         self._names: dict[str, str] = {}
         if self.path != ":memory:":
             p = Path(self.path)
             if p.is_dir():
                 raise ProfileError(f"profile store {self.path!r} is a directory, not a SQLite file")
+            if p.exists() and not p.is_file():  # a FIFO would block SQLite's open, a device feed it garbage
+                raise ProfileError(f"profile store {self.path!r} is not a regular file (a FIFO, device or "
+                                   "socket)")
             if p.exists() and p.stat().st_size > 0:
                 with open(p, "rb") as f:
                     head = f.read(16)
@@ -171,23 +186,20 @@ class ProfileStore:
                 self._open(busy_timeout_ms, readonly)
                 return
             except sqlite3.OperationalError as exc:
-                self._conn.close()
+                self.close()
                 if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise ProfileError(f"profile store {self.path!r} cannot be opened: {exc}") from None
                 time.sleep(0.05 + 0.25 * random.random())
             except sqlite3.DatabaseError as exc:
-                self._conn.close()
+                self.close()
                 raise ProfileError(f"profile store {self.path!r} cannot be opened: {exc}") from None
             except PlacerError:
-                self._conn.close()
+                self.close()
                 raise
 
     def _open(self, busy_timeout_ms: int, readonly: bool) -> None:
         self._conn = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None)
         self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        if self.path != ":memory:" and not readonly:
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute("PRAGMA synchronous = NORMAL")
         self._init_schema(readonly)
 
     # ---- schema -------------------------------------------------------------------------------
@@ -199,6 +211,9 @@ class ProfileStore:
                 f"{self.path!r} is a SQLite database but not a placer profile store (no schema_version table)"
             )
         if "schema_version" in tables:
+            if not c.execute("SELECT 1 FROM schema_version").fetchone():  # made with its row, in one tx
+                raise ProfileError(f"profile store {self.path!r} is damaged: its schema_version table is "
+                                   "empty")
             self._check_version()
             missing = sorted(_TABLES - tables)
             if missing:
@@ -207,6 +222,11 @@ class ProfileStore:
                 return
         elif readonly:
             raise ProfileError(f"profile store {self.path!r} is empty")
+        # only now, the file known to be a store this placer reads (or empty), is anything written to it:
+        # a foreign, damaged or newer database is refused above exactly as it was found
+        if self.path != ":memory:":
+            c.execute("PRAGMA journal_mode = WAL")
+            c.execute("PRAGMA synchronous = NORMAL")
         with self._tx():
             # (executescript would commit on its own: run the statements one by one in this transaction)
             for stmt in _SCHEMA.split(";"):
@@ -224,8 +244,9 @@ class ProfileStore:
         if rows:
             try:
                 v = max(int(r[0]) for r in rows)
-            except (TypeError, ValueError):
-                raise ProfileError(f"profile store {self.path!r} is damaged: its schema_version is {rows[0][0]!r}") from None
+            except (TypeError, ValueError, OverflowError):
+                raise ProfileError(f"profile store {self.path!r} is damaged: its schema_version is "
+                                   f"{str(rows[0][0])[:40]!r}") from None
             if v > SCHEMA_VERSION:
                 raise ProfileError(
                     f"profile store {self.path!r} has schema version {v}; this placer reads versions <= "

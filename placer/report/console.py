@@ -6,6 +6,8 @@ width on a terminal and takes at least :data:`MIN_WIDTH` columns otherwise; :fun
 makes every column fold (wrap inside the cell) instead of ellipsizing, so long cells such as error
 messages are shown whole. :func:`add_row` adds cells as plain text: an error message such as
 ``expected [1, 3] ... [/x]`` is shown as written, not read as rich markup (which can raise).
+Text from a user's files goes through :func:`placer.safe_io.printable` first (escape sequences
+escaped, never sent to the terminal).
 """
 
 from __future__ import annotations
@@ -33,20 +35,26 @@ def make_console(*, stderr: bool = False, min_width: int = MIN_WIDTH):
 def make_table(columns: Sequence[str], *, title: str | None = None, justify: Iterable[str] = ()):
     """A rich Table whose columns fold long cells (never "..."); columns named in ``justify`` are
     right-aligned (numbers)."""
+    from rich.markup import escape
     from rich.table import Table
 
+    from placer.safe_io import printable
+
     right = set(justify)
-    table = Table(title=title)
+    table = Table(title=escape(printable(title)) if title is not None else None)  # a title is never markup
     for col in columns:
         table.add_column(col, overflow="fold", justify="right" if col in right else "left")
     return table
 
 
 def add_row(table, cells: Iterable[Any]) -> None:
-    """Add ``cells`` to ``table`` as plain text (``None`` -> "-"), never parsed as markup."""
+    """Add ``cells`` to ``table`` as plain text (``None`` -> "-"), never parsed as markup, control
+    characters escaped (a name from a model cannot send terminal escape sequences)."""
     from rich.text import Text
 
-    table.add_row(*(c if isinstance(c, Text) else Text("-" if c is None else str(c)) for c in cells))
+    from placer.safe_io import printable
+
+    table.add_row(*(c if isinstance(c, Text) else Text("-" if c is None else printable(c)) for c in cells))
 
 
 def render_text(renderable: Any, width: int = 1000) -> str:

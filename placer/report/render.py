@@ -115,7 +115,9 @@ class Document:
                 longest = max((len(m) for m in re.findall(r"`+", v)), default=0)
                 fence = "`" * max(3, longest + 1)
                 out += [fence, v, fence, ""]
-        return "\n".join(out)
+        from placer.safe_io import printable
+
+        return printable("\n".join(out))  # names from a model cannot drive the terminal of who reads it
 
     def html(self) -> str:
         """The Markdown rendered (markdown-it-py), images by their relative paths."""

@@ -16,6 +16,10 @@ class NumericsMismatch(PlacerError):
     """``check=True`` and an output differs from the reference beyond its tolerance (output named)."""
 
 
+#: most requests (and warm-up requests) one run takes: each is held in memory with its outputs
+MAX_REQUESTS = 100_000
+
+
 def run_plan(
     plan: Any,
     inputs: str | Sequence[Mapping[str, np.ndarray]] | Mapping[str, np.ndarray] = "seed:0",
@@ -31,6 +35,7 @@ def run_plan(
     tolerances: Mapping[str, tuple[float, float]] | None = None,
     queue_size: int = 2,
     compiled: bool = False,
+    trust: bool = False,
 ) -> RunResult:
     """Run a plan (a PLAN_DIR path or a :class:`~placer.materialize.Materialized`).
 
@@ -39,16 +44,17 @@ def run_plan(
     every completed request with the whole model in ONNX Runtime; ``check`` raises
     :class:`NumericsMismatch` naming the first output outside tolerance, and re-raises the first
     failed request's error. ``compiled`` (Relax executor only) loads the plan directory's exported
-    ``module.so`` (after checking its SHA-256 against ``compiled.json``) instead of compiling.
+    ``module.so`` (after checking its SHA-256 against ``compiled.json``) instead of compiling; it
+    must be one this user's placer compiled (:mod:`placer.trust`) unless ``trust``: it is native code.
     """
     import math
 
     from placer.materialize import Materialized, load_plan_dir
 
-    if requests is not None and requests < 1:
-        raise PlacerError(f"requests must be >= 1, got {requests}")
-    if warmup < 0:
-        raise PlacerError(f"warmup must be >= 0, got {warmup}")
+    if requests is not None and not 1 <= requests <= MAX_REQUESTS:
+        raise PlacerError(f"requests must be >= 1 and at most {MAX_REQUESTS}, got {requests}")
+    if not 0 <= warmup <= MAX_REQUESTS:
+        raise PlacerError(f"warmup must be >= 0 and at most {MAX_REQUESTS}, got {warmup}")
     for what, tol in (("rtol", rtol), ("atol", atol)):
         if not (math.isfinite(tol) and tol >= 0):
             raise PlacerError(f"{what} must be finite and >= 0, got {tol}")
@@ -70,7 +76,7 @@ def run_plan(
     else:
         if compiled and executor != "relax":
             raise PlacerError("compiled=True loads the exported Relax module: it needs executor='relax'")
-        ex = make_executor(mat, executor, **({"compiled": True} if compiled else {}))
+        ex = make_executor(mat, executor, **({"compiled": True, "trust": trust} if compiled else {}))
         try:
             ex.compile()
             result = ex.measure(reqs, warmup=warmup)

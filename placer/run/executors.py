@@ -29,6 +29,7 @@ import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -286,22 +287,30 @@ class RelaxExecutor(_Executor):
     name = "relax"
     time_requests_with_partitions = False
 
-    def __init__(self, mat, *, compiled: bool = False):
+    def __init__(self, mat, *, compiled: bool = False, trust: bool = False):
         super().__init__(mat)
         self.program = None
         self.rc = None
         self.use_compiled = bool(compiled)
+        self.trust = bool(trust)  # load a compiled module this machine did not make (native code!)
 
     def compile(self) -> None:
         if self.compiled_s is not None:
             return
         t0 = time.perf_counter()
-        self.program = self.mat.relax_program()
         if self.use_compiled:  # the exported module.so of the plan directory, checked against compiled.json
+            import tempfile
+
             from placer.materialize.relax_module import load_compiled
 
-            self.rc = load_compiled(self.program, self.mat.compiled_path())
+            path, data = self.mat.compiled_module(trust=self.trust)  # checked before any TVM work
+            self.program = self.mat.relax_program()
+            with tempfile.TemporaryDirectory(prefix="placer-module-") as tmp:  # the checked bytes, privately
+                copy = Path(tmp) / path.name
+                copy.write_bytes(data)
+                self.rc = load_compiled(self.program, copy, name=path)
         else:
+            self.program = self.mat.relax_program()
             self.rc = self.program.compile()
         self.rc.build_sessions()
         self.compiled_s = time.perf_counter() - t0

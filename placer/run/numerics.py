@@ -282,6 +282,8 @@ def load_inputs(spec: str, graph, n: int = 1) -> list[dict[str, np.ndarray]]:
             seed = int(spec[5:])
         except ValueError:
             raise PlacerError(f"--inputs {spec!r}: expected seed:N with an integer N") from None
+        if not 0 <= seed <= 2**32 - 1 - n:  # numpy seeds are unsigned; request i uses seed N + i
+            raise PlacerError(f"--inputs {spec!r}: N must be between 0 and {2**32 - 1 - n}")
         return [random_inputs(graph, seed + i) for i in range(n)]
     path = Path(spec)
     if not path.is_file():

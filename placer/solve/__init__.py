@@ -58,6 +58,9 @@ __all__ = [
 
 #: ``coarsen="auto"`` coarsens problems with more ops than this (for solvers that allow it).
 AUTO_COARSEN_OPS = 1000
+#: Longest solver time limit accepted, seconds (a week: beyond it a deadline is a mistake, and
+#: 1e308 overflows the solvers' own clocks).
+MAX_TIME_LIMIT_S = 7 * 24 * 3600.0
 #: Target number of super-ops when coarsening without an explicit size.
 COARSE_OPS = 400
 #: A coarse solve gets at least this many seconds, or is skipped when a fine plan exists.
@@ -78,8 +81,9 @@ def check_request(mode: str, solver: str, time_limit: float, targets: Sequence[s
     if unknown:
         valid = ", ".join(sorted(impl.options)) or "none"
         raise ProblemError(f"solver {solver!r}: unknown options {unknown}; valid options: {valid}")
-    if not (isinstance(time_limit, (int, float)) and time_limit > 0 and math.isfinite(time_limit)):
-        raise ProblemError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    if not (isinstance(time_limit, (int, float)) and 0 < time_limit <= MAX_TIME_LIMIT_S):
+        raise ProblemError(f"time_limit must be a positive number of seconds, at most {MAX_TIME_LIMIT_S:g} "
+                           f"(a week), got {time_limit!r}")
     if impl.takes_arg and targets is not None:
         resolve_target_name(impl.arg, list(targets), f"solver {solver!r}: ")
     return impl

@@ -7,7 +7,9 @@
    store holds for the targets (this model included, its whole-model and segment runs among the
    partitions) and carries over the partitions earlier ``placer tune`` runs measured (records
    marked ``origin: "tune"`` in the saved model). A saved model that fails its integrity check is
-   not loaded (skops + hashed card, never a pickle); the tuner says so and refits.
+   not loaded (skops + hashed card, never a pickle); the tuner says so, refits, and leaves that
+   model as it is: :func:`save` does not write over a model it could not load (a newer placer's,
+   a damaged one), it says where the updated one was not saved instead.
 2. :func:`learned_costs` prices the ops of a problem the way the cost model sees a partition,
    ``overhead + ratio[target] * sum(net op costs)`` (:mod:`costmodels.partition`): net op costs
    from the model (the exact measurement where the store has one) times the target's learned
@@ -65,7 +67,9 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
             prior = CostModel.load(model_dir)
         except Exception as exc:  # noqa: BLE001 - integrity, format or version: refit, never trust it
             say(f"cost model {model_dir}: not loaded ({type(exc).__name__}: {str(exc).splitlines()[0][:160]}); "
-                "refitted from the profile store")
+                "refitted from the profile store; the model there is left as it is (not overwritten)")
+            cm._placer_unreadable = (str(Path(model_dir).resolve()), f"{type(exc).__name__}: "
+                                     f"{str(exc).splitlines()[0][:160]}")
         else:
             carried = [(r, m) for r, m in tune_records(prior) if r.get("target") in names][-MAX_CARRIED:]
     if carried:
@@ -131,7 +135,14 @@ def refresh(cm) -> None:
 
 
 def save(cm, model_dir: str | Path, say: Callable[[str], None] = lambda m: None) -> Path | None:
-    """Write the updated model to ``model_dir`` (a failure is said, not raised: the tune result stands)."""
+    """Write the updated model to ``model_dir`` (a failure is said, not raised: the tune result stands).
+    Never over a model :func:`fit_or_update` could not load from there: that one is the user's."""
+    unreadable = getattr(cm, "_placer_unreadable", None)
+    if unreadable is not None and unreadable[0] == str(Path(model_dir).resolve()):
+        say(f"cost model not saved to {model_dir}: it holds a model this placer could not load "
+            f"({unreadable[1]}), left intact; move it away (or pass another --cost-model DIR) to keep what "
+            "this run learned")
+        return None
     try:
         refresh(cm)
         path = cm.save(model_dir)

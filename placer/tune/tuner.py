@@ -702,19 +702,30 @@ def load_tune_result(out_dir: str | os.PathLike):
     """A finished tune directory back as ``(TuneResult, context)`` for re-rendering its report."""
     from types import SimpleNamespace
 
+    from placer.errors import PlanError
     from placer.graph import load_graph
     from placer.plan import Plan
+    from placer.safe_io import load_json
+    from placer.tune.saved import check_summary, checked_record
 
     out = Path(out_dir)
-    try:
-        summary = json.loads((out / "tune.json").read_text())
-        rows = json.loads((out / "trials.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise PlacerError(f"{out}: not a placer tune output directory (tune.json / trials.json: {exc})") from None
+    if not out.is_dir():
+        raise PlacerError(f"{out}: not a placer tune output directory (not a directory)")
+    for name in ("tune.json", "trials.json"):
+        if not (out / name).exists():
+            raise PlacerError(f"{out}: not a placer tune output directory ({name} is missing)")
+    summary = load_json(out / "tune.json", "the tune summary")
+    rows = load_json(out / "trials.json", "the tune trials")
+    check_summary(summary, out / "tune.json")
+    if not isinstance(rows, list):
+        raise PlacerError(f"{out / 'trials.json'}: expected a list of trial records")
     records = []
-    for r in rows:
-        r = dict(r)
-        r["plan"] = Plan.from_json(r["plan"]) if r.get("plan") else None
+    for i, r in enumerate(rows):
+        r = checked_record(r, f"{out / 'trials.json'}: record {i}")
+        try:
+            r["plan"] = Plan.from_json(r["plan"]) if r.get("plan") else None
+        except PlanError as exc:
+            raise PlacerError(f"{out / 'trials.json'}: record {i}: {exc}") from None
         records.append(TrialRecord(**r))
     by_key = {r.key: r for r in records}
     if summary.get("best") not in by_key or summary.get("best_single") not in by_key:

@@ -13,7 +13,15 @@ test time from :mod:`placer.zoo` models, ``onnx.helper`` graphs and small edits 
 * ``unclear``: a non-zero exit, no traceback, but the message does not name what is wrong;
 * ``crash``: an exception escaped ``main`` or a traceback was printed;
 * ``hang``: the case ran past its time limit;
-* ``accepted``: exit code 0 (the input was wrongly accepted).
+* ``accepted``: exit code 0 (the input was wrongly accepted);
+* ``escape``: a raw control character (a terminal escape sequence: ESC, CSI, BEL, CR ...) reached
+  stdout or stderr, whatever the exit code;
+* ``ok``: a case that must be accepted (``accept``: a control, or a legitimate input with hostile
+  names, such as op names holding escape sequences) exited 0 and printed no raw control character.
+
+The hostile classes of the second round (non-regular files, parser limits, duplicate keys, numbers
+out of range, wrong types, escape sequences, data that must be left intact, untrusted compiled
+modules, malformed tune directories) are declared in :mod:`corpus_hostile`.
 
 The base inputs (a good model, plan directory, problem, profile store and cost model) are cases
 too, in :data:`CONTROL` category: they must be accepted, which shows the other cases fail
@@ -27,6 +35,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import sqlite3
@@ -44,7 +53,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 SEED = 20240607
 CONTROL = "control"
-OUTCOMES = ("clear", "unclear", "crash", "hang", "accepted")
+OUTCOMES = ("clear", "ok", "unclear", "crash", "hang", "accepted", "escape")
+#: control characters that must never reach the terminal raw (tab and newline are fine)
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x9b]")
 FAST_TIMING = {"warmup_s": 0.002, "min_samples": 3, "hard_min_samples": 3, "batch_s": 0.002, "rel_tol": 0.2,
                "min_time_s": 0.002, "max_time_s": 0.02, "max_samples": 50}
 
@@ -60,13 +71,13 @@ class Case:
     call: Callable[[], Any] | None = None
     expect: tuple[str, ...] = ()
     timeout_s: float = 60.0
-    accept: bool = False  # a control: must be accepted
+    accept: bool = False  # must be accepted (a control, or a legitimate input with hostile names)
 
 
 @dataclass
 class Outcome:
     case: Case
-    kind: str  # one of OUTCOMES, or "ok" for an accepted control
+    kind: str  # one of OUTCOMES
     rc: int | None
     message: str
     seconds: float
@@ -99,7 +110,7 @@ def _error_line(text: str) -> str:
 
 
 def classify(case: Case, rc: int | None, stderr: str, exc: BaseException | None, seconds: float,
-             timed_out: bool = False) -> Outcome:
+             timed_out: bool = False, stdout: str = "") -> Outcome:
     if timed_out:
         return Outcome(case, "hang", rc, "", seconds)
     if exc is not None:
@@ -107,6 +118,10 @@ def classify(case: Case, rc: int | None, stderr: str, exc: BaseException | None,
         return Outcome(case, "crash", rc, f"{type(exc).__name__}: {exc}", seconds, detail)
     if "Traceback (most recent call last)" in stderr:
         return Outcome(case, "crash", rc, _error_line(stderr), seconds, stderr)
+    raw = RAW_CONTROL.search(stdout + stderr)
+    if raw:
+        return Outcome(case, "escape", rc, f"raw control character {raw.group(0)!r} printed", seconds,
+                       (stdout + stderr)[-1500:])
     if case.accept:
         return Outcome(case, "ok" if rc == 0 else "unclear", rc, _error_line(stderr), seconds, stderr)
     if rc == 0:
@@ -153,7 +168,7 @@ def run_case(case: Case) -> Outcome:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    return classify(case, rc, err.getvalue(), exc, time.monotonic() - t0, timed_out)
+    return classify(case, rc, err.getvalue(), exc, time.monotonic() - t0, timed_out, out.getvalue())
 
 
 # ============================================================================ models
@@ -973,6 +988,10 @@ def build_corpus(root: Path, base: Base, seed: int = SEED) -> list[Case]:
     cm_case("card-missing", lambda d: (d / "card.json").unlink(), ["card.json"])
     cm_case("card-path-escape", card_escape, ["outside.json"])
     cm_case("file-missing", lambda d: (d / "transfer.skops").unlink(), ["transfer.skops"])
+
+    from corpus_hostile import hostile_cases  # the second round of hostile classes: see its docstring
+
+    hostile_cases(root, base, add, rng)
     return cases
 
 
@@ -1011,9 +1030,16 @@ def zoo_external(c: Path, base: Base) -> Path:
 def summarize(outcomes: list[Outcome]) -> tuple[str, dict[str, int]]:
     bad = [o for o in outcomes if o.case.category != CONTROL]
     counts = {k: sum(o.kind == k for o in bad) for k in OUTCOMES}
-    line = (f"reliability corpus: {len(bad)} inputs tried, {counts['clear']} clear errors, {counts['crash']} crashes, "
-            f"{counts['hang']} hangs, {counts['accepted']} wrongly accepted, {counts['unclear']} unclear messages")
+    line = (f"reliability corpus: {len(bad)} inputs tried, {counts['clear']} clear errors, "
+            f"{counts['ok']} hostile but legitimate inputs handled, {counts['crash']} crashes, "
+            f"{counts['hang']} hangs, {counts['accepted']} wrongly accepted, "
+            f"{counts['unclear']} unclear messages, {counts['escape']} raw escape sequences")
     return line, counts
+
+
+def expected_kind(case: Case) -> str:
+    """What a case must come out as: ``ok`` if it must be accepted, else a ``clear`` error."""
+    return "ok" if case.accept else "clear"
 
 
 def category_counts(cases: list[Case]) -> dict[str, int]:

@@ -185,6 +185,18 @@ def test_exported_compiled_module_runs_and_a_changed_one_is_refused(tmp_path):
         f.write(b"\0")
     with pytest.raises(PlanError, match="SHA-256 differs"):
         RelaxExecutor(load_plan_dir(tmp_path / "plan"), compiled=True).compile()
+    # resealed by whoever changed it: the SHA-256 matches, but it is not one this user's placer compiled
+    # (no valid HMAC under the trust key): refused, unless the user says --trust
+    import hashlib
+
+    info = json.loads(good)
+    assert info["hmac"]
+    info["sha256"] = hashlib.sha256(lib.read_bytes()).hexdigest()
+    info_file.write_text(json.dumps(info))
+    with pytest.raises(PlanError, match="module.so: not compiled by placer on this machine"):
+        RelaxExecutor(load_plan_dir(tmp_path / "plan"), compiled=True).compile()
+    res = run_plan(tmp_path / "plan", "seed:1", executor="relax", compiled=True, trust=True, check=True)
+    assert res.numerics.passed
 
 
 def test_an_int64_tensor_from_onnxruntime_feeds_an_openvino_partition():

@@ -59,6 +59,36 @@ def test_a_corrupt_saved_model_is_refitted_not_loaded(ctx, tmp_path):
     again = learned.fit_or_update(ctx, tmp_path / "cm", said.append)
     assert any("not loaded" in m for m in said), said
     assert learned.tune_records(again) == []
+    # ... and not written over either: the damaged model is the user's to look at
+    before = _files(tmp_path / "cm")
+    assert learned.save(again, tmp_path / "cm", said.append) is None
+    assert "left intact" in said[-1] and _files(tmp_path / "cm") == before
+    assert learned.save(again, tmp_path / "elsewhere", said.append) == tmp_path / "elsewhere"
+
+
+def test_a_newer_models_directory_is_left_intact(ctx, tmp_path):
+    """A model of a newer format version (a newer placer's) is neither loaded nor overwritten: not by
+    tune's save, not by a plain save, not by `placer fit --out`."""
+    from costmodels.errors import CostModelError
+    from placer.cli import main
+
+    cm = learned.fit_or_update(ctx, None)
+    cm.save(tmp_path / "cm")
+    card = json.loads((tmp_path / "cm" / "card.json").read_text())
+    (tmp_path / "cm" / "card.json").write_text(json.dumps({**card, "version": 2}))
+    before = _files(tmp_path / "cm")
+    said = []
+    again = learned.fit_or_update(ctx, tmp_path / "cm", said.append)
+    assert "format version 2" in said[0] and "not overwritten" in said[0], said
+    assert learned.save(again, tmp_path / "cm", said.append) is None
+    with pytest.raises(CostModelError, match="refusing to overwrite"):
+        again.save(tmp_path / "cm")
+    assert main(["fit", "--db", str(ctx.store.path), "--out", str(tmp_path / "cm")]) == 2
+    assert _files(tmp_path / "cm") == before
+
+
+def _files(d) -> dict[str, bytes]:
+    return {str(f.relative_to(d)): f.read_bytes() for f in sorted(d.rglob("*")) if f.is_file()}
 
 
 def test_feed_refits_the_partition_ratio(ctx):
