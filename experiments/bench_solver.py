@@ -180,6 +180,33 @@ def cmd_random(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dp_limit(args: argparse.Namespace) -> int:
+    """How well ``dp`` honours its time limit on random layered DAGs too big for it to finish."""
+    from placer.errors import ProblemError
+    from placer.solve import solve
+
+    print(f"{'ops':>5} {'T':>2} {'limit_s':>7} {'wall_s':>7} {'over_%':>7} {'status':<9} {'obj_ms':>10} "
+          f"{'bound_ms':>10} labels")
+    worst = 0.0
+    for n in [int(x) for x in args.sizes.split(",")]:
+        for t in [int(x) for x in args.targets.split(",")]:
+            problem = random_layered(n, t, seed=args.seed)
+            t0 = time.monotonic()
+            try:
+                plan = solve(problem, "pipeline", "dp", time_limit=args.time_limit)
+                status, obj, bound = plan.stats.status, plan.bottleneck_ms, plan.stats.best_bound
+                labels = plan.stats.extra.get("labels")
+            except ProblemError as exc:
+                status, obj, bound, labels = "ERROR", math.nan, math.nan, str(exc)[:60]
+            wall = time.monotonic() - t0
+            over = 100 * (wall - args.time_limit) / args.time_limit
+            worst = max(worst, over)
+            print(f"{n:>5} {t:>2} {args.time_limit:>7.1f} {wall:>7.2f} {over:>7.1f} {status:<9} {obj:>10.3f} "
+                  f"{bound:>10.3f} {labels}", flush=True)
+    print(f"# worst overrun {worst:.1f} % of the limit (seed={args.seed})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -199,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--unsupported", type=float, default=0.1,
                    help="fraction of ops each non-reference target lacks (default 0.1)")
     b.set_defaults(func=cmd_random)
+    c = sub.add_parser("dp-limit", help="dp solver: wall time against its time limit")
+    c.add_argument("--sizes", default="200,500,1000")
+    c.add_argument("--targets", default="4")
+    c.add_argument("--time-limit", type=float, default=10.0)
+    c.add_argument("--seed", type=int, default=0)
+    c.set_defaults(func=cmd_dp_limit)
     args = ap.parse_args(argv)
     return int(args.func(args))
 

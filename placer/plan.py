@@ -399,9 +399,12 @@ class Plan:
                 raise PlanError(f"op {p.ops[v]!r} (stage {stage[v]}) consumes from {p.ops[u]!r} in a later "
                                 f"stage {stage[u]}")
         if self.options.get("contiguous"):
-            for i in range(p.n_ops - 1):
-                if stage[i] > stage[i + 1]:
-                    raise PlanError(f"op {p.ops[i + 1]!r} breaks stage contiguity (stage {stage[i + 1]} after "
+            # runs of the canonical order when the plan says so (placer.solve.solve), else of the listing
+            seq = p.canonical_order if self.options.get("op_order") == "canonical" else range(p.n_ops)
+            seq = list(seq)
+            for i, j in zip(seq, seq[1:]):
+                if stage[i] > stage[j]:
+                    raise PlanError(f"op {p.ops[j]!r} breaks stage contiguity (stage {stage[j]} after "
                                     f"{p.ops[i]!r} in stage {stage[i]})")
         k = self.options.get("num_stages")
         if k is not None and len(self.stage_targets) > int(k):

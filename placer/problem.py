@@ -61,6 +61,7 @@ import heapq
 import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -449,7 +450,8 @@ class PlacementProblem:
         if total_w > float(caps.sum()):
             raise ProblemError(f"infeasible memory: ops need {total_w:.6g} weight bytes, all targets "
                                f"together hold {float(caps.sum()):.6g}")
-        units = [list(g) for g in groups] + [[i] for i in range(n) if not any(i in g for g in groups)]
+        grouped = {i for g in groups for i in g}
+        units = [list(g) for g in groups] + [[i] for i in range(n) if i not in grouped]
         pinned_load = np.zeros(t)
         for unit in units:
             w = float(weights[unit].sum())
@@ -686,6 +688,68 @@ class PlacementProblem:
         a.setflags(write=False)
         return a
 
+    # ------------------------------------------------------------------ canonical order
+    @cached_property
+    def pipeline_units(self) -> tuple[tuple[int, ...], ...]:
+        """Sets of ops that every monotone pipeline puts in one stage, in a topological order.
+
+        Exact: contract each colocation group into one node; the strongly connected components of
+        that quotient graph are the units (a cycle ``A -> B -> A`` through groups forces
+        ``stage(A) <= stage(B) <= stage(A)``; in particular every op on a path between two members
+        of a group joins it). Single ops not forced together are units of their own. Units are
+        sorted by their longest path (in units) from the sources, then by the least natural key of
+        their op names (see :attr:`canonical_order`), so the order depends on the graph, the names
+        and the groups only; members are sorted as in :attr:`canonical_order`.
+        """
+        return _pipeline_units(self)
+
+    @cached_property
+    def canonical_order(self) -> tuple[int, ...]:
+        """A topological order of the op indices that does not depend on how ops were listed.
+
+        The :attr:`pipeline_units` one after the other (so colocation groups and everything a
+        pipeline must keep with them form contiguous blocks); inside a unit, ops by their longest
+        path (in ops) from the sources, then by the natural key of their names (digit runs compared
+        as numbers, ``n9 < n10``, then the name itself). Solvers run on :meth:`canonical` and
+        ``contiguous`` pipelines are contiguous runs of this order.
+        """
+        return tuple(i for unit in self.pipeline_units for i in unit)
+
+    def canonical(self) -> PlacementProblem:
+        """The same problem listed in :attr:`canonical_order`, tensors sorted by (producer position,
+        name) with their consumers in op order; ``self`` if it is already listed so. Two problems
+        that differ only in the order of ops, tensors, consumers or colocation members have equal
+        canonical forms (``to_json()`` identical). Built once per problem."""
+        return self._canonical
+
+    @cached_property
+    def _canonical(self) -> PlacementProblem:
+        order = list(self.canonical_order)
+        pos = np.empty(self.n_ops, dtype=int)
+        pos[order] = np.arange(self.n_ops)
+
+        def tkey(tt: Tensor) -> tuple:
+            u = -1 if tt.producer is None else int(pos[self.op_index[tt.producer]])
+            return (u, _natural_key(tt.name))
+
+        def ckey(o: str) -> int:
+            return int(pos[self.op_index[o]])
+
+        tensors = [Tensor(tt.name, tt.producer, tuple(sorted(tt.consumers, key=ckey)), tt.nbytes)
+                   for tt in sorted(self.tensors, key=tkey)]
+        if order == list(range(self.n_ops)) and tuple(tensors) == self.tensors:
+            return self
+        ops = [self.ops[i] for i in order]
+        rank = {o: r for r, o in enumerate(ops)}
+        return PlacementProblem(
+            ops=ops, targets=self.targets, cost_ms=self.cost_ms[order], tensors=tensors,
+            link_latency_ms=self.link_latency_ms, link_ms_per_byte=self.link_ms_per_byte,
+            link_charge=self.link_charge, memory_cap_bytes=self.memory_cap_bytes,
+            weight_bytes=self.weight_bytes[order], pinned=dict(self.pinned),
+            colocate=[tuple(sorted(g, key=rank.__getitem__)) for g in self.colocate],
+            partition_overhead_ms=self.partition_overhead_ms, provenance=self.provenance,
+            target_cores={d: list(c) for d, c in self.target_cores.items()})
+
     @cached_property
     def units(self) -> tuple[tuple[int, ...], ...]:
         """Placement units in topological order of their first op: colocation groups and single ops."""
@@ -902,6 +966,103 @@ class PlacementProblem:
             partition_overhead_ms=per_target("partition_overhead_ms", 0.0),
             provenance=provenance, target_cores=target_cores,
         )
+
+
+def _natural_key(name: str) -> tuple:
+    """Sort key comparing digit runs as numbers (``n9 < n10``), then the name itself (a total order)."""
+    parts = tuple((0, int(s), "") if s.isdigit() else (1, 0, s) for s in re.split(r"(\d+)", name) if s)
+    return (parts, name)
+
+
+def _longest_from_sources(n: int, preds: Sequence[Sequence[int]], order: Sequence[int]) -> list[int]:
+    """Longest path (in nodes, minus one) from a source to each node; ``order`` is topological."""
+    depth = [0] * n
+    for v in order:
+        for u in preds[v]:
+            if depth[u] + 1 > depth[v]:
+                depth[v] = depth[u] + 1
+    return depth
+
+
+def _strong_components(n: int, succ: Sequence[Sequence[int]]) -> list[int]:
+    """Component id of each node (iterative Tarjan)."""
+    index = [-1] * n
+    low = [0] * n
+    comp = [-1] * n
+    on_stack = [False] * n
+    stack: list[int] = []
+    counter = 0
+    n_comp = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        work = [(root, 0)]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = True
+        while work:
+            v, i = work[-1]
+            if i < len(succ[v]):
+                work[-1] = (v, i + 1)
+                w = succ[v][i]
+                if index[w] < 0:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack[w] = True
+                    work.append((w, 0))
+                elif on_stack[w]:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                while True:
+                    w = stack.pop()
+                    on_stack[w] = False
+                    comp[w] = n_comp
+                    if w == v:
+                        break
+                n_comp += 1
+    return comp
+
+
+def _pipeline_units(p: PlacementProblem) -> tuple[tuple[int, ...], ...]:
+    """See :attr:`PlacementProblem.pipeline_units`."""
+    n = p.n_ops
+    keys = [_natural_key(o) for o in p.ops]
+    op_depth = _longest_from_sources(n, p.preds, range(n))  # ops are stored in a topological order
+    # quotient by colocation groups: node of each op
+    node = [-1] * n
+    n_nodes = len(p.colocate)
+    for gi, members in enumerate(p.colocate):
+        for o in members:
+            node[p.op_index[o]] = gi
+    for i in range(n):
+        if node[i] < 0:
+            node[i] = n_nodes
+            n_nodes += 1
+    qsucc: list[set[int]] = [set() for _ in range(n_nodes)]
+    for u, v in p.edges:
+        if node[u] != node[v]:
+            qsucc[node[u]].add(node[v])
+    comp = _strong_components(n_nodes, [sorted(s) for s in qsucc])
+    n_units = max(comp) + 1
+    members: list[list[int]] = [[] for _ in range(n_units)]
+    for i in range(n):
+        members[comp[node[i]]].append(i)
+    upreds: list[set[int]] = [set() for _ in range(n_units)]
+    for u, v in p.edges:
+        cu, cv = comp[node[u]], comp[node[v]]
+        if cu != cv:
+            upreds[cv].add(cu)
+    # Tarjan numbers the components in reverse topological order of the condensation
+    depth = _longest_from_sources(n_units, [sorted(s) for s in upreds], range(n_units - 1, -1, -1))
+    units = [tuple(sorted(m, key=lambda i: (op_depth[i], keys[i]))) for m in members]
+    ranked = sorted(range(n_units), key=lambda c: (depth[c], min(keys[i] for i in members[c])))
+    return tuple(units[c] for c in ranked)
 
 
 def resolve_target_name(name: str, targets: Sequence[str], context: str = "") -> str:

@@ -109,12 +109,18 @@ def solve(problem: PlacementProblem, mode: str = "latency", solver: str = "cpsat
         Pipeline mode: at most this many non-empty stages (<= number of targets); ``None`` lets the
         solver choose up to the number of targets.
     contiguous : bool
-        Pipeline mode: every stage is a contiguous run of the problem's (topological) op order.
+        Pipeline mode: every stage is a contiguous run of the problem's canonical op order
+        (:attr:`~placer.problem.PlacementProblem.canonical_order`, recorded as the plan option
+        ``op_order="canonical"``).
     coarsen : bool, "auto" or int
         Merge chains / single-successor groups before solving (an int sets the target number of
         super-ops). ``"auto"``: only for solvers that allow it, above ``AUTO_COARSEN_OPS`` ops.
     **options
         Solver-specific options (see each solver's ``options``); unknown ones raise ProblemError.
+
+    Every solver runs on :meth:`~placer.problem.PlacementProblem.canonical` (the problem listed in
+    a canonical topological order, tensors sorted), so the result does not depend on the order the
+    ops, tensors or colocation members were listed in; the plan is mapped back to ``problem``.
 
     Returns
     -------
@@ -145,13 +151,33 @@ def solve(problem: PlacementProblem, mode: str = "latency", solver: str = "cpsat
                        num_stages=num_stages, contiguous=bool(contiguous), options=dict(options),
                        deadline=t0 + float(time_limit))
 
-    target = _coarse_size(coarsen, impl, problem)
+    canon = problem.canonical()
+    target = _coarse_size(coarsen, impl, canon)
     if target is None:
-        plan = impl.solve(problem, ctx)
+        plan = impl.solve(canon, ctx)
     else:
-        plan = _solve_coarsened(problem, impl, ctx, target)
+        plan = _solve_coarsened(canon, impl, ctx, target)
+    if canon is not problem:
+        plan = _relabel_plan(problem, canon, plan)
     return dataclasses.replace(plan, solver=solver,
                                stats=dataclasses.replace(plan.stats, wall_s=time.monotonic() - t0))
+
+
+def _relabel_plan(problem: PlacementProblem, canon: PlacementProblem, plan: Plan) -> Plan:
+    """``plan`` (solved on ``canon``, the canonical listing of ``problem``) as a plan of ``problem``.
+
+    Placement, stage order and stats are kept; the per-op times are recomputed on ``problem``: a
+    pipeline runs a stage's ops in the problem's op order, and a latency schedule is replayed in
+    the plan's (start, end, canonical position) order, which reproduces it exactly."""
+    assign = assignment_indices(problem, plan.assignment)
+    kw = {"stats": plan.stats, "options": dict(plan.options), "coarsening": plan.coarsening}
+    if plan.mode == "pipeline":
+        order = [problem.target_index[d] for d in plan.stage_targets]
+        return make_pipeline_plan(problem, assign, plan.solver, order=order, **kw)
+    pos = canon.op_index
+    ops = problem.ops
+    order = sorted(range(problem.n_ops), key=lambda i: (plan.start_ms[ops[i]], plan.end_ms[ops[i]], pos[ops[i]]))
+    return make_latency_plan(problem, assign, plan.solver, order=order, **kw)
 
 
 def _coarse_size(coarsen: bool | str | int, impl: Solver, problem: PlacementProblem) -> int | None:

@@ -42,7 +42,8 @@ class SolveContext:
     num_stages : int or None
         Pipeline mode: at most this many (non-empty) stages; ``None`` = up to the number of targets.
     contiguous : bool
-        Pipeline mode: stages must be contiguous runs of the problem's op order.
+        Pipeline mode: stages must be contiguous runs of the problem's op order (``solve`` hands
+        solvers the canonical listing, so that is its canonical order).
     options : dict
         Solver-specific options (already checked against :attr:`Solver.options`).
     """
@@ -71,6 +72,8 @@ class SolveContext:
         if self.mode == "pipeline":
             out["num_stages"] = self.num_stages
             out["contiguous"] = bool(self.contiguous)
+            if self.contiguous:  # runs of the canonical op order (what Plan.validate checks)
+                out["op_order"] = "canonical"
         out.update({k: v for k, v in self.options.items() if isinstance(v, (int, float, str, bool))
                     or v is None})
         return out

@@ -65,7 +65,7 @@ from placer.errors import ProblemError
 from placer.plan import Plan, SolverStats
 from placer.problem import PlacementProblem
 from placer.solve.base import SolveContext
-from placer.solve.bounds import edge_delays, heads_tails, load_bound, window_load_bound
+from placer.solve.bounds import critical_path_bound, edge_delays, heads_tails, load_bound, window_load_bound
 from placer.solve.cpsat_util import (
     add_first_use_order,
     build_seconds,
@@ -74,6 +74,8 @@ from placer.solve.cpsat_util import (
     first_use_values,
     interchangeable_classes,
     make_solver,
+    reported_bound,
+    rounding_slack,
     skipped_stats_plan,
     status_name,
     to_int,
@@ -173,8 +175,13 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
         lb = max(lb, math.ceil(window_load_bound(p, ci, lb, deadline=time.monotonic() + 0.1 * ctx.remaining())
                                - 1e-6))
     lb = round(lb)
+    # lb (rounded units) bounds the rounded makespan; for the floats: lb * r - slack, or the
+    # critical path on the float numbers (cheap)
+    chain_slack = rounding_slack(p, ci, "latency")
+    lb_ms = max(lb * r - chain_slack, critical_path_bound(p, fc))
     if best_plan is not None and ctx.remaining() < 2 * build_seconds(p, "latency") + 0.2:
-        return skipped_stats_plan(best_plan, ctx, t0, lb * r, r, best_name, "not enough time left to build the model")
+        return skipped_stats_plan(best_plan, ctx, t0, lb_ms, r, best_name,
+                                  "not enough time left to build the model")
     if hint is not None:
         ub = round(float(hint[2].max()))
     else:
@@ -379,21 +386,35 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
             name = "FEASIBLE"
     # ---------------------------------------------------------------- stats
     bound_units = solver.best_objective_bound if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
-    bound_ms = lb * r
+    cp_bound = 0.0
     if bound_units is not None and math.isfinite(bound_units):
-        bound_ms = max(bound_ms, bound_units / scale * r)
+        cp_bound = _float_objective_bound(p, ci, bound_units / scale * r, tw, wt / scale)
     objective = float_obj(plan)
-    if name == "OPTIMAL":
-        bound_ms = min(bound_ms, objective)
+    bound_ms, proven = reported_bound(objective, [lb_ms, cp_bound])
+    if name == "OPTIMAL" and not proven:
+        name = "FEASIBLE"  # optimal for the rounded numbers only
     gap = 0.0 if objective <= 0 else max(0.0, (objective - bound_ms) / objective)
     stats = SolverStats(status=name, objective=objective, best_bound=bound_ms, gap=gap,
                         wall_s=time.monotonic() - t0,
                         extra={"resolution_ms": r, "source": source, "hint": best_name,
                                "hint_objective": float_obj(best_plan) if best_plan else None,
-                               "cpsat_wall_s": solver.wall_time, "lower_bound_ms": lb * r,
+                               "cpsat_wall_s": solver.wall_time, "lower_bound_ms": lb_ms,
+                               "rounding_slack_ms": chain_slack,
                                "interchangeable_targets": [[p.targets[d] for d in cl] for cl in classes],
                                "pooled_targets": [[p.targets[d] for d in cl] for cl in pools]})
     return _replace_stats(plan, stats, ctx)
+
+
+def _float_objective_bound(p: PlacementProblem, ci: Costs, beta_ms: float, tw: float,
+                           model_tw: float) -> float:
+    """A bound on ``makespan + tw * transfers`` (floats) from a bound ``beta_ms`` on the rounded
+    model's ``makespan + model_tw * transfers`` (``model_tw``: ``tw`` as the model rounds it).
+
+    For any plan, the rounded model objective is at most ``max(1, model_tw / tw)`` times the float
+    one plus :func:`~placer.solve.cpsat_util.rounding_slack` (with ``copy_weight = model_tw``)."""
+    slack = rounding_slack(p, ci, "latency", copy_weight=model_tw)
+    stretch = 1.0 if tw <= 0 or model_tw <= tw else model_tw / tw
+    return (beta_ms - slack) / stretch
 
 
 def _max_parallel(p: PlacementProblem) -> int:

@@ -69,6 +69,8 @@ from placer.solve.cpsat_util import (
     first_use_values,
     interchangeable_classes,
     make_solver,
+    reported_bound,
+    rounding_slack,
     skipped_stats_plan,
     status_name,
     to_int,
@@ -135,9 +137,13 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
             if (ev.bottleneck, ev.latency) < hint_key:
                 hint_key, hint = (ev.bottleneck, ev.latency), (assign, order)
 
-    lb = math.ceil(pipeline_bound(p, ci, K) - 1e-6)
+    # the load bound on the float costs is valid as reported; the model gets it in rounded units
+    lb_ms = pipeline_bound(p, Costs.of(p), K)
+    slack = rounding_slack(p, ci, "pipeline")
+    lb = max(0, math.ceil((lb_ms - slack) / r - 1e-6))
     if best_plan is not None and ctx.remaining() < 2 * build_seconds(p, "pipeline") + 0.2:
-        return skipped_stats_plan(best_plan, ctx, t0, lb * r, r, best_name, "not enough time left to build the model")
+        return skipped_stats_plan(best_plan, ctx, t0, lb_ms, r, best_name,
+                                  "not enough time left to build the model")
     classes = interchangeable_classes(p) if options.get("symmetry_breaking", True) else []
     model = cp_model.CpModel()
 
@@ -340,18 +346,17 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
             name = "FEASIBLE"
 
     # ---------------------------------------------------------------- stats
-    bound_ms = lb * r
-    if bound1 is not None and math.isfinite(bound1):
-        bound_ms = max(bound_ms, bound1 * r)
     objective = plan.bottleneck_ms
-    if name == "OPTIMAL":
-        bound_ms = min(bound_ms, objective)
+    cp_bound = bound1 * r - slack if bound1 is not None and math.isfinite(bound1) else 0.0
+    bound_ms, proven = reported_bound(objective, [lb_ms, cp_bound])
+    if name == "OPTIMAL" and not proven:
+        name = "FEASIBLE"  # optimal for the rounded numbers only
     gap = 0.0 if objective <= 0 else max(0.0, (objective - bound_ms) / objective)
     stats = SolverStats(status=name, objective=objective, best_bound=bound_ms, gap=gap,
                         wall_s=time.monotonic() - t0,
                         extra={"resolution_ms": r, "source": source, "hint": best_name,
                                "hint_bottleneck": best_plan.bottleneck_ms if best_plan else None,
-                               "lower_bound_ms": lb * r,
+                               "lower_bound_ms": lb_ms, "rounding_slack_ms": slack,
                                "contiguous_warm_start_ms": None if warm_bott is None else warm_bott * r,
                                "interchangeable_targets": [[p.targets[d] for d in cl] for cl in classes]})
     return dataclasses.replace(plan, stats=stats, solver=ctx.name)

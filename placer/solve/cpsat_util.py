@@ -7,9 +7,10 @@ Time units
     1 us (exact: e.g. integer costs give r = 1 ms or more), else 1 us; ``r`` grows if the schedule
     horizon would exceed 1e9 units. The model is solved with the rounded numbers; the Plan is then
     re-timed with the problem's float numbers (same assignment and per-target op order), so the
-    predicted costs it reports are exact. Proofs (``OPTIMAL``, ``best_bound``) hold for the rounded
-    numbers; with a non-exact ``r`` the float optimum can differ by at most half a unit per rounded
-    number on the critical path (or per op of the bottleneck stage).
+    predicted costs it reports are exact. CP-SAT's proofs hold for the rounded numbers; the
+    reported ``best_bound`` is valid for the float objective: a rounded bound is lowered by
+    :func:`rounding_slack` (the most rounding can raise any plan's objective, 0 when ``r`` is
+    exact), and the status is ``OPTIMAL`` only when that bound meets the float objective.
 
 Symmetry
     Targets that are interchangeable (same costs, memory cap, partition overhead, links to and
@@ -21,6 +22,7 @@ Symmetry
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,8 @@ __all__ = [
     "first_use_values",
     "interchangeable_classes",
     "make_solver",
+    "reported_bound",
+    "rounding_slack",
     "status_name",
     "to_int",
 ]
@@ -66,6 +70,46 @@ def choose_resolution(problem: PlacementProblem, option: Any = "auto") -> float:
     if horizon / r > 1e9:
         r = horizon / 1e9
     return r
+
+
+def rounding_slack(problem: PlacementProblem, costs: Any, mode: str, copy_weight: float = 0.0) -> float:
+    """An upper bound (ms) on ``|objective(rounded numbers) * r - objective(float numbers)|`` over all
+    plans: a bound ``beta`` (units) of the rounded model gives ``beta * r - slack`` for the floats.
+
+    ``e_op[v]`` = largest rounding error of op ``v`` over its allowed targets, ``e_k`` = largest of
+    tensor ``k``'s link times, ``e_in`` = largest of the partition overheads, ``f_k`` = the most
+    copies of ``k`` (destinations other than its producer's target). Pipeline: a resource's load
+    is a sum of op costs (each op counted once) and copy terms (each copy on at most its sender
+    and its receiver), so ``sum_v e_op[v] + sum_k f_k (2 e_k + e_in)``. Latency: the makespan is
+    the length of a chain of distinct ops and one copy delay per op at most, so
+    ``sum_v e_op[v] + sum_k (e_k + e_in)``, plus ``copy_weight * sum_k f_k (e_k + e_in)`` for the
+    transfer term of the objective. ``costs`` is a :class:`~placer.solve.evaluate.Costs` in units
+    of ``costs.scale_ms``. Exact to float noise: 0 when every number is a multiple of ``r``.
+    """
+    p = problem
+    r = float(costs.scale_ms)
+    fin = np.isfinite(p.cost_ms)
+    err_op = np.where(fin, np.abs(np.where(fin, costs.cost, 0.0) * r - np.where(fin, p.cost_ms, 0.0)), 0.0)
+    slack = float(err_op.max(axis=1).sum()) if err_op.size else 0.0
+    if not len(p.tensors):
+        return slack
+    e_link = np.abs(np.asarray(costs.link) * r - p.link_ms).max(axis=(1, 2))
+    e_in = float(np.abs(np.asarray(costs.entry) * r - p.partition_overhead_ms).max()) if p.n_targets else 0.0
+    real = np.array([u >= 0 and bool(cs) for u, cs in zip(p.tensor_producer, p.tensor_consumers)])
+    fan = np.array([min(p.n_targets - 1, len(cs)) for cs in p.tensor_consumers], dtype=float) * real
+    if mode == "pipeline":
+        return slack + float((fan * (2 * e_link + e_in)).sum())
+    return slack + float((real * (e_link + e_in)).sum()) + copy_weight * float((fan * (e_link + e_in)).sum())
+
+
+def reported_bound(objective: float, bounds: list[float]) -> tuple[float, bool]:
+    """The best of ``bounds`` (each valid for the float objective) and whether it proves
+    ``objective`` optimal (within relative 1e-9, the float noise of re-evaluating an exact integer
+    optimum; the bound is then capped at the objective so the gap reads 0)."""
+    bound = max([0.0] + [b for b in bounds if math.isfinite(b)])
+    if objective - bound <= 1e-9 * max(1.0, abs(objective)):
+        return min(bound, objective), True
+    return bound, False
 
 
 def interchangeable_classes(problem: PlacementProblem) -> list[list[int]]:

@@ -28,14 +28,26 @@ Why a label-setting DP
     colocation group cut at ``i``).
 
 Cost: states grow with the number of ways open tensors' producers can be placed; fine for a few
-targets and graphs of a few hundred ops, exponential in the worst case. It honours ``time_limit``
-(raises ProblemError when exceeded).
+targets and graphs of a few hundred ops, exponential in the worst case.
+
+Time limit and work limit
+    The search counts its work (label extensions, dominance comparisons, stage steps) and checks
+    the deadline every ``CHECK_EVERY`` units of work, inside the extension loops, so it stops
+    within a few milliseconds of the deadline whatever the size of the label sets. Option
+    ``max_work`` stops it deterministically after that much work (tests, reproducible runs).
+    When stopped, it returns the best complete pipeline found so far (status ``FEASIBLE``) with
+    a valid lower bound on the contiguous optimum: the least bottleneck of the labels still to be
+    extended (bottlenecks never decrease along an extension, and every complete split passes
+    through one of them or a label dominating it), or the largest cheapest op cost if higher.
+    Without any complete pipeline yet it raises ProblemError.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -45,7 +57,10 @@ from placer.problem import PlacementProblem
 from placer.solve.base import SolveContext, Solver, register_solver
 from placer.solve.evaluate import Costs, make_pipeline_plan
 
-__all__ = ["ContiguousDP", "dp_contiguous"]
+__all__ = ["CHECK_EVERY", "ContiguousDP", "DPResult", "dp_contiguous", "dp_search"]
+
+#: Units of work (label extensions, dominance comparisons, stage steps) between two deadline checks.
+CHECK_EVERY = 2000
 
 
 @dataclass
@@ -70,9 +85,68 @@ def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     return all(x <= y + 1e-12 * max(1.0, abs(y)) for x, y in zip(a, b))
 
 
+def _open_tensors(p: PlacementProblem) -> list[tuple[int, ...]]:
+    """``out[i]``: the tensors open at cut ``i`` (produced before ``i``, read at or after it), sorted.
+
+    One sweep over the cuts: tensor ``k`` opens at ``prod + 1`` and closes after its last reader."""
+    n = p.n_ops
+    opens: list[list[int]] = [[] for _ in range(n + 2)]
+    closes: list[list[int]] = [[] for _ in range(n + 2)]
+    for k, (u, cs) in enumerate(zip(p.tensor_producer, p.tensor_consumers)):
+        if u < 0 or not cs:
+            continue
+        last = max(cs)
+        if last > u:
+            opens[u + 1].append(k)
+            closes[last + 1].append(k)
+    cur: set[int] = set()
+    out: list[tuple[int, ...]] = []
+    for i in range(n + 1):
+        cur.difference_update(closes[i])
+        cur.update(opens[i])
+        out.append(tuple(sorted(cur)))
+    return out
+
+
+class _Stop(Exception):
+    """The deadline or the work limit was reached inside the search."""
+
+
+@dataclass
+class DPResult:
+    """Outcome of :func:`dp_search`.
+
+    ``complete``: the search ran to the end, so ``bottleneck`` / ``latency`` are the contiguous
+    optimum (lexicographic). Otherwise they belong to the best complete pipeline found before it
+    stopped, and ``bound`` (a lower bound on the contiguous optimal bottleneck) may be smaller.
+    """
+
+    bottleneck: float
+    latency: float
+    assign: np.ndarray
+    stage_targets: list[int]
+    n_labels: int
+    work: int
+    complete: bool
+    bound: float
+    stopped_at: int  # the cut being extended when the search stopped (n when complete)
+
+
 def dp_contiguous(problem: PlacementProblem, num_stages: int, costs: Costs | None = None,
-                  deadline: float | None = None) -> tuple[float, float, np.ndarray, list[int], int]:
-    """Run the DP. Returns ``(bottleneck, latency, assign, stage_targets, n_labels)``."""
+                  deadline: float | None = None, max_work: int | None = None
+                  ) -> tuple[float, float, np.ndarray, list[int], int]:
+    """Run the DP. Returns ``(bottleneck, latency, assign, stage_targets, n_labels)`` (see
+    :func:`dp_search`; the best complete pipeline found if it was stopped)."""
+    r = dp_search(problem, num_stages, costs, deadline, max_work)
+    return r.bottleneck, r.latency, r.assign, r.stage_targets, r.n_labels
+
+
+def dp_search(problem: PlacementProblem, num_stages: int, costs: Costs | None = None,
+              deadline: float | None = None, max_work: int | None = None) -> DPResult:
+    """Run the DP until it ends, ``deadline`` (``time.monotonic()``) or ``max_work`` units of work.
+
+    Raises ProblemError when no contiguous pipeline exists, or when it was stopped before finding one.
+    """
     p = problem
     c = costs or Costs.of(p)
     n, t = p.n_ops, p.n_targets
@@ -82,12 +156,7 @@ def dp_contiguous(problem: PlacementProblem, num_stages: int, costs: Costs | Non
     cap = p.memory_cap_bytes
     code = p.charge_code
     prod = p.tensor_producer
-    cons = p.tensor_consumers
-    last_use = [max(cs) if cs and u >= 0 else -1 for u, cs in zip(prod, cons)]
-    # open tensors at each cut i: produced before i, read at or after i
-    open_at: list[tuple[int, ...]] = []
-    for i in range(n + 1):
-        open_at.append(tuple(k for k in range(len(prod)) if 0 <= prod[k] < i <= last_use[k]))
+    open_at = _open_tensors(p)
     g_min = {}
     g_max = {}
     for v in range(n):
@@ -98,16 +167,35 @@ def dp_contiguous(problem: PlacementProblem, num_stages: int, costs: Costs | Non
 
     # states[i]: dict key -> list of labels; key = (used_mask, producer targets of open_at[i])
     states: list[dict[tuple, list[_Label]]] = [{} for _ in range(n + 1)]
+    # low[i]: least bottleneck of any label ever added at cut i (a lower bound when stopped)
+    low = [math.inf] * (n + 1)
     # shared resources get a running sum each; a target with a private resource feeds cmax
     shared = [r for r, u in enumerate(p.resource_users) if len(u) > 1]
     slot_of = {r: i for i, r in enumerate(shared)}
     shared_slots = [tuple(slot_of[r] for r in rs if r in slot_of) for rs in p.resource_sets]
     states[0][(0, ())] = [_Label(0.0, 0.0, (), None, -1, 0, 0, (0.0,) * len(shared))]
+    low[0] = 0.0
     n_labels = 1
+    work = 0
+    next_check = CHECK_EVERY if max_work is None else min(CHECK_EVERY, max_work)
+
+    def tick(amount: int) -> None:
+        nonlocal work, next_check
+        work += amount
+        if work < next_check:
+            return
+        if max_work is not None and work >= max_work:
+            raise _Stop
+        if deadline is not None and time.monotonic() > deadline:
+            raise _Stop
+        next_check = work + CHECK_EVERY
+        if max_work is not None:
+            next_check = min(next_check, max_work)
 
     def add(i: int, key: tuple, lab: _Label) -> None:
         nonlocal n_labels
         bucket = states[i].setdefault(key, [])
+        tick(len(bucket) + 1)
         v = lab.vec()
         for other in bucket:
             if _dominates(other.vec(), v):
@@ -115,79 +203,99 @@ def dp_contiguous(problem: PlacementProblem, num_stages: int, costs: Costs | Non
         bucket[:] = [o for o in bucket if not _dominates(v, o.vec())]
         bucket.append(lab)
         n_labels += 1
+        b = lab.bottleneck()
+        if b < low[i]:
+            low[i] = b
 
-    for i in range(n):
-        if deadline is not None and time.monotonic() > deadline:
-            raise ProblemError(f"dp: time limit reached at op {i} of {n} ({n_labels} labels); "
-                               "use solver='cpsat'")
-        opened = open_at[i]
-        for (used, ptgt), labels in states[i].items():
-            if used.bit_count() >= num_stages:
-                continue
-            open_targets = sorted(set(ptgt))
-            slot = {d: s for s, d in enumerate(open_targets)}
-            prod_tgt = dict(zip(opened, ptgt))
-            for e in range(t):
-                if used >> e & 1:
+    i = 0
+    complete = True
+    try:
+        for i in range(n):
+            tick(1)
+            opened = open_at[i]
+            for (used, ptgt), labels in states[i].items():
+                if used.bit_count() >= num_stages:
                     continue
-                compute = 0.0
-                mem = 0.0
-                recv = 0.0
-                sender_add = [0.0] * len(open_targets)
-                received: set[int] = set()
-                need_end = i + 1
-                for j in range(i + 1, n + 1):
-                    v = j - 1
-                    if not allowed[v, e]:
-                        break
-                    compute += cost[v, e]
-                    mem += w[v]
-                    if mem > cap[e]:
-                        break
-                    g = int(p.group_of[v])
-                    if g >= 0:
-                        if g_min[g] < i:  # the group started in an earlier stage
-                            break
-                        need_end = max(need_end, g_max[g] + 1)
-                    for k in p.in_tensors[v]:
-                        if prod[k] < i and k not in received:
-                            received.add(k)
-                            a = prod_tgt[k]
-                            ms = c.link[k, a, e]
-                            if code[a, e] & 2:
-                                recv += ms
-                            recv += c.entry[e]
-                            if code[a, e] & 1:
-                                sender_add[slot[a]] += ms
-                    if j < need_end:
+                open_targets = sorted(set(ptgt))
+                slot = {d: s for s, d in enumerate(open_targets)}
+                prod_tgt = dict(zip(opened, ptgt))
+                for e in range(t):
+                    if used >> e & 1:
                         continue
-                    # close the stage [i, j) on e
-                    new_open = open_at[j]
-                    new_ptgt = tuple(prod_tgt[k] if prod[k] < i else e for k in new_open)
-                    new_targets = sorted(set(new_ptgt))
-                    stage_cost = compute + recv
-                    for lab in labels:
-                        cur = {d: lab.open_cost[slot[d]] + sender_add[slot[d]] for d in open_targets}
-                        cur[e] = stage_cost
-                        cmax, csum = lab.cmax, lab.csum
-                        rsum = lab.rsum
-                        for d, val in cur.items():
-                            if d not in new_targets:
-                                if shared_slots[d]:  # its cores are shared: add up on each
-                                    rs_ = list(rsum)
-                                    for q in shared_slots[d]:
-                                        rs_[q] += val
-                                    rsum = tuple(rs_)
-                                else:
-                                    cmax = max(cmax, val)
-                                csum += val
-                        oc = tuple(cur[d] for d in new_targets)
-                        add(j, (used | 1 << e, new_ptgt), _Label(cmax, csum, oc, lab, e, i, j, rsum))
-        states[i].clear()  # free memory: every label at i has been extended
+                    compute = 0.0
+                    mem = 0.0
+                    recv = 0.0
+                    sender_add = [0.0] * len(open_targets)
+                    received: set[int] = set()
+                    need_end = i + 1
+                    for j in range(i + 1, n + 1):
+                        tick(1)
+                        v = j - 1
+                        if not allowed[v, e]:
+                            break
+                        compute += cost[v, e]
+                        mem += w[v]
+                        if mem > cap[e]:
+                            break
+                        g = int(p.group_of[v])
+                        if g >= 0:
+                            if g_min[g] < i:  # the group started in an earlier stage
+                                break
+                            need_end = max(need_end, g_max[g] + 1)
+                        for k in p.in_tensors[v]:
+                            if prod[k] < i and k not in received:
+                                received.add(k)
+                                a = prod_tgt[k]
+                                ms = c.link[k, a, e]
+                                if code[a, e] & 2:
+                                    recv += ms
+                                recv += c.entry[e]
+                                if code[a, e] & 1:
+                                    sender_add[slot[a]] += ms
+                        if j < need_end:
+                            continue
+                        # close the stage [i, j) on e
+                        new_open = open_at[j]
+                        new_ptgt = tuple(prod_tgt[k] if prod[k] < i else e for k in new_open)
+                        new_targets = sorted(set(new_ptgt))
+                        stage_cost = compute + recv
+                        for lab in labels:
+                            cur = {d: lab.open_cost[slot[d]] + sender_add[slot[d]] for d in open_targets}
+                            cur[e] = stage_cost
+                            cmax, csum = lab.cmax, lab.csum
+                            rsum = lab.rsum
+                            for d, val in cur.items():
+                                if d not in new_targets:
+                                    if shared_slots[d]:  # its cores are shared: add up on each
+                                        rs_ = list(rsum)
+                                        for q in shared_slots[d]:
+                                            rs_[q] += val
+                                        rsum = tuple(rs_)
+                                    else:
+                                        cmax = max(cmax, val)
+                                    csum += val
+                            oc = tuple(cur[d] for d in new_targets)
+                            add(j, (used | 1 << e, new_ptgt), _Label(cmax, csum, oc, lab, e, i, j, rsum))
+            states[i].clear()  # free memory: every label at i has been extended
+    except _Stop:
+        complete = False
+    bound = None
+    if not complete:  # also: every op runs in some stage, at its cheapest allowed cost at least
+        bound = max(min(low[i:]), float(np.where(allowed, cost, np.inf).min(axis=1).max()))
+    return _result(p, states[n], n_labels, work, complete, bound, n if complete else i, max_work)
 
-    finals = [lab for labels in states[n].values() for lab in labels]
+
+def _result(p: PlacementProblem, final_states: dict[tuple, list[_Label]], n_labels: int, work: int,
+            complete: bool, bound: float | None, stopped_at: int, max_work: int | None) -> DPResult:
+    """The best complete label (least bottleneck, then least latency) as a :class:`DPResult`."""
+    n = p.n_ops
+    finals = [lab for labels in final_states.values() for lab in labels]
     if not finals:
-        raise ProblemError("dp: no feasible contiguous pipeline (stage limit, memory caps, colocation)")
+        if complete:
+            raise ProblemError("dp: no feasible contiguous pipeline (stage limit, memory caps, colocation)")
+        why = "work limit" if max_work is not None and work >= max_work else "time limit"
+        raise ProblemError(f"dp: {why} reached at op {stopped_at} of {n} ({n_labels} labels) before any "
+                           "complete pipeline; use solver='cpsat'")
     bmin = min(lab.bottleneck() for lab in finals)
     best = min((lab for lab in finals if lab.bottleneck() <= bmin + 1e-9 * max(1.0, bmin)),
                key=lambda lab: lab.csum)
@@ -198,21 +306,35 @@ def dp_contiguous(problem: PlacementProblem, num_stages: int, costs: Costs | Non
         assign[lab.start:lab.end] = lab.target
         order.append(lab.target)
         lab = lab.parent
-    return best.bottleneck(), best.csum, assign, order[::-1], n_labels
+    bott = best.bottleneck()
+    lower = bott if bound is None else min(bott, bound)
+    return DPResult(bott, best.csum, assign, order[::-1], n_labels, work, complete, lower, stopped_at)
 
 
 @register_solver("dp")
 class ContiguousDP(Solver):
-    """Exact DP over contiguous pipeline splits of the op order (see module docstring)."""
+    """Exact DP over contiguous pipeline splits of the op order (see module docstring).
+
+    Options: ``max_work`` (int or None): stop after this much work (deterministic), returning the
+    best pipeline found so far (status ``FEASIBLE``)."""
 
     modes = ("pipeline",)
     exact = True
     contiguous_only = True
+    options: ClassVar[dict[str, Any]] = {"max_work": None}
 
     def solve(self, problem: PlacementProblem, ctx: SolveContext) -> Plan:
         t0 = time.monotonic()
-        bott, _, assign, order, n_labels = dp_contiguous(problem, ctx.max_stages(problem),
-                                                           deadline=ctx.deadline)
-        return make_pipeline_plan(problem, assign, ctx.name, order=order, options=ctx.plan_options(),
-                                  stats={"status": "EXACT", "objective": bott, "best_bound": bott, "gap": 0.0,
-                                         "wall_s": time.monotonic() - t0, "extra": {"labels": n_labels}})
+        max_work = ctx.options.get("max_work")
+        bad = isinstance(max_work, bool) or not isinstance(max_work, int) or max_work < 1
+        if max_work is not None and bad:
+            raise ProblemError(f"dp: max_work must be a positive int or None, got {max_work!r}")
+        margin = 0.01 + 1e-5 * problem.n_ops  # building and returning the plan
+        r = dp_search(problem, ctx.max_stages(problem), deadline=ctx.deadline - margin, max_work=max_work)
+        gap = 0.0 if r.bottleneck <= 0 else max(0.0, (r.bottleneck - r.bound) / r.bottleneck)
+        status = "EXACT" if r.complete else "FEASIBLE"
+        return make_pipeline_plan(problem, r.assign, ctx.name, order=r.stage_targets,
+                                  options=ctx.plan_options(), stats={"status": status, "objective": r.bottleneck, "best_bound": r.bound,
+                                         "gap": gap, "wall_s": time.monotonic() - t0,
+                                         "extra": {"labels": r.n_labels, "work": r.work,
+                                                   "stopped_at_op": None if r.complete else r.stopped_at}})

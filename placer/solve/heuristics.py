@@ -28,7 +28,9 @@
   when all of them are; the LP prices resources. The pipeline heuristics only build candidates;
   :func:`~placer.solve.evaluate.pipeline_eval` scores them with the shared-core bottleneck.
 * :func:`repair_pipeline`: turn any assignment into a monotone pipeline with at most K stages
-  (optionally contiguous in op order), greedily, keeping each op on its target when it can.
+  (optionally contiguous in op order), greedily, keeping each op on its target when it can. It
+  places :attr:`~placer.problem.PlacementProblem.pipeline_units` whole (a colocation group with
+  every op on a path between its members), so groups spanning the graph never defeat it.
 * :func:`split_pipeline`: a fast pipeline heuristic: for each candidate stage order, cut the op
   order into contiguous stages balancing per-stage compute, then evaluate exactly.
 """
@@ -252,9 +254,12 @@ def repair_pipeline(problem: PlacementProblem, assign: np.ndarray, num_stages: i
                     who: str = "heuristic") -> tuple[np.ndarray, list[int]]:
     """Make ``assign`` a monotone pipeline of at most ``num_stages`` stages on distinct targets.
 
-    Ops are visited in topological order; each keeps its target when that target's stage is not
-    before any predecessor's stage (and, if ``contiguous``, is the current last stage), else opens a
-    new stage on it if the target is unused, else moves to the cheapest allowed existing stage at or
+    Works on :attr:`~placer.problem.PlacementProblem.pipeline_units` (each colocation group with
+    every op a monotone pipeline must keep in its stage, e.g. everything between a forward op and
+    its colocated backward op), in their topological order (op order if ``contiguous``). Each unit
+    keeps the target most of its ops have when that target's stage is not before any
+    predecessor's stage (and, if ``contiguous``, is the current last stage), else opens a new
+    stage on it if the target is unused, else moves to the cheapest allowed existing stage at or
     after its predecessors, else opens a stage on the cheapest unused allowed target.
 
     Returns
@@ -264,7 +269,9 @@ def repair_pipeline(problem: PlacementProblem, assign: np.ndarray, num_stages: i
     Raises
     ------
     HeuristicError
-        If some op cannot be placed (stage limit, colocation or memory).
+        If some unit cannot be placed (stage limit, support or memory), or, with ``contiguous``,
+        the units are not runs of the op order (``solve`` hands solvers a canonical listing, where
+        they are).
     """
     p = problem
     n = p.n_ops
@@ -272,25 +279,19 @@ def repair_pipeline(problem: PlacementProblem, assign: np.ndarray, num_stages: i
     stage_of = np.full(n, -1, dtype=int)
     stages: list[int] = []
     mem_free = np.array(p.memory_cap_bytes, dtype=float)
-    group_stage: dict[int, int] = {}
-    for v in range(n):
-        lb = max((stage_of[u] for u in p.preds[v]), default=0)
-        if contiguous and v > 0:
-            lb = max(lb, stage_of[v - 1])
-        g = p.group_of[v]
-        if g >= 0 and g in group_stage:
-            s = group_stage[g]
-            if s < lb or (contiguous and s != len(stages) - 1):
-                raise HeuristicError(f"{who}: colocation group of {p.ops[v]!r} cannot fit a monotone pipeline")
-            out[v], stage_of[v] = stages[s], s
-            continue
-        unit = (v,) if g < 0 else tuple(p.op_index[o] for o in p.colocate[g])
+    units = sorted(p.pipeline_units, key=min) if contiguous else p.pipeline_units
+    for unit in units:
+        idx = list(unit)
+        members = set(unit)
+        lb = max((int(stage_of[u]) for v in unit for u in p.preds[v] if u not in members), default=0)
+        ok = p.allowed[idx].all(axis=0)
         w = _unit_weight(p, unit)
+        ucost = np.where(ok, np.where(ok[None, :], p.cost_ms[idx], 0.0).sum(axis=0), np.inf)
 
-        def fits(d: int, v: int = v, w: float = w) -> bool:
-            return bool(p.allowed[v, d]) and mem_free[d] >= w
+        def fits(d: int, ok: np.ndarray = ok, w: float = w) -> bool:
+            return bool(ok[d]) and mem_free[d] >= w
 
-        want = int(assign[v])
+        want = int(np.bincount(np.asarray(assign)[idx], minlength=p.n_targets).argmax())
         s = None
         lo = max(lb, len(stages) - 1) if contiguous else lb
         if want in stages and stages.index(want) >= lo and fits(want):
@@ -301,20 +302,24 @@ def repair_pipeline(problem: PlacementProblem, assign: np.ndarray, num_stages: i
         else:
             cand = [i for i in range(max(lo, 0), len(stages)) if fits(stages[i])]
             if cand:
-                s = min(cand, key=lambda i: (p.cost_ms[v, stages[i]], i))
+                s = min(cand, key=lambda i: (ucost[stages[i]], i))
             elif len(stages) < num_stages:
                 free = [d for d in range(p.n_targets) if d not in stages and fits(d)]
                 if free:
-                    stages.append(min(free, key=lambda d: (p.cost_ms[v, d], d)))
+                    stages.append(min(free, key=lambda d: (ucost[d], d)))
                     s = len(stages) - 1
         if s is None:
-            raise HeuristicError(f"{who}: op {p.ops[v]!r} fits no pipeline stage (at most {num_stages} stages)")
+            what = repr(p.ops[unit[0]])
+            if len(unit) > 1:
+                what += f" and the {len(unit) - 1} ops it must share a stage with"
+            raise HeuristicError(f"{who}: op {what} fits no pipeline stage (at most {num_stages} stages)")
         d = stages[s]
-        if out[v] < 0:
-            mem_free[d] -= w
-        out[v], stage_of[v] = d, s
-        if g >= 0:
-            group_stage[g] = s
+        mem_free[d] -= w
+        out[idx], stage_of[idx] = d, s
+    if any(stage_of[u] > stage_of[v] for u, v in p.edges) or (
+            contiguous and bool((np.diff(stage_of) < 0).any())):
+        raise HeuristicError(f"{who}: the pipeline units are not runs of the op order "
+                             "(use the canonical problem)")
     return out, stages
 
 
