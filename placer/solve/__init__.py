@@ -176,7 +176,8 @@ def _relabel_plan(problem: PlacementProblem, canon: PlacementProblem, plan: Plan
         return make_pipeline_plan(problem, assign, plan.solver, order=order, **kw)
     pos = canon.op_index
     ops = problem.ops
-    order = sorted(range(problem.n_ops), key=lambda i: (plan.start_ms[ops[i]], plan.end_ms[ops[i]], pos[ops[i]]))
+    order = sorted(range(problem.n_ops),
+                   key=lambda i: (plan.start_ms[ops[i]], plan.end_ms[ops[i]], pos[ops[i]]))
     return make_latency_plan(problem, assign, plan.solver, order=order, **kw)
 
 

@@ -333,8 +333,9 @@ class ContiguousDP(Solver):
         r = dp_search(problem, ctx.max_stages(problem), deadline=ctx.deadline - margin, max_work=max_work)
         gap = 0.0 if r.bottleneck <= 0 else max(0.0, (r.bottleneck - r.bound) / r.bottleneck)
         status = "EXACT" if r.complete else "FEASIBLE"
+        stats = {"status": status, "objective": r.bottleneck, "best_bound": r.bound, "gap": gap,
+                 "wall_s": time.monotonic() - t0,
+                 "extra": {"labels": r.n_labels, "work": r.work,
+                           "stopped_at_op": None if r.complete else r.stopped_at}}
         return make_pipeline_plan(problem, r.assign, ctx.name, order=r.stage_targets,
-                                  options=ctx.plan_options(), stats={"status": status, "objective": r.bottleneck, "best_bound": r.bound,
-                                         "gap": gap, "wall_s": time.monotonic() - t0,
-                                         "extra": {"labels": r.n_labels, "work": r.work,
-                                                   "stopped_at_op": None if r.complete else r.stopped_at}})
+                                  options=ctx.plan_options(), stats=stats)
