@@ -190,6 +190,34 @@ def fit_link(nbytes: Sequence[float], ms: Sequence[float], sigma_ms: Sequence[fl
 
 
 # ---- measuring (in-process; the profiler runs this inside a worker subprocess) -------------------
+def interleaved_rounds(steps: Sequence, *, rounds_s: float, min_rounds: int, max_rounds: int
+                       ) -> tuple[list[list[int]], int]:
+    """Call every step once per round, in order, timing each (ns), garbage collection off, for at
+    least ``min_rounds`` rounds and ``rounds_s`` seconds, at most ``max_rounds`` rounds. Returns the
+    samples of each step and the number of rounds."""
+    import gc
+    import time
+
+    pc = time.perf_counter_ns
+    samples: list[list[int]] = [[] for _ in steps]
+    gc.collect()
+    gc.disable()
+    try:
+        t_start = pc()
+        rounds = 0
+        while rounds < max_rounds:
+            for step, out in zip(steps, samples):
+                t0 = pc()
+                step()
+                out.append(pc() - t0)
+            rounds += 1
+            if rounds >= min_rounds and (pc() - t_start) / 1e9 >= rounds_s:
+                break
+    finally:
+        gc.enable()
+    return samples, rounds
+
+
 def relu_model(n_elems: int, name: str = "link"):
     from onnx import TensorProto, helper
 
@@ -207,7 +235,6 @@ def measure_link_points(src, dst, sizes: Sequence[int] = DEFAULT_LINK_SIZES, *, 
     Returns one dict per size: ``nbytes, chain_ms, src_ms, dst_ms, dst_overhead_ms, handoff_ms, rounds``
     (medians over interleaved rounds; see the module doc for the method).
     """
-    import gc
     import time
 
     from placer.profile.keys import overhead_model
@@ -234,31 +261,12 @@ def measure_link_points(src, dst, sizes: Sequence[int] = DEFAULT_LINK_SIZES, *, 
         d_c = dst.compile(relu_model(n, "link_dst"))
         x = rng.standard_normal(n).astype(np.float32)
         x0 = s_c.run({"x": x})["y"]  # a real source output, reused for dst-alone timing
-        chain, s_t, d_t = [], [], []
         for _ in range(3):  # warm-up
             d_c.run({"x": s_c.run({"x": x})["y"]})
-        gc.collect()
-        gc.disable()
-        try:
-            t_start = pc()
-            rounds = 0
-            while rounds < max_rounds:
-                t0 = pc()
-                y = s_c.run({"x": x})["y"]
-                d_c.run({"x": y})
-                t1 = pc()
-                s_c.run({"x": x})
-                t2 = pc()
-                d_c.run({"x": x0})
-                t3 = pc()
-                chain.append(t1 - t0)
-                s_t.append(t2 - t1)
-                d_t.append(t3 - t2)
-                rounds += 1
-                if rounds >= min_rounds and (pc() - t_start) / 1e9 >= rounds_s:
-                    break
-        finally:
-            gc.enable()
+        (chain, s_t, d_t), rounds = interleaved_rounds(
+            [lambda: d_c.run({"x": s_c.run({"x": x})["y"]}),  # the chain: the real hand-off
+             lambda: s_c.run({"x": x}), lambda: d_c.run({"x": x0})],
+            rounds_s=rounds_s, min_rounds=min_rounds, max_rounds=max_rounds)
         med = lambda a: float(np.median(a)) / 1e6
         c_ms, s_ms, d_ms = med(chain), med(s_t), med(d_t)
         points.append({
@@ -351,10 +359,6 @@ def measure_cut_points(target, shapes: Sequence[tuple[int, int]] = CUT_SHAPES, l
     cross-runtime hand-off (:func:`measure_link_points`) cancels these out by construction, so
     they are measured here, on the runtime alone, and added to every boundary's price.
     """
-    import gc
-    import time
-
-    pc = time.perf_counter_ns
     points = []
     for channels, hw in shapes:
         model = conv_chain_model(layers, channels, hw)
@@ -371,25 +375,8 @@ def measure_cut_points(target, shapes: Sequence[tuple[int, int]] = CUT_SHAPES, l
         for _ in range(3):  # warm-up
             whole.run({"x": x})
             run_cut()
-        w_t, c_t = [], []
-        gc.collect()
-        gc.disable()
-        try:
-            t_start = pc()
-            rounds = 0
-            while rounds < max_rounds:
-                t0 = pc()
-                whole.run({"x": x})
-                t1 = pc()
-                run_cut()
-                t2 = pc()
-                w_t.append(t1 - t0)
-                c_t.append(t2 - t1)
-                rounds += 1
-                if rounds >= min_rounds and (pc() - t_start) / 1e9 >= rounds_s:
-                    break
-        finally:
-            gc.enable()
+        (w_t, c_t), rounds = interleaved_rounds([lambda: whole.run({"x": x}), run_cut], rounds_s=rounds_s,
+                                                min_rounds=min_rounds, max_rounds=max_rounds)
         w_ms, c_ms = float(np.median(w_t)) / 1e6, float(np.median(c_t)) / 1e6
         points.append({"nbytes": int(x.nbytes), "whole_ms": w_ms, "cut_ms": c_ms, "rounds": rounds,
                        "per_boundary_ms": (c_ms - w_ms) / max(layers - 1, 1)})
