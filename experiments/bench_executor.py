@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import onnx
-from onnx import helper as h
+
+from placer.devices.links import conv_chain_model
 
 
 def _median_ms(fn: Callable[[], Any], reps: int) -> float:
@@ -111,21 +111,6 @@ def bench_overhead(models: list[str], runtimes: list[str], rounds: int, reps: in
 
 
 # ---- hand-off ---------------------------------------------------------------------------------------
-def conv_chain(layers: int, channels: int, hw: int, seed: int = 0) -> onnx.ModelProto:
-    rng = np.random.default_rng(seed)
-    nodes, inits, prev = [], [], "x"
-    for i in range(layers):
-        w = (rng.standard_normal((channels, channels, 1, 1)) / np.sqrt(channels)).astype(np.float32)
-        inits.append(onnx.numpy_helper.from_array(w, f"w{i}"))
-        out = f"t{i}" if i < layers - 1 else "y"
-        nodes.append(h.make_node("Conv", [prev, f"w{i}"], [out], name=f"conv{i}"))
-        prev = out
-    shape = [1, channels, hw, hw]
-    g = h.make_graph(nodes, f"chain{layers}x{channels}x{hw}", [h.make_tensor_value_info("x", 1, shape)],
-                     [h.make_tensor_value_info("y", 1, shape)], initializer=inits)
-    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
-
-
 def bench_handoff(runtimes: list[str], rounds: int, reps: int, ks=(1, 2, 4, 8, 16)) -> list[dict[str, Any]]:
     from placer.graph import build_graph
     from placer.materialize import materialize
@@ -134,7 +119,7 @@ def bench_handoff(runtimes: list[str], rounds: int, reps: int, ks=(1, 2, 4, 8, 1
     rows = []
     layers = max(ks)
     for channels, hw in ((16, 8), (64, 56)):
-        g = build_graph(conv_chain(layers, channels, hw))
+        g = build_graph(conv_chain_model(layers, channels, hw))
         feeds = random_inputs(g, 0)
         tensor_kb = channels * hw * hw * 4 / 1024
         for rt in runtimes:

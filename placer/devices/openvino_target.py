@@ -110,11 +110,13 @@ def cpu_has_bf16() -> bool:
     """Whether this CPU computes bf16 natively, as OpenVINO reports it (``OPTIMIZATION_CAPABILITIES``
     lists ``BF16``); where it does, OpenVINO's default CPU precision is bf16. Detected, never assumed:
     machines of one kind differ."""
-    return "BF16" in _cpu_capabilities()
+    return "BF16" in cpu_capabilities()
 
 
 @functools.lru_cache(maxsize=1)
-def _cpu_capabilities() -> tuple[str, ...]:
+def cpu_capabilities() -> tuple[str, ...]:
+    """OpenVINO's ``OPTIMIZATION_CAPABILITIES`` of this CPU (``FP32``, ``INT8``, ``BF16`` ...); empty
+    without OpenVINO's CPU plugin."""
     try:
         import openvino as ov
 

@@ -36,10 +36,10 @@ def default_kinds(precision: str = "f32") -> tuple[str, ...]:
         raise TargetError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     if precision == "f32":
         return DEFAULT_KINDS
-    from placer.devices.openvino_target import _cpu_capabilities, cpu_has_bf16
+    from placer.devices.openvino_target import cpu_capabilities, cpu_has_bf16
 
     if not cpu_has_bf16():
-        caps = ", ".join(_cpu_capabilities()) or "none reported"
+        caps = ", ".join(cpu_capabilities()) or "none reported"
         raise TargetError(f"precision bf16: this CPU has no bf16 (OpenVINO's CPU capabilities: {caps})")
     return ("onnxruntime", "openvino-bf16")
 

@@ -25,11 +25,11 @@ def test_default_targets_follow_the_precision_and_the_cpu(monkeypatch):
     f32 = default_target_names()
     assert f32 == default_target_names("f32") and not any("bf16" in n for n in f32)
     # the capability is what OpenVINO reports; pretend each kind of CPU in turn
-    openvino_target._cpu_capabilities.cache_clear()
-    monkeypatch.setattr(openvino_target, "_cpu_capabilities", lambda: ("FP32", "INT8"))
+    openvino_target.cpu_capabilities.cache_clear()
+    monkeypatch.setattr(openvino_target, "cpu_capabilities", lambda: ("FP32", "INT8"))
     with pytest.raises(TargetError, match="this CPU has no bf16.*FP32, INT8"):
         default_target_names("bf16")
-    monkeypatch.setattr(openvino_target, "_cpu_capabilities", lambda: ("BF16", "FP32", "INT8"))
+    monkeypatch.setattr(openvino_target, "cpu_capabilities", lambda: ("BF16", "FP32", "INT8"))
     bf16 = default_target_names("bf16")
     assert [n.split(":")[0] for n in bf16[:2]] == ["onnxruntime", "openvino-bf16"]
     with pytest.raises(TargetError, match="unknown precision"):
