@@ -62,7 +62,6 @@ def test_squeezenet_rerun_measures_nothing(squeeze_store, squeezenet, fast_timin
     res = profile_graph(squeezenet, THREE, db, progress=False, links=True, whole_model=False, timing=fast_timing)
     assert res.measured == 0 and res.links_measured == 0
     assert res.cached == 3 * (len(squeezenet.unique_signatures()) + 1)
-    assert res.wall_s < 120  # a hang guard: nothing measured is the test
 
 
 def test_links_each_pair(squeeze_store):
