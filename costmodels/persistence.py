@@ -25,9 +25,12 @@ is unreadable, of another format version, or whose files fail their hashes is re
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import math
+import os
 import platform
 import time
 from pathlib import Path
@@ -77,14 +80,48 @@ def _unnum(x: Any) -> float:
     return float(x)  # float("inf") parses "inf"
 
 
+LOCK = ".lock"
+
+
+@contextlib.contextmanager
+def model_lock(directory: str | Path, *, exclusive: bool):
+    """Hold ``directory``'s lock file (``flock``): exclusive while a save writes, shared while a load
+    reads, so two processes (tune workers on one study) never see each other's half-written files.
+    A directory that does not exist is not locked (nothing to read there)."""
+    d = Path(directory)
+    if not exclusive and not d.is_dir():
+        yield
+        return
+    d.mkdir(parents=True, exist_ok=True)
+    fd = os.open(d / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _replace_atomically(path: Path, write) -> None:
+    """``write(tmp)`` then rename over ``path``: a save killed half-way leaves the old file whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _dump_skops(obj: Any, path: Path) -> None:
     import skops.io as sio
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sio.dump(obj, path)
-    untrusted = set(sio.get_untrusted_types(file=path)) - set(TRUSTED_TYPES)
-    if untrusted:  # would not load back: fail now, at save time
-        raise CostModelError(f"{path}: types outside the allowlist {sorted(untrusted)}; extend TRUSTED_TYPES")
+    def write(tmp: Path) -> None:
+        sio.dump(obj, tmp)
+        untrusted = set(sio.get_untrusted_types(file=tmp)) - set(TRUSTED_TYPES)
+        if untrusted:  # would not load back: fail now, at save time
+            raise CostModelError(f"{path}: types outside the allowlist {sorted(untrusted)}; extend TRUSTED_TYPES")
+
+    _replace_atomically(path, write)
 
 
 #: the files a save writes (a directory holding any of them holds a model, or what is left of one)
@@ -107,10 +144,16 @@ def check_overwritable(directory: str | Path) -> None:
 
 def save_cost_model(cm: Any, directory: str | Path) -> Path:
     """Write ``cm`` to ``directory`` (created; the files of a previous save this code reads are replaced,
-    a model it cannot read is refused: :func:`check_overwritable`)."""
+    a model it cannot read is refused: :func:`check_overwritable`). Each file is written aside and
+    renamed into place, the card last, under the directory's exclusive lock (:func:`model_lock`)."""
     d = Path(directory)
     check_overwritable(d)
-    d.mkdir(parents=True, exist_ok=True)
+    with model_lock(d, exclusive=True):
+        check_overwritable(d)  # again, now that no other process writes there
+        return _save_locked(cm, d)
+
+
+def _save_locked(cm: Any, d: Path) -> Path:
     artifacts: dict[str, str] = {}
     targets = sorted(cm.op_models)
     for i, target in enumerate(targets):
@@ -128,7 +171,7 @@ def save_cost_model(cm: Any, directory: str | Path) -> Path:
         "partition_records": [[r, m] for r, m in cm.partition_records],
         "roofline": {t: rm.to_dict() for t, rm in sorted(cm.roofline.items())},
     }
-    (d / "tables.json").write_text(json.dumps(tables, sort_keys=True, indent=1))
+    _replace_atomically(d / "tables.json", lambda tmp: tmp.write_text(json.dumps(tables, sort_keys=True, indent=1)))
     artifacts["tables.json"] = "tables"
     card = dict(cm.card)
     card.update(
@@ -138,7 +181,7 @@ def save_cost_model(cm: Any, directory: str | Path) -> Path:
         versions=card.get("versions") or versions(),
     )
     card.setdefault("id", f"costmodel-{card['artifacts']['tables.json'][:12]}")
-    (d / CARD).write_text(json.dumps(card, sort_keys=True, indent=1, default=str))
+    _replace_atomically(d / CARD, lambda tmp: tmp.write_text(json.dumps(card, sort_keys=True, indent=1, default=str)))
     cm.card = card
     return d
 
@@ -204,7 +247,12 @@ def verify_saved(directory: str | Path) -> tuple[dict, dict[str, Path]]:
 
 
 def load_cost_model(directory: str | Path):
-    """Load and verify a model saved by :func:`save_cost_model`."""
+    """Load and verify a model saved by :func:`save_cost_model` (under the directory's shared lock)."""
+    with model_lock(directory, exclusive=False):
+        return _load_locked(directory)
+
+
+def _load_locked(directory: str | Path):
     from placer.safe_io import load_json
 
     card, paths = verify_saved(directory)

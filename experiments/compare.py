@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from placer.errors import first_line
+
 MODELS = {
     "squeezenet": "zoo:squeezenet",
     "inception_v1": "zoo:inception_v1",
@@ -56,14 +58,14 @@ def geomean(xs):
 def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, solver_time_limit: float,
                   pipeline: bool, say, work: Path, label: str | None = None) -> dict:
     from placer import api
+    from placer.costing import segment_ratio_stats
     from placer.materialize import materialize
     from placer.report import gantt
+    from placer.run.bench import PlanBench
     from placer.run.numerics import check_against_reference, load_inputs
     from placer.run.yardsticks import YardstickSet, latency_kinds
     from placer.solve import solve
     from placer.tune import tune
-    from placer.run.bench import PlanBench
-    from placer.costing import segment_ratio_stats
     from placer.tune.tuner import SKIP_BASELINE_FACTOR, _partition_feedback, assignment_key
 
     t0 = time.monotonic()
@@ -94,7 +96,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                              "key": f"1-thread:{one}", "partitions": 1, "numerics_ok": bool(rep.passed)})
             except Exception as exc:  # noqa: BLE001 - a runtime that cannot run the model is a row, not a crash
                 rows.append({"model": name, "placement": f"1-thread:{kind}", "kind": "1-thread",
-                             "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
+                             "error": f"{type(exc).__name__}: {first_line(exc, 200)}"})
         keyed = {}
         priced = {}  # key -> (plan, the problem it was priced on, its materialization): per-partition figures
         for strat in strategies:
@@ -129,7 +131,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                 keyed[key] = plan
                 priced[key] = (plan, problem, mat)
             except Exception as exc:  # a plan that cannot run is a row with its error, not a crash
-                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                row["error"] = f"{type(exc).__name__}: {first_line(exc, 200)}"
             rows.append(row)
             if strat == "cpsat":
                 gantt(plan, out / f"gantt_{name}.png", f"{name}: CP-SAT plan (predicted)")

@@ -30,3 +30,10 @@ class PlanError(PlacerError):
 
 class ProfileError(PlacerError):
     """A profiling campaign or profile store cannot proceed."""
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of ``exc``'s message (at most ``limit`` characters), or its type's name when the
+    message is empty (``EOFError()``, ``KeyboardInterrupt()``): safe to put on one line of output."""
+    lines = str(exc).splitlines()
+    return lines[0][:limit] if lines and lines[0].strip() else type(exc).__name__

@@ -24,7 +24,7 @@ from typing import Callable
 
 import onnx
 
-from placer.errors import GraphError
+from placer.errors import GraphError, first_line
 
 __all__ = ["TORCH_MODELS", "cache_dir", "export_cached", "seeded_build", "torch_model"]
 
@@ -182,7 +182,7 @@ def export_cached(
         raise
     except Exception as exc:
         raise GraphError(f"exporting zoo:{name} from torch {torch.__version__} failed: "
-                         f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}") from exc
+                         f"{type(exc).__name__}: {first_line(exc, 200)}") from exc
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

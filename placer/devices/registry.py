@@ -6,7 +6,7 @@ import importlib
 from typing import Iterable
 
 from placer.devices.base import Target, TargetSpec
-from placer.errors import TargetError
+from placer.errors import TargetError, first_line
 
 # kind -> "module:Class"; imported lazily so that listing targets does not import every runtime.
 _KINDS: dict[str, str] = {
@@ -106,5 +106,5 @@ def available_targets() -> list[dict]:
             t = make_target(kind)
             rows.append({"kind": kind, "name": t.name, "available": True, "version": t.runtime_version()})
         except Exception as exc:  # a missing runtime is a row, not a crash
-            rows.append({"kind": kind, "name": kind, "available": False, "version": str(exc).splitlines()[0]})
+            rows.append({"kind": kind, "name": kind, "available": False, "version": first_line(exc)})
     return rows

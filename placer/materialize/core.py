@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from placer.errors import PlanError, TargetError
+from placer.errors import PlanError, TargetError, first_line
 from placer.materialize.partition import (
     Partition,
     PartitionStats,
@@ -170,7 +170,7 @@ class Materialized:
             compiled.export(out / COMPILED_FILE)
         except Exception as exc:  # export_library runs the system C compiler: missing or failing
             raise TargetError(f"{out / COMPILED_FILE}: exporting the compiled Relax module failed: "
-                              f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}") from exc
+                              f"{type(exc).__name__}: {first_line(exc, 200)}") from exc
         finally:
             compiled.close()
         from placer import trust

@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from placer.errors import PlacerError
+from placer.errors import PlacerError, first_line
 
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-4
@@ -298,7 +298,7 @@ def load_inputs(spec: str, graph, n: int = 1) -> list[dict[str, np.ndarray]]:
         raise
     except Exception as exc:  # noqa: BLE001 - not a zip, truncated, pickled object arrays, ...
         raise PlacerError(f"--inputs {spec}: not a readable .npz of plain arrays ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
+                          f"{first_line(exc, 160)})") from None
     names = [x if isinstance(x, str) else x.name for x in graph.inputs]
     missing = [k for k in names if k not in arrays]
     if missing:

@@ -31,6 +31,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from placer.errors import first_line
+
 #: latency yardsticks: a runtime loaded with its defaults, and at its best latency settings
 LATENCY_KINDS = ("ort-default", "ort-parallel", "ov-default", "ov-latency")
 #: throughput yardsticks: the runtime's own way to serve many requests
@@ -190,7 +192,7 @@ def main(argv: list[str]) -> int:
         for f in feeds[:2]:  # warm-up
             runner.run_one(f)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which marks the yardstick failed
-        out.write(json.dumps({"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc) else ''}"}) + "\n")
+        out.write(json.dumps({"error": f"{type(exc).__name__}: {first_line(exc, 300)}"}) + "\n")
         out.flush()
         return 1
     out.write(json.dumps({"ready": True, "info": runner.info}) + "\n")

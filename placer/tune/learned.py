@@ -29,6 +29,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from placer.errors import first_line
+
 __all__ = ["default_model_dir", "feed", "fit_or_update", "learned_costs", "partition_ratios", "refresh", "save",
            "tune_records"]
 
@@ -66,10 +68,10 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
         try:
             prior = CostModel.load(model_dir)
         except Exception as exc:  # noqa: BLE001 - integrity, format or version: refit, never trust it
-            say(f"cost model {model_dir}: not loaded ({type(exc).__name__}: {str(exc).splitlines()[0][:160]}); "
+            say(f"cost model {model_dir}: not loaded ({type(exc).__name__}: {first_line(exc, 160)}); "
                 "refitted from the profile store; the model there is left as it is (not overwritten)")
             cm._placer_unreadable = (str(Path(model_dir).resolve()), f"{type(exc).__name__}: "
-                                     f"{str(exc).splitlines()[0][:160]}")
+                                     f"{first_line(exc, 160)}")
         else:
             carried = [(r, m) for r, m in tune_records(prior) if r.get("target") in names][-MAX_CARRIED:]
     if carried:
@@ -147,7 +149,7 @@ def save(cm, model_dir: str | Path, say: Callable[[str], None] = lambda m: None)
         refresh(cm)
         path = cm.save(model_dir)
     except Exception as exc:  # noqa: BLE001
-        say(f"cost model not saved to {model_dir}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+        say(f"cost model not saved to {model_dir}: {type(exc).__name__}: {first_line(exc, 160)}")
         return None
     say(f"cost model saved to {model_dir} ({len(tune_records(cm))} partition(s) measured by tune runs)")
     return Path(path)

@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from placer.errors import PlacerError
+from placer.errors import PlacerError, first_line
 from placer.interrupts import raise_if_stopped
 
 #: a pipeline candidate's measurement round runs about this long (requests sized from the baselines)
@@ -134,13 +134,23 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
     import optuna
 
     from placer.materialize import materialize
-    from placer.solve import solve
-    from placer.tune import space
     from placer.run.bench import PlanBench
-    from placer.tune.tuner import (TrialRecord, TuneResult, _write_outputs, assignment_key, open_storage,
-                                   sampler_seed, tell_trial, ask, fail_stale, running_trial)
     from placer.run.numerics import ReferenceRunner, check_against_reference, load_inputs
     from placer.run.yardsticks import DESCRIPTIONS, THROUGHPUT_KINDS, YardstickSet
+    from placer.solve import solve
+    from placer.tune import space
+    from placer.tune.tuner import (
+        TrialRecord,
+        TuneResult,
+        _write_outputs,
+        ask,
+        assignment_key,
+        fail_stale,
+        open_storage,
+        running_trial,
+        sampler_seed,
+        tell_trial,
+    )
 
     graph = ctx.graph
     cores = sorted(os.sched_getaffinity(0))
@@ -219,7 +229,7 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
                     raise PlacerError(f"numerics check failed: {runs.numerics.failures()[0].name}")
                 pipe_mats[rec.key] = mat
             except PlacerError as exc:
-                rec.error = str(exc).splitlines()[0]
+                rec.error = first_line(exc)
                 rec.throughput_rps = None
 
         # ---- replicated: the whole model on one runtime, one replica per core -------------------
@@ -236,7 +246,7 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
                 mat = materialize(graph, {op.id: f"{kind}:t1" for op in graph.ops},
                                   stage_of={op.id: 0 for op in graph.ops}, replicas={0: replicas})
             except PlacerError as exc:
-                rec.error = str(exc).splitlines()[0]
+                rec.error = first_line(exc)
             else:
                 measure(rec, mat)
             records.append(rec)
@@ -293,7 +303,7 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
                     try:
                         mat = materialize(graph, plan)
                     except PlacerError as exc:
-                        rec.error = str(exc).splitlines()[0]
+                        rec.error = first_line(exc)
                     else:
                         measure(rec, mat)
                     by_key[key] = rec
@@ -319,7 +329,7 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
                         runs[r.key] = stack.enter_context(
                             _PipelineRuns(pipe_mats[r.key], feeds, refs, n_requests, ctx.tolerance))
                     except PlacerError as exc:
-                        r.error, r.throughput_rps = f"final rounds: {str(exc).splitlines()[0]}", None
+                        r.error, r.throughput_rps = f"final rounds: {first_line(exc)}", None
                 for rnd in range(FINAL_ROUNDS):
                     if rnd and budget_s is not None and time.monotonic() - t_start > budget_s:
                         break
@@ -334,7 +344,7 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
                             final_rps.setdefault(k, []).append(runs[k].round(warmup=4 if rnd == 0 else 0))
                         except PlacerError as exc:  # failed now after passing before: not eligible
                             rec = next(r for r in finalists if r.key == k)
-                            rec.error, rec.throughput_rps = f"final rounds: {str(exc).splitlines()[0]}", None
+                            rec.error, rec.throughput_rps = f"final rounds: {first_line(exc)}", None
                             runs.pop(k).pe.close()
                             final_rps.pop(k, None)
             for r in finalists:

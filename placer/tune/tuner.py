@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from placer.costing import segment_ratio_stats
-from placer.errors import PlacerError
+from placer.errors import PlacerError, first_line
 from placer.interrupts import raise_if_stopped
 
 
@@ -462,17 +462,17 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
 
     from placer import api
     from placer.materialize import materialize
+    from placer.run.bench import PlanBench
     from placer.run.numerics import check_against_reference, load_inputs
     from placer.run.yardsticks import YardstickSet, latency_kinds
     from placer.solve import solve
     from placer.tune import learned, space
-    from placer.run.bench import PlanBench
 
     storage_url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     try:  # a bad --storage fails now, not after profiling and the baselines
         open_storage(storage_url)
     except Exception as exc:  # noqa: BLE001 - sqlalchemy / optuna errors of every kind
-        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        msg = first_line(exc, 200)
         raise PlacerError(f"--storage {storage_url!r}: cannot open the Optuna storage ({type(exc).__name__}: {msg})") \
             from None
 
@@ -529,7 +529,7 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
                 if cost_model is not None and hasattr(cost_model, "add_partition_measurements"):
                     learned.feed(cost_model, rec.partitions, graph)
             except PlacerError as exc:
-                rec.error = str(exc).splitlines()[0]
+                rec.error = first_line(exc)
             records.append(rec)
             by_key[key] = rec
             return rec
@@ -688,7 +688,7 @@ def _write_outputs(result: TuneResult, ctx, mat) -> None:
     try:  # the deployable artifact: the Relax module compiled (placer run --executor relax --compiled)
         result.extra["compiled_module"] = mat.export_compiled(out).name
     except PlacerError as exc:
-        result.extra["compiled_module_error"] = str(exc).splitlines()[0][:300]
+        result.extra["compiled_module_error"] = first_line(exc, 300)
     (out / "trials.json").write_text(json.dumps([r.to_dict() for r in result.records], indent=1, default=str))
     summary = {"format": "placer.tune", "version": 1, "objective": result.objective, "best": result.best.key,
                "best_label": result.best.label, "best_single": result.best_single.key, "fell_back": result.fell_back,

@@ -93,3 +93,29 @@ def test_missing_file_and_escaping_paths_are_refused(saved, tmp_path):
     (other / "card.json").write_text(json.dumps(card))
     with pytest.raises(ArtifactIntegrityError, match="leaves the model directory"):
         CostModel.load(other)
+
+
+def test_loads_during_saves_by_another_process_never_see_half_a_model(saved):
+    """Two tune workers share one --cost-model DIR: one saves while the other loads. Every load
+    (as many as fit in the saver's three saves) gets a whole model, and the saver succeeds."""
+    import subprocess
+    import sys
+    import textwrap
+
+    saver = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        from costmodels.cost_model import CostModel
+        cm = CostModel.load({str(saved)!r})
+        for _ in range(3):
+            cm.save({str(saved)!r})
+    """)], stderr=subprocess.PIPE, text=True)
+    loads = 0
+    try:
+        while saver.poll() is None or loads == 0:
+            cm = CostModel.load(saved)  # raises ArtifactIntegrityError on a half-written file
+            assert set(cm.op_models) == set(TARGETS)
+            loads += 1
+    finally:
+        _, err = saver.communicate(timeout=600)  # hang guard only
+    assert saver.returncode == 0, err[-2000:]
+    assert loads >= 1
+    assert not [p.name for p in saved.rglob("*.tmp")]  # nothing left aside
