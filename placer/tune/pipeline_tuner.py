@@ -143,11 +143,10 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
         TrialRecord,
         TuneResult,
         _write_outputs,
-        ask,
+        asked_trial,
         assignment_key,
         fail_stale,
         open_storage,
-        running_trial,
         sampler_seed,
         tell_trial,
     )
@@ -278,8 +277,7 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
                 break
             raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
             fail_stale(study, say)
-            trial = ask(study)
-            with running_trial(study, trial):  # a killed worker's trial is failed, not RUNNING forever
+            with asked_trial(study) as trial:  # an interrupted or killed worker's trial is failed, never RUNNING
                 choice = [trial.suggest_categorical(f"core{c}", usable) for c in cores]
                 knobs: dict[str, Any] = {f"core{c}": k for c, k in zip(cores, choice)}
                 knobs["boundary_ms"] = trial.suggest_categorical("boundary_ms", [0.0, 0.03, 0.1, 0.3])

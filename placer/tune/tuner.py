@@ -45,7 +45,7 @@ import numpy as np
 
 from placer.costing import segment_ratio_stats
 from placer.errors import PlacerError, first_line
-from placer.interrupts import raise_if_stopped
+from placer.interrupts import deferred, raise_if_stopped
 
 
 @dataclass
@@ -347,16 +347,28 @@ def trial_heartbeat(study, trial):
 
 
 @contextlib.contextmanager
-def running_trial(study, trial):
-    """The block that runs ``trial``: heartbeats while it runs (:func:`trial_heartbeat`), and if it is
-    interrupted (Ctrl-C, SIGTERM) or fails before telling Optuna, the trial is told FAIL, so the
-    study keeps no RUNNING trial and a later run resumes it cleanly."""
-    with trial_heartbeat(study, trial):
-        try:
-            yield
-        except BaseException:
+def asked_trial(study, on_ask: Callable[[Any], None] = lambda trial: None):
+    """Ask ``study`` for a trial and run the block with it: heartbeats while it runs
+    (:func:`trial_heartbeat`), and if it is interrupted (Ctrl-C, SIGTERM) or fails before telling
+    Optuna, the trial is told FAIL, so the study keeps no RUNNING trial and a later run resumes it
+    cleanly. A stop request arriving while the trial is being asked for (``on_ask`` included) is
+    held until the trial is known (:func:`placer.interrupts.deferred`): the trial is then failed."""
+    trial = heartbeat = None
+    try:
+        with deferred():
+            trial = ask(study)
+            on_ask(trial)
+            heartbeat = trial_heartbeat(study, trial)
+            heartbeat.__enter__()
+        raise_if_stopped()
+        yield trial
+    except BaseException:
+        if trial is not None:
             tell_once(study, trial, None)
-            raise
+        raise
+    finally:
+        if heartbeat is not None:
+            heartbeat.__exit__(None, None, None)
 
 
 def fail_stale(study, say: Callable[[str], None] = lambda m: None) -> int:
@@ -630,9 +642,8 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
                 break
             raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
             fail_stale(study, say)
-            trial = ask(study)
             n_plans = len(by_key)
-            with running_trial(study, trial):  # a killed worker's trial is failed, not RUNNING forever
+            with asked_trial(study) as trial:  # an interrupted or killed worker's trial is failed, never RUNNING
                 n_done += int(run_trial(trial))
             repeats = repeats + 1 if len(by_key) == n_plans else 0
 
