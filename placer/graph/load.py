@@ -49,6 +49,7 @@ from onnx import TensorProto, numpy_helper
 
 from placer.errors import GraphError
 from placer.graph import _proto as P
+from placer.graph.opaque import contract_dynamic
 
 __all__ = ["FOLDED_KEY", "FOLDED_VALUE", "is_folded", "load_model"]
 
@@ -707,6 +708,10 @@ def _prune(model: onnx.ModelProto) -> None:
 def _final_inference(model: onnx.ModelProto, where: str) -> None:
     g = model.graph
     types = _infer(model, strict=True, where=where)
+    boundary = contract_dynamic(model, types, where, _node_desc)
+    if boundary:  # dynamic regions became opaque ops: infer again, their outputs keep their shapes
+        types = _infer(model, strict=True, where=where)
+        types.update(boundary)
     constants = {t.name for t in g.initializer}
     infos: list[onnx.ValueInfoProto] = []
     outputs = {o.name for o in g.output}
