@@ -161,6 +161,10 @@ def cmd_plan(args) -> int:
                        db=args.db, shapes=parse_shapes(args.shape), time_limit=args.time_limit,
                        num_stages=args.stages, seed=args.seed, measure=args.measure, say=say_plain(console))
     out(planned.plan.summary())
+    from placer.graph.opaque import describe_regions
+
+    for op_id, what in describe_regions(planned.ctx.graph).items():
+        out(f"opaque region {op_id} ({what}) runs whole on {planned.plan.assignment[op_id]}")
     if out_path is not None and out_path.suffix == ".json":
         planned.plan.save(out_path)
         out(f"plan written to {out_path} (give --out a directory for a plan you can `placer run`)")

@@ -306,7 +306,7 @@ class RpcCompiled(CompiledModel):
         the same feeds, as in profiling, then cost one call + the outputs' fetch)."""
         import tvm
 
-        arrs = [np.ascontiguousarray(feeds[n]) for n in self.input_names]
+        arrs = [np.asarray(feeds[n], order="C") for n in self.input_names]
         last = self._last_inputs
         if last is not None and len(last) == len(arrs) and all(
                 a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(arrs, last)):
