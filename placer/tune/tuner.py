@@ -341,12 +341,19 @@ def ask(study):
         return study.ask()
 
 
+@contextlib.contextmanager
 def trial_heartbeat(study, trial):
     """Context manager: a thread records the trial's heartbeat while the block runs (ask/tell has
-    none of its own; ``study.optimize`` does this internally)."""
-    from optuna.storages._heartbeat import get_heartbeat_thread
+    none of its own; ``study.optimize`` does this internally). The first heartbeat is recorded
+    before the block starts: Optuna never counts a RUNNING trial without one as stale, so a worker
+    killed before its thread's first beat would leave the trial RUNNING forever."""
+    from optuna.storages._heartbeat import get_heartbeat_thread, is_heartbeat_enabled
 
-    return get_heartbeat_thread(trial._trial_id, study._storage)
+    storage = study._storage
+    if is_heartbeat_enabled(storage):
+        storage.record_heartbeat(trial._trial_id)
+    with get_heartbeat_thread(trial._trial_id, storage):
+        yield
 
 
 @contextlib.contextmanager
