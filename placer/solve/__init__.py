@@ -8,6 +8,7 @@ Registered solvers (``available_solvers()``):
 ``greedy``          offload everything the preferred target supports (BYOC / EP partitioning)
 ``single:<target>`` everything on one target, unsupported ops on the next target in order
 ``dp``              exact DP over contiguous pipeline splits (pipeline mode)
+``ideals``          exact DP over the ideals (downsets) of the graph: every monotone pipeline
 ``bruteforce``      exact enumeration for tiny problems (test reference)
 =================== ============================================================================
 
@@ -41,6 +42,7 @@ from placer.solve import baselines as _baselines  # noqa: F401  (registers singl
 from placer.solve import bruteforce as _bruteforce  # noqa: F401
 from placer.solve import cpsat as _cpsat  # noqa: F401
 from placer.solve import dp as _dp  # noqa: F401
+from placer.solve import ideals as _ideals  # noqa: F401
 from placer.solve.base import MODES, SolveContext, Solver, available_solvers, get_solver, register_solver
 from placer.solve.coarsen import coarsen_problem, expand_assignment, expand_order
 from placer.solve.evaluate import assignment_indices, better, make_latency_plan, make_pipeline_plan

@@ -28,7 +28,9 @@ Constraints
     * ``sum_d used[d] <= K``; unused targets take the last positions
       (``not used[d] => pos[d] >= sum used``)
     * ``L[d] = sum_v c[v,d] x[v,d] + sum_{k,a} z[k,a,d] (rcv[a,d] link[k,a,d] + entry[d])
-      + sum_{k,b} z[k,d,b] snd[d,b] link[k,d,b]``; ``B >= sum_{d uses r} L[d]`` for every
+      + sum_{k,b} z[k,d,b] snd[d,b] link[k,d,b]`` (with ``link_broadcast`` the send part of tensor
+      ``k`` is its largest ``snd link`` over the destinations: level literals ``y[k,d,l] >= z[k,d,b]``
+      for every ``b`` whose cost is ``>= l``, priced by the level increments); ``B >= sum_{d uses r} L[d]`` for every
       resource ``r`` (``problem.resource_sets``: ``B >= L[d]`` per target when no core is shared;
       stages on targets sharing a core add up on it)
     * redundant: ``sum_d L[d] <= K * B``; symmetry breaking between interchangeable targets
@@ -164,6 +166,8 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
     recv_terms: list[list[tuple[int, Any]]] = [[] for _ in range(t)]
     send_terms: list[list[tuple[int, Any]]] = [[] for _ in range(t)]
     code = p.charge_code
+    sends: dict[int, list[tuple[int, Any]]] = {}  # broadcast: sender-charged copies of one tensor
+    bcast: list[tuple[Any, list[Any]]] = []  # (level literal, the copies that reach it)
     for k, (u, cs) in enumerate(zip(p.tensor_producer, p.tensor_consumers)):
         if u < 0 or not cs:
             continue
@@ -192,8 +196,22 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
                 z[(k, a, b)] = zz
                 if rc:
                     recv_terms[b].append((rc, zz))
-                if sc:
+                if sc and p.link_broadcast:
+                    sends.setdefault(a, []).append((sc, zz))
+                elif sc:
                     send_terms[a].append((sc, zz))
+        for a, arcs_a in sends.items():  # broadcast: the sender pays its slowest destination once
+            levels = sorted({sc for sc, _ in arcs_a})
+            prev = 0
+            for lv in levels:  # y = "pays at least lv"; cost = sum of the level increments
+                yy = model.new_bool_var(f"bc{k}_{a}_{lv}")
+                reach = [zz for sc, zz in arcs_a if sc >= lv]
+                for zz in reach:
+                    model.add_implication(zz, yy)
+                bcast.append((yy, reach))
+                send_terms[a].append((lv - prev, yy))
+                prev = lv
+        sends.clear()
     loads = []
     his = []
     for d in range(t):
@@ -265,9 +283,13 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
         model.add_hint(bott, round(ev.bottleneck))
         for (k, b), nk in need.items():
             model.add_hint(nk, int(any(assign[v] == b for v in p.tensor_consumers[k])))
+        zval = {}
         for (k, a, b), zz in z.items():
             u = p.tensor_producer[k]
-            model.add_hint(zz, int(assign[u] == a and any(assign[v] == b for v in p.tensor_consumers[k])))
+            zval[zz.index] = int(assign[u] == a and any(assign[v] == b for v in p.tensor_consumers[k]))
+            model.add_hint(zz, zval[zz.index])
+        for yy, reach in bcast:
+            model.add_hint(yy, int(any(zval[zz.index] for zz in reach)))
         for key, val in first_use_values(p, assign, classes).items():
             if key in y:
                 model.add_hint(y[key], val)
