@@ -226,10 +226,22 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
     best_val = math.inf
     lb_info: dict[str, float] = {}
     search = DynamicListSearch(p) if fine_latency and opts_all.get("dynamic", False) else None
+    dp = None
+    if pipeline and impl.exact and opts_all.get("ideals", False):  # cpsat: the ideals DP on the fine problem
+        from placer.solve.ideals import ideals_plan_stats, ideals_warm_start
+        dp = ideals_warm_start(p, ctx, opts_all, t0)
+        if dp is not None:
+            fine_best = ("ideals", dp.assign, dp.stage_targets)
+            proven = ideals_plan_stats(p, dp, ctx, opts, t0)
+            if proven is not None:
+                return proven
     if impl.exact:
         heuristic_deadline = t0 + 0.3 * ctx.time_limit
         if pipeline:
             best_key = None
+            if fine_best is not None:
+                ev = pipeline_eval(p, fine_best[1], fine_best[2])
+                best_key = (ev.bottleneck, ev.latency)
             for name, a, o in pipeline_candidates(p, k, ctx.contiguous, heuristic_deadline):
                 ev = pipeline_eval(p, a, o)
                 if best_key is None or (ev.bottleneck, ev.latency) < best_key:
@@ -307,6 +319,9 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
             plan, source = make_latency_plan(p, best[1], ctx.name, order=best[2], options=opts), "fine heuristic dynamic"
     if pipeline:
         bound = pipeline_bound(p, num_stages=k)
+        if dp is not None:  # the DP optimum: a bound with communication
+            from placer.solve.ideals import ideals_bound
+            bound = min(max(bound, ideals_bound(dp)), plan.bottleneck_ms)
     objective = plan.bottleneck_ms if pipeline else plan.makespan_ms
     gap = 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
     heuristic = coarse_stats is not None and coarse_stats.status == "HEURISTIC"

@@ -42,6 +42,12 @@ Objective (lexicographic, two solves)
     (the latency of one request: the stages run one after the other). Phase 2 is hinted with
     phase 1's solution. ``z`` / ``need`` only have lower bounds: every cost is non-negative, so
     at an optimum they are exact, and the Plan is re-evaluated from the assignment anyway.
+Warm start: the ideals DP
+    Without ``contiguous`` (option ``ideals``, default on), :mod:`placer.solve.ideals` runs first
+    for at most ``ideals_fraction`` (0.5) of the time. When it completes, its plan is the hint and
+    the fallback, and its optimum a lower bound that includes communication; when its prices are
+    exact (separable: see that module) its plan is the optimum and is returned without building
+    the model.
 Hint and fallback
     The best pipeline among the contiguous balanced splits, HEFT / greedy / single-target
     assignments repaired into pipelines; the returned plan is never worse than that hint.
@@ -79,6 +85,7 @@ from placer.solve.cpsat_util import (
 )
 from placer.solve.evaluate import Costs, better, is_contiguous, make_pipeline_plan, pipeline_eval, stage_order
 from placer.solve.heuristics import HeuristicError, repair_pipeline, split_pipeline
+from placer.solve.ideals import ideals_bound, ideals_proven, ideals_warm_start
 
 __all__ = ["pipeline_candidates", "solve_pipeline"]
 
@@ -129,6 +136,17 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
     best_name = ""
     hint = None
     hint_key = (math.inf, math.inf)
+    dp = ideals_warm_start(p, ctx, options, t0)  # every monotone pipeline, exact when prices are separable
+    dp_bound = 0.0
+    if dp is not None:
+        best_plan = make_pipeline_plan(p, dp.assign, ctx.name, order=dp.stage_targets, options=ctx.plan_options())
+        best_name = "ideals"
+        ev = pipeline_eval(p, dp.assign, dp.stage_targets, ci)
+        hint_key, hint = (ev.bottleneck, ev.latency), (dp.assign, dp.stage_targets)
+        dp_bound = ideals_bound(dp)
+        if ideals_proven(dp):
+            return skipped_stats_plan(best_plan, ctx, t0, min(dp_bound, best_plan.bottleneck_ms), r, best_name,
+                                      "the ideals DP proved its plan optimal")
     if options.get("hint", True):
         share = float(options.get("heuristic_fraction", 0.3))
         for name, assign, order in pipeline_candidates(p, K, contiguous, t0 + share * max(0.0, ctx.deadline - t0)):
@@ -140,7 +158,7 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
                 hint_key, hint = (ev.bottleneck, ev.latency), (assign, order)
 
     # the load bound on the float costs is valid as reported; the model gets it in rounded units
-    lb_ms = pipeline_bound(p, Costs.of(p), K)
+    lb_ms = max(pipeline_bound(p, Costs.of(p), K), dp_bound)
     slack = rounding_slack(p, ci, "pipeline")
     lb = max(0, math.ceil((lb_ms - slack) / r - 1e-6))
     if best_plan is not None and ctx.remaining() < 2 * build_seconds(p, "pipeline") + 0.2:
