@@ -12,6 +12,12 @@
     ``num_workers`` (default 2); ``--unsupported`` the fraction of ops each target but the first
     lacks (default 0.1).
 
+``python experiments/bench_solver.py ops [--kinds transformer,cnn] [--sizes 500,1500,3000] [--accs 3,6]``
+    Training operator graphs (:func:`training_graph`: forward/backward colocation pairs, ``k``
+    identical accelerators plus a CPU, memory caps, broadcast links), pipeline mode: the
+    ``ideals`` DP optimum is the reference column; ``cpsat`` without the DP (``ideals=False``) and
+    with it (the default), each at ``--time-limit`` (60 s), as ratios to the reference.
+
 Timings are wall-clock on a shared machine: other jobs running at the same time make them noisy.
 """
 
@@ -147,7 +153,8 @@ def _block_ops(kind: str, b: int) -> list[tuple[str, str, list[str]]]:
 
 #: Accelerator forward time (ms, median) and weights (MB) of each op type; backward = ``bwd`` x forward.
 _OP_TYPES = {  # type: (fwd ms, spread sigma, bwd factor, weight MB, activation MB)
-    "matmul": (0.6, 0.3, 2.0, 2.4, 3.0), "matmul4": (2.4, 0.3, 2.0, 9.4, 12.0), "bmm": (0.5, 0.3, 2.0, 0, 6.0),
+    "matmul": (0.6, 0.3, 2.0, 2.4, 3.0), "matmul4": (2.4, 0.3, 2.0, 9.4, 12.0),
+    "bmm": (0.5, 0.3, 2.0, 0, 6.0),
     "softmax": (0.15, 0.4, 1.0, 0, 6.0), "norm": (0.06, 0.4, 1.5, 0.01, 3.0), "add": (0.03, 0.4, 0.5, 0, 3.0),
     "act": (0.05, 0.4, 1.0, 0, 6.0), "conv1": (0.5, 0.5, 2.0, 1.0, 4.0), "conv3": (1.2, 0.5, 2.0, 2.3, 4.0),
     "bn": (0.08, 0.4, 1.5, 0.01, 4.0), "embed": (0.2, 0.2, 1.0, 90.0, 3.0), "loss": (0.3, 0.2, 1.0, 2.4, 0.1),
@@ -203,7 +210,8 @@ def training_graph(kind: str, n_ops: int, n_acc: int, seed: int = 0, *, mem_slac
     tensors = [Tensor("input", None, ("x0",), 600_000)]
     for f, _, ins in fwd:
         nbytes = int(act_mb[f] * 1e6)
-        tensors.append(Tensor(f"{f}.out", f, tuple(consumers[f]) + tuple(c + "_bwd" for c in consumers[f]), nbytes))
+        readers = tuple(consumers[f]) + tuple(c + "_bwd" for c in consumers[f])
+        tensors.append(Tensor(f"{f}.out", f, readers, nbytes))
         if consumers[f]:
             tensors.append(Tensor(f"{f}.grad", f + "_bwd", tuple(c + "_bwd" for c in consumers[f]), nbytes))
     targets = [f"acc{d}" for d in range(n_acc)] + ["cpu"]
@@ -216,7 +224,8 @@ def training_graph(kind: str, n_ops: int, n_acc: int, seed: int = 0, *, mem_slac
         ops=ops, targets=targets, cost_ms=cost, tensors=tensors, link_latency_ms=0.02, link_ms_per_byte=1e-7,
         link_charge=charge, link_broadcast=broadcast, memory_cap_bytes=caps, weight_bytes=weights,
         colocate=[[f, f + "_bwd"] for f in names],
-        provenance={"benchmark": "training_graph", "kind": kind, "n_ops": len(ops), "n_acc": n_acc, "seed": seed})
+        provenance={"benchmark": "training_graph", "kind": kind, "n_ops": len(ops), "n_acc": n_acc,
+                    "seed": seed})
 
 
 # ---------------------------------------------------------------------- commands
@@ -305,6 +314,43 @@ def cmd_dp_limit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ops(args: argparse.Namespace) -> int:
+    """Training operator graphs: the ideals DP optimum as the reference, CP-SAT without and with it."""
+    from placer.solve import solve
+
+    print(f"{'graph':<11} {'ops':>5} {'k':>2} {'ideals':>6} {'dp_s':>6} {'dp_ms':>10} {'dp':<8} "
+          f"{'cpsat_ms':>10} {'x_dp':>7} {'status':<9} {'gap_%':>6} {'wall_s':>7} "
+          f"{'+dp_ms':>10} {'x_dp':>7} {'status':<9} {'wall_s':>7}")
+    for kind in args.kinds.split(","):
+        for n in [int(x) for x in args.sizes.split(",")]:
+            for k in [int(x) for x in args.accs.split(",")]:
+                problem = training_graph(kind, n, k, seed=args.seed)
+                t0 = time.monotonic()
+                ref = solve(problem, "pipeline", "ideals", time_limit=args.time_limit)
+                dp_s = time.monotonic() - t0
+                ref.validate(problem)
+                n_ideals = ref.stats.extra.get("ideals", 0)
+                row = [f"{kind:<11} {problem.n_ops:>5} {k:>2} {n_ideals:>6} {dp_s:>6.2f} "
+                       f"{ref.bottleneck_ms:>10.3f} {ref.stats.status:<8}"]
+                for warm in (False, True):
+                    if not warm and args.no_cold:
+                        row.append(f"{'-':>10} {'-':>7} {'-':<9} {'-':>6} {'-':>7}")
+                        continue
+                    t0 = time.monotonic()
+                    plan = solve(problem, "pipeline", "cpsat", time_limit=args.time_limit, seed=args.seed,
+                                 num_workers=args.workers, ideals=warm)
+                    wall = time.monotonic() - t0
+                    plan.validate(problem)
+                    ratio = plan.bottleneck_ms / ref.bottleneck_ms
+                    gap = 100 * (plan.stats.gap or 0.0)
+                    row.append(f"{plan.bottleneck_ms:>10.3f} {ratio:>7.4f} {plan.stats.status:<9} "
+                               + (f"{gap:>6.1f} " if not warm else "") + f"{wall:>7.2f}")
+                print(" ".join(row), flush=True)
+    print(f"# time_limit={args.time_limit} s, num_workers={args.workers}, seed={args.seed}; x_dp = bottleneck "
+          "/ the ideals DP optimum (OPTIMAL: proven over every monotone pipeline)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -330,6 +376,15 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--time-limit", type=float, default=10.0)
     c.add_argument("--seed", type=int, default=0)
     c.set_defaults(func=cmd_dp_limit)
+    d = sub.add_parser("ops", help="training operator graphs: ideals DP optimum vs CP-SAT (pipeline mode)")
+    d.add_argument("--kinds", default="transformer,cnn")
+    d.add_argument("--sizes", default="500,1500,3000")
+    d.add_argument("--accs", default="3,6", help="numbers of identical accelerators (plus one CPU)")
+    d.add_argument("--time-limit", type=float, default=60.0)
+    d.add_argument("--workers", type=int, default=2)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--no-cold", action="store_true", help="skip CP-SAT without the DP warm start")
+    d.set_defaults(func=cmd_ops)
     args = ap.parse_args(argv)
     return int(args.func(args))
 

@@ -320,8 +320,8 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
     if pipeline:
         bound = pipeline_bound(p, num_stages=k)
         if dp is not None:  # the DP optimum: a bound with communication
-            from placer.solve.ideals import ideals_bound
-            bound = min(max(bound, ideals_bound(dp)), plan.bottleneck_ms)
+            from placer.solve.ideals import ideals_bound, proven_bound
+            bound = proven_bound(plan.bottleneck_ms, [bound, ideals_bound(dp)])
     objective = plan.bottleneck_ms if pipeline else plan.makespan_ms
     gap = 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
     heuristic = coarse_stats is not None and coarse_stats.status == "HEURISTIC"

@@ -30,7 +30,8 @@ Constraints
     * ``L[d] = sum_v c[v,d] x[v,d] + sum_{k,a} z[k,a,d] (rcv[a,d] link[k,a,d] + entry[d])
       + sum_{k,b} z[k,d,b] snd[d,b] link[k,d,b]`` (with ``link_broadcast`` the send part of tensor
       ``k`` is its largest ``snd link`` over the destinations: level literals ``y[k,d,l] >= z[k,d,b]``
-      for every ``b`` whose cost is ``>= l``, priced by the level increments); ``B >= sum_{d uses r} L[d]`` for every
+      for every ``b`` whose cost is ``>= l``, priced by the level increments);
+      ``B >= sum_{d uses r} L[d]`` for every
       resource ``r`` (``problem.resource_sets``: ``B >= L[d]`` per target when no core is shared;
       stages on targets sharing a core add up on it)
     * redundant: ``sum_d L[d] <= K * B``; symmetry breaking between interchangeable targets
@@ -85,7 +86,7 @@ from placer.solve.cpsat_util import (
 )
 from placer.solve.evaluate import Costs, better, is_contiguous, make_pipeline_plan, pipeline_eval, stage_order
 from placer.solve.heuristics import HeuristicError, repair_pipeline, split_pipeline
-from placer.solve.ideals import ideals_bound, ideals_proven, ideals_warm_start
+from placer.solve.ideals import ideals_bound, ideals_proven, ideals_warm_start, proven_bound
 
 __all__ = ["pipeline_candidates", "solve_pipeline"]
 
@@ -139,13 +140,15 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
     dp = ideals_warm_start(p, ctx, options, t0)  # every monotone pipeline, exact when prices are separable
     dp_bound = 0.0
     if dp is not None:
-        best_plan = make_pipeline_plan(p, dp.assign, ctx.name, order=dp.stage_targets, options=ctx.plan_options())
+        best_plan = make_pipeline_plan(p, dp.assign, ctx.name, order=dp.stage_targets,
+                                       options=ctx.plan_options())
         best_name = "ideals"
         ev = pipeline_eval(p, dp.assign, dp.stage_targets, ci)
         hint_key, hint = (ev.bottleneck, ev.latency), (dp.assign, dp.stage_targets)
         dp_bound = ideals_bound(dp)
         if ideals_proven(dp):
-            return skipped_stats_plan(best_plan, ctx, t0, min(dp_bound, best_plan.bottleneck_ms), r, best_name,
+            lower = proven_bound(best_plan.bottleneck_ms, [dp_bound])
+            return skipped_stats_plan(best_plan, ctx, t0, lower, r, best_name,
                                       "the ideals DP proved its plan optimal")
     if options.get("hint", True):
         share = float(options.get("heuristic_fraction", 0.3))

@@ -100,7 +100,8 @@ class IdealsResult:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def stage_prices(problem: PlacementProblem, costs: Costs | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
+def stage_prices(problem: PlacementProblem, costs: Costs | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """Per tensor and target: ``recv[k, d]`` (what ``d`` pays to receive ``k``) and ``send[k, d]``
     (what ``d`` pays to send it), and whether they are exact (see the module docstring); when not,
     each is the least over the unknown other side."""
@@ -153,7 +154,8 @@ def ideals_search(problem: PlacementProblem, num_stages: int, *, deadline: float
     for ui, unit in enumerate(units):
         unit_of[list(unit)] = ui
     allowed_u = np.array([p.allowed[list(unit)].all(axis=0) for unit in units])
-    cost_u = np.array([np.where(p.allowed[list(unit)], c.cost[list(unit)], 0.0).sum(axis=0) for unit in units])
+    cost_u = np.array([np.where(p.allowed[list(unit)], c.cost[list(unit)], 0.0).sum(axis=0)
+                       for unit in units])
     unsup_u = (~allowed_u).astype(np.int64)
     w_u = np.array([float(p.weight_bytes[list(unit)].sum()) for unit in units])
     preds_mask = [0] * nu
@@ -243,7 +245,8 @@ def ideals_search(problem: PlacementProblem, num_stages: int, *, deadline: float
     valid = [np.flatnonzero(prev[ki] >= 0) for ki in range(len(kinds))]
 
     work = 0
-    stats: dict[str, Any] = {"ideals": n_id, "units": nu, "kinds": [[p.targets[d] for d in k_] for k_ in kinds]}
+    stats: dict[str, Any] = {"ideals": n_id, "units": nu,
+                             "kinds": [[p.targets[d] for d in k_] for k_ in kinds]}
 
     def tick(amount: int) -> None:
         nonlocal work
@@ -289,7 +292,8 @@ def ideals_search(problem: PlacementProblem, num_stages: int, *, deadline: float
             best = dp_[i].copy()
             for ki, d in enumerate(reps):
                 ok = (U[cand, d] == U[i, d]) & (W[i] - W[cand] <= caps[d])
-                cost = (C[i, d] - C[cand, d]) + np.maximum(R[cand, d] - pr[d], 0.0) + np.maximum(S[i, d] - ps[d], 0.0)
+                cost = ((C[i, d] - C[cand, d]) + np.maximum(R[cand, d] - pr[d], 0.0)
+                        + np.maximum(S[i, d] - ps[d], 0.0))
                 cost = np.where(ok & (cost <= cut), cost, np.inf)
                 sv = valid[ki]
                 if bound is None:
@@ -390,8 +394,8 @@ def _enumerate(nu: int, preds_mask: list[int], succs: list[set[int]], out_of: li
                 if mask_j in index:
                     continue
                 if len(masks) >= max_ideals:
-                    raise ProblemError(f"ideals: the graph has more than {max_ideals} ideals ({nu} units; too "
-                                       "wide for this DP); use solver 'cpsat' or raise max_ideals")
+                    raise ProblemError(f"ideals: the graph has more than {max_ideals} ideals ({nu} units; "
+                                       "too wide for this DP); use solver 'cpsat' or raise max_ideals")
                 index[mask_j] = len(masks)
                 nxt.append(len(masks))
                 masks.append(mask_j)
@@ -456,8 +460,8 @@ def ideals_plan(problem: PlacementProblem, r: IdealsResult, ctx: SolveContext, t
                 plan, source = cand, name
     if plan is None:
         raise ProblemError("ideals: stopped before finding any pipeline, and no heuristic found one")
-    bound = r.value if r.complete else pipeline_bound(p, num_stages=k)
-    bound = min(bound, plan.bottleneck_ms) if plan.bottleneck_ms - bound <= 1e-9 * max(1.0, bound) else bound
+    lower = ideals_bound(r) if r.complete else pipeline_bound(p, num_stages=k)
+    bound = proven_bound(plan.bottleneck_ms, [lower])
     objective = plan.bottleneck_ms
     gap = 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
     proven = gap <= 1e-9 and r.complete and r.exact_pricing and r.latency_complete and source == "ideals"
@@ -467,7 +471,8 @@ def ideals_plan(problem: PlacementProblem, r: IdealsResult, ctx: SolveContext, t
              "extra": {**r.stats, "source": source, "exact_pricing": r.exact_pricing, "complete": r.complete,
                        "latency_complete": r.latency_complete, "dp_bottleneck": r.value,
                        "dp_latency": r.latency}}
-    return make_pipeline_plan(p, assign_of(p, plan), ctx.name, order=[p.target_index[d] for d in plan.stage_targets],
+    order = [p.target_index[d] for d in plan.stage_targets]
+    return make_pipeline_plan(p, assign_of(p, plan), ctx.name, order=order,
                               options=ctx.plan_options(), stats=stats)
 
 
@@ -509,8 +514,19 @@ def ideals_plan_stats(problem: PlacementProblem, r: IdealsResult, ctx: SolveCont
     if not ideals_proven(r):
         return None
     plan = make_pipeline_plan(problem, r.assign, ctx.name, order=r.stage_targets, options=options)
-    bound = min(ideals_bound(r), plan.bottleneck_ms)
+    bound = proven_bound(plan.bottleneck_ms, [ideals_bound(r)])
     stats = {"status": "OPTIMAL", "objective": plan.bottleneck_ms, "best_bound": bound, "gap": 0.0,
              "wall_s": time.monotonic() - t0,
-             "extra": {**r.stats, "source": "ideals", "cpsat_skipped": "the ideals DP proved its plan optimal"}}
-    return make_pipeline_plan(problem, r.assign, ctx.name, order=r.stage_targets, options=options, stats=stats)
+             "extra": {**r.stats, "source": "ideals",
+                       "cpsat_skipped": "the ideals DP proved its plan optimal"}}
+    return make_pipeline_plan(problem, r.assign, ctx.name, order=r.stage_targets, options=options,
+                              stats=stats)
+
+
+def proven_bound(objective: float, bounds: list[float]) -> float:
+    """The best of ``bounds``; the objective itself when that bound proves it (within relative 1e-9,
+    the float noise of pricing one plan two ways), so the gap reads 0."""
+    from placer.solve.cpsat_util import reported_bound
+
+    bound, proven = reported_bound(objective, bounds)
+    return objective if proven else bound
