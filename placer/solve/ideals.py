@@ -210,11 +210,13 @@ def ideals_search(problem: PlacementProblem, num_stages: int, *, deadline: float
         W[sl] = W[par[sl]] + w_u[add[sl]]
     R = np.zeros((n_id, t))
     S = np.zeros((n_id, t))
-    for i in range(n_id):
-        if cross[i]:
-            q = list(cross[i])
-            R[i] = rp[q].sum(axis=0)
-            S[i] = sp[q].sum(axis=0)
+    rows = np.repeat(np.arange(n_id), [len(x) for x in cross])
+    flat = np.fromiter((q for x in cross for q in x), dtype=np.int64, count=len(rows))
+    np.add.at(R, rows, rp[flat])
+    np.add.at(S, rows, sp[flat])
+    if deadline is not None and time.monotonic() > deadline:
+        return IdealsResult(math.inf, math.inf, None, [], exact, False, False, n_id, 0,
+                            {"units": nu, "ideals": n_id, "stopped": "pricing ideals"})
     words = max(1, (nu + 63) // 64)
     bits = np.frombuffer(b"".join(m_.to_bytes(8 * words, "little") for m_ in masks), dtype="<u8")
     bits = bits.reshape(n_id, words)
@@ -396,6 +398,8 @@ def _enumerate(nu: int, preds_mask: list[int], succs: list[set[int]], out_of: li
                 if len(masks) >= max_ideals:
                     raise ProblemError(f"ideals: the graph has more than {max_ideals} ideals ({nu} units; "
                                        "too wide for this DP); use solver 'cpsat' or raise max_ideals")
+                if deadline is not None and len(masks) % 2048 == 0 and time.monotonic() > deadline:
+                    raise _Stop
                 index[mask_j] = len(masks)
                 nxt.append(len(masks))
                 masks.append(mask_j)
@@ -435,9 +439,10 @@ class IdealsDP(Solver):
             if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
                 raise ProblemError(f"ideals: {name} must be a positive int, got {val!r}")
         k = ctx.max_stages(problem)
-        margin = 0.02 + 2e-5 * problem.n_ops  # building and returning the plan
-        r = ideals_search(problem, k, deadline=ctx.deadline - margin, max_work=max_work,
-                          max_ideals=max_ideals)
+        # building and returning the plan; a fifth of the time for the heuristics if the DP is stopped
+        margin = 0.02 + 2e-5 * problem.n_ops
+        deadline = ctx.deadline - margin - 0.2 * max(0.0, ctx.deadline - margin - t0)
+        r = ideals_search(problem, k, deadline=deadline, max_work=max_work, max_ideals=max_ideals)
         return ideals_plan(problem, r, ctx, t0)
 
 
@@ -454,7 +459,7 @@ def ideals_plan(problem: PlacementProblem, r: IdealsResult, ctx: SolveContext, t
     if r.assign is not None:
         plan = make_pipeline_plan(p, r.assign, ctx.name, order=r.stage_targets, options=ctx.plan_options())
     if plan is None or not r.exact_pricing:  # the DP's plan may be beaten when its prices were optimistic
-        for name, a, o in pipeline_candidates(p, k, False, ctx.deadline):
+        for name, a, o in pipeline_candidates(p, k, False, ctx.deadline - 0.5 * max(0.0, ctx.remaining())):
             cand = make_pipeline_plan(p, a, ctx.name, order=o, options=ctx.plan_options())
             if better(plan, cand) is cand:
                 plan, source = cand, name
