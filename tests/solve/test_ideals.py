@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from solve_testlib import problems
+from solve_testlib import permuted, problems
 
 from placer.errors import ProblemError
 from placer.problem import PlacementProblem
@@ -109,6 +109,18 @@ def test_work_limit_returns_a_valid_plan_and_bound(p, max_work):
     assert again.assignment == plan.assignment and again.stats.status == plan.stats.status
 
 
+@settings(max_examples=25, **SETTINGS)
+@given(problems(max_ops=8, max_targets=3), st.booleans(), st.integers(0, 2**32 - 1))
+def test_listing_order_does_not_matter(p, broadcast, seed):
+    p = dataclasses.replace(p, link_broadcast=broadcast)
+    try:
+        a = solve(p, "pipeline", "ideals")
+    except ProblemError:
+        return
+    b = solve(permuted(p, np.random.default_rng(seed)), "pipeline", "ideals")
+    assert a.assignment == b.assignment and a.stage_targets == b.stage_targets
+
+
 def test_work_limit_stops_the_first_pass_deterministically():
     p = training_graph("transformer", 120, 3, seed=1)
     full = ideals_search(p.canonical(), 4)
@@ -119,6 +131,14 @@ def test_work_limit_stops_the_first_pass_deterministically():
     plan.validate(p)
     assert plan.stats.status == "FEASIBLE" and plan.stats.best_bound <= full.value
     assert plan.bottleneck_ms >= full.value - 1e-9
+
+
+def test_a_passed_deadline_stops_it():
+    import time
+
+    p = training_graph("cnn", 100, 3, seed=0)
+    r = ideals_search(p.canonical(), 4, deadline=time.monotonic() - 1.0)
+    assert not r.complete and r.assign is None
 
 
 def test_max_ideals_is_a_clear_error():
