@@ -146,7 +146,7 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
         ev = pipeline_eval(p, dp.assign, dp.stage_targets, ci)
         hint_key, hint = (ev.bottleneck, ev.latency), (dp.assign, dp.stage_targets)
         dp_bound = ideals_bound(dp)
-        if ideals_proven(dp):
+        if ideals_proven(dp, best_plan):
             lower = proven_bound(best_plan.bottleneck_ms, [dp_bound])
             return skipped_stats_plan(best_plan, ctx, t0, lower, r, best_name,
                                       "the ideals DP proved its plan optimal")

@@ -28,7 +28,8 @@ Stage prices
     communication, via ``link_charge``) are separable with ``link_broadcast``. Otherwise every
     price is the *least* over the unknown senders / destinations (one destination), so the DP
     optimum is a valid lower bound on the pipeline optimum (communication included), and its
-    plan, re-evaluated exactly, an upper bound.
+    plan, re-evaluated exactly, an upper bound; when the plan's true bottleneck and latency equal
+    the DP's, it is optimal all the same (status OPTIMAL).
 Objective
     Two passes: the least bottleneck ``B*`` (min-max DP), then the least latency (sum of stage
     times) over chains whose stages all cost at most ``B*``: lexicographic (bottleneck, latency)
@@ -458,7 +459,7 @@ def ideals_plan(problem: PlacementProblem, r: IdealsResult, ctx: SolveContext, t
     source = "ideals"
     if r.assign is not None:
         plan = make_pipeline_plan(p, r.assign, ctx.name, order=r.stage_targets, options=ctx.plan_options())
-    if plan is None or not r.exact_pricing:  # the DP's plan may be beaten when its prices were optimistic
+    if plan is None or not ideals_proven(r, plan):  # optimistic prices: the DP's plan may be beaten
         for name, a, o in pipeline_candidates(p, k, False, ctx.deadline - 0.5 * max(0.0, ctx.remaining())):
             cand = make_pipeline_plan(p, a, ctx.name, order=o, options=ctx.plan_options())
             if better(plan, cand) is cand:
@@ -469,7 +470,7 @@ def ideals_plan(problem: PlacementProblem, r: IdealsResult, ctx: SolveContext, t
     bound = proven_bound(plan.bottleneck_ms, [lower])
     objective = plan.bottleneck_ms
     gap = 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
-    proven = gap <= 1e-9 and r.complete and r.exact_pricing and r.latency_complete and source == "ideals"
+    proven = gap <= 1e-9 and source == "ideals" and ideals_proven(r, plan)
     status = "OPTIMAL" if proven else "FEASIBLE"  # FEASIBLE: latency (or bottleneck) not proven least
     stats = {"status": status, "objective": objective, "best_bound": bound, "gap": gap,
              "wall_s": time.monotonic() - t0,
@@ -508,17 +509,29 @@ def ideals_bound(r: IdealsResult) -> float:
     return r.value - 1e-11 * max(1.0, abs(r.value))
 
 
-def ideals_proven(r: IdealsResult) -> bool:
-    """True when the DP's plan is the lexicographic (bottleneck, latency) optimum of pipeline mode."""
-    return r.complete and r.exact_pricing and r.latency_complete
+def ideals_proven(r: IdealsResult, plan: Plan) -> bool:
+    """True when ``plan`` (the DP's, priced by the evaluator) is the lexicographic (bottleneck, latency)
+    optimum of pipeline mode: both passes ran to the end, and either the prices were exact or the
+    plan's true bottleneck and latency equal the DP's (then lower bounds: every plan of bottleneck
+    ``value`` is priced at most ``value`` per stage by the DP, so its latency is at least the
+    second pass's)."""
+    if not (r.complete and r.latency_complete):
+        return False
+    if r.exact_pricing:
+        return True
+
+    def tight(x: float, lower: float) -> bool:
+        return x - lower <= 1e-9 * max(1.0, abs(lower))
+
+    return tight(plan.bottleneck_ms, r.value) and tight(plan.makespan_ms, r.latency)
 
 
 def ideals_plan_stats(problem: PlacementProblem, r: IdealsResult, ctx: SolveContext, options: dict[str, Any],
                       t0: float) -> Plan | None:
     """The DP's plan with OPTIMAL stats when :func:`ideals_proven`, else None."""
-    if not ideals_proven(r):
-        return None
     plan = make_pipeline_plan(problem, r.assign, ctx.name, order=r.stage_targets, options=options)
+    if not ideals_proven(r, plan):
+        return None
     bound = proven_bound(plan.bottleneck_ms, [ideals_bound(r)])
     stats = {"status": "OPTIMAL", "objective": plan.bottleneck_ms, "best_bound": bound, "gap": 0.0,
              "wall_s": time.monotonic() - t0,
