@@ -49,8 +49,16 @@ Limits
     after each ideal. Stopped during the bottleneck pass it has no complete chain: the solver
     returns the best heuristic pipeline with the load bound. Stopped during the latency pass it
     returns the bottleneck-optimal chain of the first pass.
+    The solver gives the DP four fifths of its time and keeps the rest for those heuristics.
 Targets sharing cores (``target_cores``) are refused (the bottleneck is then a sum per core, not
 the largest stage).
+
+Why a solver of its own, next to ``dp``
+    ``dp`` cuts one fixed topological order into runs (``contiguous=True``) and is exact for any
+    link model (Pareto labels carry the open stages' times); on graphs whose width the order
+    hides it can only find what that order allows. ``ideals`` searches every monotone pipeline
+    (``cpsat``'s ``contiguous=False`` space, "contiguous splits over downsets" in the paper's
+    words) independently of any order, exactly when prices are separable.
 """
 
 from __future__ import annotations
