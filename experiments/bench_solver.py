@@ -288,7 +288,8 @@ def cmd_random(args: argparse.Namespace) -> int:
 
 
 def cmd_dp_limit(args: argparse.Namespace) -> int:
-    """How well ``dp`` honours its time limit on random layered DAGs too big for it to finish."""
+    """How well ``dp`` (or ``--solver ideals``) honours its time limit on random layered DAGs too big
+    for it to finish."""
     from placer.errors import ProblemError
     from placer.solve import solve
 
@@ -300,9 +301,9 @@ def cmd_dp_limit(args: argparse.Namespace) -> int:
             problem = random_layered(n, t, seed=args.seed)
             t0 = time.monotonic()
             try:
-                plan = solve(problem, "pipeline", "dp", time_limit=args.time_limit)
+                plan = solve(problem, "pipeline", args.solver, time_limit=args.time_limit)
                 status, obj, bound = plan.stats.status, plan.bottleneck_ms, plan.stats.best_bound
-                labels = plan.stats.extra.get("labels")
+                labels = plan.stats.extra.get("labels", plan.stats.extra.get("ideals"))
             except ProblemError as exc:
                 status, obj, bound, labels = "ERROR", math.nan, math.nan, str(exc)[:60]
             wall = time.monotonic() - t0
@@ -376,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--targets", default="4")
     c.add_argument("--time-limit", type=float, default=10.0)
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--solver", default="dp", help="dp or ideals")
     c.set_defaults(func=cmd_dp_limit)
     d = sub.add_parser("ops", help="training operator graphs: ideals DP optimum vs CP-SAT (pipeline mode)")
     d.add_argument("--kinds", default="transformer,cnn")
