@@ -138,7 +138,7 @@ def add_plan(sub) -> None:
                    help="latency: minimize one inference's time; pipeline: cut into stages for throughput "
                         "(default latency)")
     p.add_argument("--solver", default="cpsat",
-                   help="cpsat (default), heft, greedy, dp, single:<target> (e.g. single:onnxruntime) ...")
+                   help="cpsat (default), heft, greedy, dp, ideals, single:<target> (single:onnxruntime)")
     p.add_argument("--stages", type=int, default=None, help="pipeline stages (default: solver's choice)")
     p.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds (default 10)")
     p.add_argument("--db", default=None, type=db_path, help=DB_HELP)
