@@ -21,6 +21,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from placer.errors import PlacerError
+from placer.graph.opaque import describe_members, is_opaque
+
 
 @dataclass
 class PlanningContext:
@@ -160,6 +162,8 @@ def _check_runnable(graph, table, store, targets) -> None:
         why = ((m.reason or m.status) if m is not None else "not supported").strip().splitlines() or ["?"]
         reasons.append(why[0][:200] if why[0].startswith(t.name) else f"{t.name}: {why[0][:200]}")
     kind = f"{op.domain}::{op.op_type}" if op.domain else op.op_type
+    if is_opaque(op.domain):
+        kind = f"the opaque region of nodes {describe_members(graph, op)}"
     more = f" (and {bad.size - 1} more op(s))" if bad.size > 1 else ""
     raise TargetError(f"op {op.id!r} ({kind}) of {graph.source or graph.name} runs on no target{more}: "
                       + "; ".join(reasons))

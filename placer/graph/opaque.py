@@ -37,7 +37,7 @@ import onnx
 from placer.errors import GraphError
 from placer.graph import _proto as P
 
-__all__ = ["OPAQUE_DOMAIN", "contract_dynamic", "describe_regions", "function_of", "is_opaque"]
+__all__ = ["OPAQUE_DOMAIN", "contract_dynamic", "describe_members", "describe_regions", "function_of", "is_opaque"]
 
 #: Domain of the contracted region ops (and of their model-local functions).
 OPAQUE_DOMAIN = "placer.opaque"
@@ -70,6 +70,16 @@ def describe_regions(graph) -> dict[str, str]:
         n = len(fn.node) if fn is not None else 0
         out[op.id] = f"{n} node{'s' if n != 1 else ''}: {', '.join(kinds)}"
     return out
+
+
+def describe_members(graph, op, limit: int = 6) -> str:
+    """The nodes an opaque op stands for, by name and kind (``"frob2 (com.example::Frobnicate), n3
+    (Relu)"``, at most ``limit`` of them): what an error about the region names for the user."""
+    fn = function_of(graph.model, op.op_type)
+    nodes = list(fn.node) if fn is not None else []
+    shown = [f"{n.name or '?'} ({n.domain + '::' if n.domain else ''}{n.op_type})" for n in nodes[:limit]]
+    more = f" and {len(nodes) - limit} more" if len(nodes) > limit else ""
+    return ", ".join(shown) + more
 
 
 def _reads(n: onnx.NodeProto) -> list[str]:
