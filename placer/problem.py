@@ -80,6 +80,27 @@ MAX_NBYTES = 2**62
 LINK_CHARGES = ("sender", "receiver", "both")
 #: Integer codes for ``link_charge`` used by the solvers: bit 1 = sender pays, bit 2 = receiver pays.
 _CHARGE_CODE = {"sender": 1, "receiver": 2, "both": 3}
+#: most entries of the dense link table (n_tensors x n_targets x n_targets floats) a problem may need:
+#: 2^24 (128 MiB; the solvers keep a few copies of it)
+MAX_LINK_ENTRIES = 2**24
+#: most entries of the cost table (n_ops x n_targets)
+MAX_COST_ENTRIES = 2**24
+
+
+def check_table_sizes(n_ops: int, n_tensors: int, n_targets: int) -> None:
+    """ProblemError unless the cost table (``n_ops * n_targets``) and the link table
+    (``n_tensors * n_targets**2``) stay within MAX_COST_ENTRIES / MAX_LINK_ENTRIES: checked before
+    either is built (200 tensors between 3,000 targets would need 14 GiB)."""
+    cells = n_ops * n_targets
+    if cells > MAX_COST_ENTRIES:
+        raise ProblemError(f"{n_ops} ops on {n_targets} targets need a cost table of {cells:.3g} entries, "
+                           f"over placer's limit of {MAX_COST_ENTRIES:.3g}")
+    entries = n_tensors * n_targets * n_targets
+    if entries > MAX_LINK_ENTRIES:
+        raise ProblemError(
+            f"{n_tensors} tensors between {n_targets} targets need a link table of {entries:.3g} entries "
+            f"({entries * 8 / 2**30:.1f} GiB), over placer's limit of {MAX_LINK_ENTRIES:.3g}: use fewer targets "
+            f"(at most {int((MAX_LINK_ENTRIES / max(n_tensors, 1)) ** 0.5)} for {n_tensors} tensors)")
 
 _JSON_KEYS = {
     "version", "ops", "targets", "cost_ms", "tensors", "links", "memory_cap_bytes", "weight_bytes",
@@ -238,6 +259,7 @@ class PlacementProblem:
                     raise ProblemError(f"duplicate {what} name {name!r}")
                 seen.add(name)
         n, t = len(ops), len(targets)
+        check_table_sizes(n, len(self.tensors) if hasattr(self.tensors, "__len__") else 0, t)
         op_index = {o: i for i, o in enumerate(ops)}
         tgt_index = {d: j for j, d in enumerate(targets)}
 
@@ -874,6 +896,11 @@ class PlacementProblem:
             raise ProblemError(f"{where}: 'ops' must be a list of strings")
         if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
             raise ProblemError(f"{where}: 'targets' must be a list of strings")
+        n_tensors = len(data["tensors"]) if isinstance(data.get("tensors"), list) else 0
+        try:  # before the tables are allocated
+            check_table_sizes(len(ops), n_tensors, len(targets))
+        except ProblemError as exc:
+            raise ProblemError(f"{where}: {exc}") from None
         # name -> position dicts (not list.index: that made the {op: {target: ms}} form quadratic)
         op_pos = {o: i for i, o in enumerate(ops)}
         tgt_pos = {d: j for j, d in enumerate(targets)}

@@ -243,14 +243,24 @@ def dual_load(unit_costs: np.ndarray, num_stages: int | None = None, offset: np.
         grad = np.append(load, load.sum() if inc is None else load_t.sum()) if use_mu else load
         cuts.append((g, point.copy(), grad))
         # master: max theta s.t. theta <= g_k + grad_k . (x - x_k), x in the (weighted) simplex
+        # built with the low-level API (the natural one cost ~25 s at 256 targets: one Python
+        # expression object per term); the same LP, row by row, as the expressions would make it
         solver = pywraplp.Solver.CreateSolver("GLOP")
         xs = [solver.NumVar(0.0, 1.0, "") for _ in range(dim)]
         theta = solver.NumVar(0.0, solver.infinity(), "")
         weights = [1.0] * n_r + ([float(num_stages)] if use_mu else [])
-        solver.Add(solver.Sum([wgt * x for wgt, x in zip(weights, xs)]) == 1.0)
-        for gk, xk, sk in cuts:
-            solver.Add(theta <= gk + solver.Sum([float(sk[j]) * (xs[j] - float(xk[j])) for j in range(dim)]))
-        solver.Maximize(theta)
+        row = solver.Constraint(1.0, 1.0)
+        for wgt, x in zip(weights, xs):
+            row.SetCoefficient(x, wgt)
+        for gk, xk, sk in cuts:  # theta - sk . x <= gk - sk . xk
+            row = solver.Constraint(-solver.infinity(), gk - sum(float(sk[j]) * float(xk[j]) for j in range(dim)))
+            row.SetCoefficient(theta, 1.0)
+            for j in range(dim):
+                if sk[j] != 0.0:
+                    row.SetCoefficient(xs[j], -float(sk[j]))
+        objective = solver.Objective()
+        objective.SetCoefficient(theta, 1.0)
+        objective.SetMaximization()
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
             break
         upper = theta.solution_value()

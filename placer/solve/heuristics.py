@@ -132,8 +132,10 @@ def upward_rank(problem: PlacementProblem, costs: Costs) -> np.ndarray:
         au = np.flatnonzero(allowed[u])
         for v in cs:
             av = np.flatnonzero(allowed[v])
-            pairs = [(a, b) for a in au for b in av if a != b]
-            c = float(np.mean([costs.link[k, a, b] + costs.entry[b] for a, b in pairs])) if pairs else 0.0
+            # every (a, b) pair with a != b, row-major (as a list over au then av would be): vectorized
+            vals = (np.asarray(costs.link[k])[np.ix_(au, av)] + np.asarray(costs.entry)[av][None, :])[
+                au[:, None] != av[None, :]]
+            c = float(np.mean(vals)) if vals.size else 0.0
             comm[(u, v)] = max(comm.get((u, v), 0.0), c)
     rank = np.zeros(p.n_ops)
     for u in range(p.n_ops - 1, -1, -1):
