@@ -99,8 +99,8 @@ def check_table_sizes(n_ops: int, n_tensors: int, n_targets: int) -> None:
     if entries > MAX_LINK_ENTRIES:
         raise ProblemError(
             f"{n_tensors} tensors between {n_targets} targets need a link table of {entries:.3g} entries "
-            f"({entries * 8 / 2**30:.1f} GiB), over placer's limit of {MAX_LINK_ENTRIES:.3g}: use fewer targets "
-            f"(at most {int((MAX_LINK_ENTRIES / max(n_tensors, 1)) ** 0.5)} for {n_tensors} tensors)")
+            f"({entries * 8 / 2**30:.1f} GiB), over placer's limit of {MAX_LINK_ENTRIES:.3g}: use fewer "
+            f"targets (at most {int((MAX_LINK_ENTRIES / max(n_tensors, 1)) ** 0.5)} for {n_tensors} tensors)")
 
 _JSON_KEYS = {
     "version", "ops", "targets", "cost_ms", "tensors", "links", "memory_cap_bytes", "weight_bytes",

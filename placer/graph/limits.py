@@ -67,7 +67,7 @@ def max_model_bytes() -> int:
 
 
 def _over(where: str, what: str, size: int, limit: int) -> GraphError:
-    return GraphError(f"{where}: {what} is {size / 2**20:.1f} MiB, over the limit of {limit / 2**20:.0f} MiB "
+    return GraphError(f"{where}: {what} is {size / 2**20:.4g} MiB, over the limit of {limit / 2**20:.4g} MiB "
                       f"(${MAX_MODEL_ENV} raises it)")
 
 
@@ -214,7 +214,8 @@ def _long_1d(vis) -> str | None:
     for vi in vis:
         tt = P.tensor_type_of(vi)
         dims = tt[1] if tt is not None else None
-        if dims is not None and len(dims) == 1 and isinstance(dims[0], int) and dims[0] > DATA_PROP_MAX_ELEMENTS:
+        if dims is not None and len(dims) == 1 and isinstance(dims[0], int) \
+                and dims[0] > DATA_PROP_MAX_ELEMENTS:
             return vi.name
     return None
 
@@ -229,7 +230,8 @@ def data_prop_safe(skeleton: onnx.ModelProto) -> bool:
     if _long_1d(list(g.input) + list(g.value_info) + list(g.output)):
         return False
     try:
-        out = onnx.shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=False)
+        out = onnx.shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False,
+                                                data_prop=False)
     except Exception:  # noqa: BLE001 - the caller's inference reports the error
         return True
     og = out.graph

@@ -76,7 +76,8 @@ def read_npz(path: str | os.PathLike, spec: str, wants: Mapping[str, tuple[tuple
         if magic == b"\x93NUMPY":
             raise PlacerError(f"--inputs {spec}: a single .npy array; expected an .npz with one array per "
                               "input") from None
-        raise PlacerError(f"--inputs {spec}: not a readable .npz of plain arrays (not a zip archive)") from None
+        raise PlacerError(f"--inputs {spec}: not a readable .npz of plain arrays (not a zip "
+                          "archive)") from None
     except OSError as exc:
         raise PlacerError(f"--inputs {spec}: cannot read it ({exc.strerror or type(exc).__name__})") from None
     with zf:
@@ -86,7 +87,8 @@ def read_npz(path: str | os.PathLike, spec: str, wants: Mapping[str, tuple[tuple
             members.setdefault(key, info)
         missing = [k for k in wants if k not in members]
         if missing:
-            raise PlacerError(f"--inputs {spec}: no array for model input(s) {missing} (has {sorted(members)})")
+            raise PlacerError(f"--inputs {spec}: no array for model input(s) {missing} "
+                              f"(has {sorted(members)})")
         heads = {}
         for k, info in members.items():
             if k not in wants:

@@ -253,7 +253,8 @@ def dual_load(unit_costs: np.ndarray, num_stages: int | None = None, offset: np.
         for wgt, x in zip(weights, xs):
             row.SetCoefficient(x, wgt)
         for gk, xk, sk in cuts:  # theta - sk . x <= gk - sk . xk
-            row = solver.Constraint(-solver.infinity(), gk - sum(float(sk[j]) * float(xk[j]) for j in range(dim)))
+            rhs = gk - sum(float(sk[j]) * float(xk[j]) for j in range(dim))
+            row = solver.Constraint(-solver.infinity(), rhs)
             row.SetCoefficient(theta, 1.0)
             for j in range(dim):
                 if sk[j] != 0.0:

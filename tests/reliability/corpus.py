@@ -992,6 +992,9 @@ def build_corpus(root: Path, base: Base, seed: int = SEED) -> list[Case]:
     from corpus_hostile import hostile_cases  # the second round of hostile classes: see its docstring
 
     hostile_cases(root, base, add, rng)
+    from corpus_limits import limits_cases  # the third round: sizes and time limits (corpus_limits.py)
+
+    limits_cases(root, base, add)
     return cases
 
 
