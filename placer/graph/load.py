@@ -414,15 +414,16 @@ def _check_input_size(name: str, dims: tuple[int, ...], where: str) -> None:
 # --------------------------------------------------------------------------------------------- infer
 
 
-def _infer(model: onnx.ModelProto, strict: bool, where: str) -> dict[str, onnx.ValueInfoProto]:
-    """Shape inference on the skeleton; name -> ValueInfoProto for every typed tensor."""
+def _infer(model: onnx.ModelProto, strict: bool, where: str, blame: bool = True) -> dict[str, onnx.ValueInfoProto]:
+    """Shape inference on the skeleton; name -> ValueInfoProto for every typed tensor. ``blame``: name
+    the failing node in the error (:func:`_blame`, which infers with ``blame=False``: no recursion)."""
     sk = _skeleton(model)
     try:
         out = onnx.shape_inference.infer_shapes(sk, check_type=strict, strict_mode=strict,
                                                 data_prop=limits.data_prop_safe(sk))
     except Exception as e:
         msg = str(e).strip().replace("\n", " ")
-        if "node name" not in msg:
+        if blame and "node name" not in msg:
             msg += _blame(model)
         raise GraphError(f"{where}: shape inference failed: {msg}") from e
     types: dict[str, onnx.ValueInfoProto] = {}
@@ -435,7 +436,7 @@ def _blame(model: onnx.ModelProto) -> str:
     """`` (node 'n' (Op))``: the first node that fails strict inference alone, given its inputs'
     types from a lenient pass; for inference errors that do not name their node. Empty if none."""
     try:
-        types = _infer(model, strict=False, where="")
+        types = _infer(model, strict=False, where="", blame=False)
     except GraphError:
         return ""
     g = model.graph

@@ -96,7 +96,8 @@ def _typed(name: str, elem: int, dims, **fields) -> TensorProto:
 
 
 @pytest.mark.parametrize("tensor, expect", [
-    (_raw("w", [2**29], bytes(16)), r"initializer 'w' declares shape \[536870912\].*2048.0 MiB.*holds 16 bytes"),
+    (_raw("w", [2**29], bytes(16)),
+     r"initializer 'w' declares shape \[536870912\].*2048.0 MiB.*holds 16 bytes"),
     (_raw("w", [3], bytes(16)), r"initializer 'w'.*holds 16 bytes \(expected 12\)"),
     (_typed("w", I64, [5], int64_data=[1, 2]), r"initializer 'w'.*holds 2 entries of int64_data"),
     (_raw("w", [2**30, 2**30], bytes(4)), r"initializer 'w' declares shape .* elements, more than"),
@@ -110,7 +111,8 @@ def test_constant_value_declaring_more_than_it_holds_is_refused_by_name():
     c = helper.make_node("Constant", [], ["w"], name="k")
     c.attribute.append(helper.make_attribute("value", _raw("", [4096, 4096], bytes(16))))
     m = _model([c, helper.make_node("Add", ["x", "w"], ["y"], name="add")],
-               [helper.make_tensor_value_info("x", F, [4096, 4096])], [helper.make_tensor_value_info("y", F, None)])
+               [helper.make_tensor_value_info("x", F, [4096, 4096])],
+               [helper.make_tensor_value_info("y", F, None)])
     with pytest.raises(GraphError, match=r"node 'k' \(Constant\) declares shape \[4096, 4096\]"):
         load_graph(m)
 
@@ -149,8 +151,8 @@ def test_external_data_is_checked_before_it_is_read(tmp_path, key, value, expect
 def test_model_size_limit_and_its_override(tmp_path, monkeypatch):
     f = _external(tmp_path, 1 << 16)  # 256 KiB of external data
     monkeypatch.setenv(MAX_MODEL_ENV, "0.125")
-    with pytest.raises(GraphError, match=r"m\.onnx: the model with its external data is 0\.25\d* MiB, over the "
-                                         r"limit of 0\.125 MiB \(\$PLACER_MAX_MODEL_MB raises it\)"):
+    with pytest.raises(GraphError, match=r"m\.onnx: the model with its external data is 0\.25\d* MiB, "
+                                         r"over the limit of 0\.125 MiB \(\$PLACER_MAX_MODEL_MB raises it\)"):
         load_graph(f)
     monkeypatch.setenv(MAX_MODEL_ENV, "0.0001")
     with pytest.raises(GraphError, match=r"m\.onnx: the model file is .* over the limit"):
