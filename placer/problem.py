@@ -1091,7 +1091,7 @@ def _pipeline_units(p: PlacementProblem) -> tuple[tuple[int, ...], ...]:
     for u, v in p.edges:
         if node[u] != node[v]:
             qsucc[node[u]].add(node[v])
-    comp = _strong_components(n_nodes, [sorted(s) for s in qsucc])
+    comp = _strong_components(n_nodes, [sorted(s) if len(s) > 1 else list(s) for s in qsucc])
     n_units = max(comp) + 1
     members: list[list[int]] = [[] for _ in range(n_units)]
     for i in range(n):
@@ -1102,9 +1102,12 @@ def _pipeline_units(p: PlacementProblem) -> tuple[tuple[int, ...], ...]:
         if cu != cv:
             upreds[cv].add(cu)
     # Tarjan numbers the components in reverse topological order of the condensation
-    depth = _longest_from_sources(n_units, [sorted(s) for s in upreds], range(n_units - 1, -1, -1))
-    units = [tuple(sorted(m, key=lambda i: (op_depth[i], keys[i]))) for m in members]
-    ranked = sorted(range(n_units), key=lambda c: (depth[c], min(keys[i] for i in members[c])))
+    depth = _longest_from_sources(n_units, [sorted(s) if len(s) > 1 else list(s) for s in upreds],
+                                  range(n_units - 1, -1, -1))
+    # (single-op units, most of them, skip the sorts: the same result, seconds less at 100,000 ops)
+    units = [tuple(m) if len(m) == 1 else tuple(sorted(m, key=lambda i: (op_depth[i], keys[i]))) for m in members]
+    first_key = [keys[m[0]] if len(m) == 1 else min(keys[i] for i in m) for m in members]
+    ranked = sorted(range(n_units), key=lambda c: (depth[c], first_key[c]))
     return tuple(units[c] for c in ranked)
 
 

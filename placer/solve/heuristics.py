@@ -724,7 +724,8 @@ class DynamicListSearch:
                  (0.1, 0.5, 1.0))
 
     def __init__(self, problem: PlacementProblem, costs: Costs | None = None, lam: np.ndarray | None = None,
-                 eta: float = 1.0, who: str = "dynamic", max_passes: int = 96) -> None:
+                 eta: float = 1.0, who: str = "dynamic", max_passes: int = 96,
+                 deadline: float | None = None) -> None:
         from placer.solve.bounds import _unit_costs, dual_load
 
         p = problem
@@ -732,7 +733,8 @@ class DynamicListSearch:
         self.c = costs or Costs.of(p)
         self.engine = DynamicList(p, self.c)
         if lam is None:
-            lam = (dual_load(_unit_costs(p, self.c), resources=p.resource_sets)[1] if p.n_targets > 1
+            lam = (dual_load(_unit_costs(p, self.c), resources=p.resource_sets, deadline=deadline)[1]
+                   if p.n_targets > 1
                    else np.ones(1))
         lam = np.maximum(np.asarray(lam, dtype=float), 1e-6)
         self.lams = [lam / lam.sum() for _ in self.PORTFOLIO]
