@@ -4,7 +4,7 @@
     A model whose input is a 1-D float tensor of 2^log2 elements (2^26: 256 MiB) read by Add, Sub
     and a Reshape shaped by Shape (every tensor as big as the input), planned by ``placer plan MODEL --targets onnxruntime
     --solver greedy`` (profiling included): wall time and the peak RSS of the largest process.
-``python experiments/bench_limits.py problem --ops 100000 --targets 4 --solver greedy [--time-limit 5]``
+``python experiments/bench_limits.py problem --ops 100000 --targets 4 --solver greedy``
     A random layered problem (``bench_solver.random_layered``, scalar links) through
     ``placer plan --problem``: wall time of the command and the solver's own ``wall_s``.
 ``python experiments/bench_limits.py from-json [--sizes 25000,50000,100000]``
@@ -41,7 +41,8 @@ def _run(argv: list[str], cap_gib: float = 8.0) -> tuple[int, float, float, str]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, check=False)
+    p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env,
+                       check=False)
     wall = time.monotonic() - t0
     peak = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     return p.returncode, wall, peak, (p.stderr.strip().splitlines() or [""])[-1][:300]
@@ -63,8 +64,9 @@ def cmd_big_input(args) -> int:
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "big_input.onnx"
         save(m, str(f))
-        rc, wall, peak, last = _run(["plan", str(f), "--targets", "onnxruntime", "--db", str(Path(d) / "p.db"),
-                                     "--solver", "greedy", "--out", str(Path(d) / "plan.json")], args.cap_gib)
+        rc, wall, peak, last = _run(["plan", str(f), "--targets", "onnxruntime", "--db",
+                                     str(Path(d) / "p.db"), "--solver", "greedy", "--out",
+                                     str(Path(d) / "plan.json")], args.cap_gib)
     print(f"big-input 2^{args.log2} float32 ({n * 4 / 2**20:.0f} MiB): rc={rc} wall={wall:.1f}s "
           f"peak RSS={peak:.0f} MiB  {last}")
     return 0 if rc == 0 else 1
@@ -130,8 +132,8 @@ def cmd_from_json(args) -> int:
 
 def cmd_tune(args) -> int:
     with tempfile.TemporaryDirectory() as d:
-        rc, wall, peak, last = _run(["tune", "zoo:tiny", "--targets", "onnxruntime", "--trials", str(args.trials),
-                                     "--budget", args.budget, "--out", str(Path(d) / "out"), "--db",
+        rc, wall, peak, last = _run(["tune", "zoo:tiny", "--targets", "onnxruntime", "--trials",
+                                     str(args.trials), "--budget", args.budget, "--out", str(Path(d) / "out"), "--db",
                                      str(Path(d) / "p.db")], args.cap_gib)
     print(f"tune zoo:tiny --trials {args.trials} --budget {args.budget}: rc={rc} wall={wall:.1f}s "
           f"(imports included) peak RSS={peak:.0f} MiB  {last}")

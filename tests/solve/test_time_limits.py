@@ -29,10 +29,10 @@ def _wide(n_ops: int, n_targets: int, seed: int = 0) -> PlacementProblem:
     cost[rng.random((n_ops, n_targets)) < 0.1] = np.inf
     cost[np.arange(n_ops), rng.integers(0, n_targets, n_ops)] = 1.0
     ops = [f"op{i}" for i in range(n_ops)]
-    tensors = [Tensor(f"t{i}", ops[i], tuple({ops[i + 1], ops[min(n_ops - 1, i + 3)]} - {ops[i]}), 4096)
-               for i in range(n_ops - 1)]
-    return PlacementProblem(ops=ops, targets=[f"d{j}" for j in range(n_targets)], cost_ms=cost, tensors=tensors,
-                            link_latency_ms=0.02, link_ms_per_byte=1e-8)
+    readers = [sorted({ops[i + 1], ops[min(n_ops - 1, i + 3)]} - {ops[i]}) for i in range(n_ops - 1)]
+    tensors = [Tensor(f"t{i}", ops[i], tuple(r), 4096) for i, r in enumerate(readers)]
+    return PlacementProblem(ops=ops, targets=[f"d{j}" for j in range(n_targets)], cost_ms=cost,
+                            tensors=tensors, link_latency_ms=0.02, link_ms_per_byte=1e-8)
 
 
 def test_a_link_table_that_cannot_fit_is_refused_before_allocation():
