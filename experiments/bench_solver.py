@@ -12,6 +12,12 @@
     ``num_workers`` (default 2); ``--unsupported`` the fraction of ops each target but the first
     lacks (default 0.1).
 
+``python experiments/bench_solver.py ops [--kinds transformer,cnn] [--sizes 500,1500,3000] [--accs 3,6]``
+    Training operator graphs (:func:`training_graph`: forward/backward colocation pairs, ``k``
+    identical accelerators plus a CPU, memory caps, broadcast links), pipeline mode: the
+    ``ideals`` DP optimum is the reference column; ``cpsat`` without the DP (``ideals=False``) and
+    with it (the default), each at ``--time-limit`` (60 s), as ratios to the reference.
+
 Timings are wall-clock on a shared machine: other jobs running at the same time make them noisy.
 """
 
@@ -121,6 +127,107 @@ def random_layered(n_ops: int, n_targets: int, seed: int = 0, *, p_unsupported: 
     )
 
 
+def _block_ops(kind: str, b: int) -> list[tuple[str, str, list[str]]]:
+    """Forward ops ``(name, op type, input op names)`` of block ``b`` (its input is ``x{b}``)."""
+    x = f"x{b}"
+    if kind == "transformer":
+        n = lambda s: f"{s}{b}"  # noqa: E731
+        return [(n("ln1_"), "norm", [x]), (n("q"), "matmul", [n("ln1_")]), (n("k"), "matmul", [n("ln1_")]),
+                (n("v"), "matmul", [n("ln1_")]), (n("qk"), "bmm", [n("q"), n("k")]),
+                (n("softmax"), "softmax", [n("qk")]), (n("av"), "bmm", [n("softmax"), n("v")]),
+                (n("proj"), "matmul", [n("av")]), (n("add1_"), "add", [x, n("proj")]),
+                (n("ln2_"), "norm", [n("add1_")]), (n("fc1_"), "matmul4", [n("ln2_")]),
+                (n("gelu"), "act", [n("fc1_")]), (n("fc2_"), "matmul4", [n("gelu")]),
+                (f"x{b + 1}", "add", [n("add1_"), n("fc2_")])]
+    n = lambda s: f"{s}{b}"  # noqa: E731
+    ops = [(n("c1_"), "conv1", [x]), (n("bn1_"), "bn", [n("c1_")]), (n("r1_"), "act", [n("bn1_")]),
+           (n("c2_"), "conv3", [n("r1_")]), (n("bn2_"), "bn", [n("c2_")]), (n("r2_"), "act", [n("bn2_")]),
+           (n("c3_"), "conv1", [n("r2_")]), (n("bn3_"), "bn", [n("c3_")])]
+    short = x
+    if b % 4 == 0:  # a downsampling block: projection shortcut
+        ops += [(n("cs"), "conv1", [x]), (n("bns"), "bn", [n("cs")])]
+        short = n("bns")
+    ops += [(n("add"), "add", [n("bn3_"), short]), (f"x{b + 1}", "act", [n("add")])]
+    return ops
+
+
+#: Accelerator forward time (ms, median) and weights (MB) of each op type; backward = ``bwd`` x forward.
+_OP_TYPES = {  # type: (fwd ms, spread sigma, bwd factor, weight MB, activation MB)
+    "matmul": (0.6, 0.3, 2.0, 2.4, 3.0), "matmul4": (2.4, 0.3, 2.0, 9.4, 12.0),
+    "bmm": (0.5, 0.3, 2.0, 0, 6.0),
+    "softmax": (0.15, 0.4, 1.0, 0, 6.0), "norm": (0.06, 0.4, 1.5, 0.01, 3.0), "add": (0.03, 0.4, 0.5, 0, 3.0),
+    "act": (0.05, 0.4, 1.0, 0, 6.0), "conv1": (0.5, 0.5, 2.0, 1.0, 4.0), "conv3": (1.2, 0.5, 2.0, 2.3, 4.0),
+    "bn": (0.08, 0.4, 1.5, 0.01, 4.0), "embed": (0.2, 0.2, 1.0, 90.0, 3.0), "loss": (0.3, 0.2, 1.0, 2.4, 0.1),
+}
+
+
+def training_graph(kind: str, n_ops: int, n_acc: int, seed: int = 0, *, mem_slack: float = 1.5,
+                   broadcast: bool = True) -> PlacementProblem:
+    """A DNN training operator graph on ``n_acc`` identical accelerators plus one CPU.
+
+    * ``kind="transformer"``: an embedding, then blocks of 14 ops (layer norm, Q/K/V matmuls,
+      attention, projection, residual add, MLP with a residual add), then a loss;
+      ``kind="cnn"``: a ResNet-style stem, then bottleneck blocks of 10-12 ops (three conv+BN
+      (+ReLU), a projection shortcut every fourth block, residual add, ReLU), then a loss. Blocks
+      are added until the graph has about ``n_ops`` ops, forward and backward together.
+    * Every forward op ``f`` has a backward op ``f_bwd`` colocated with it (a colocation pair).
+      In a monotone pipeline every edge goes forward, so the backward pass is written as the
+      pipeline contraction of Tarnawski et al. (2020): ``f_bwd`` reads the activations ``f``
+      read (the stashed inputs: same destination as ``f``, so no extra copy) and produces the
+      gradient of ``f``'s output, read by the backward ops of ``f``'s consumers: a tensor of the
+      activation's size crossing the same stage boundary as the activation (a real gradient
+      flows the other way, which would fold the whole graph into one unit).
+    * Costs: log-normal around a per-type median on the accelerators (identical columns), the
+      backward op ``bwd`` times its forward op; the CPU 8-40x slower. Weights per type (the
+      embedding is big), memory cap of each accelerator ``mem_slack`` x total weights / n_acc.
+    * Links: 20 us + 10 GB/s; copies between accelerators charge both sides, the CPU pays no
+      communication (``sender`` towards it, ``receiver`` from it); ``links.broadcast`` (default on):
+      a tensor sent to several stages costs its sender once.
+    """
+    rng = np.random.default_rng(seed)
+    fwd: list[tuple[str, str, list[str]]] = [("x0", "embed" if kind == "transformer" else "conv3", [])]
+    per_block = 14 if kind == "transformer" else 11
+    b = 0
+    while 2 * (len(fwd) + per_block + 1) <= n_ops or b == 0:
+        fwd += _block_ops(kind, b)
+        b += 1
+    fwd.append(("loss", "loss", [f"x{b}"]))
+    names = [f for f, _, _ in fwd]
+    consumers: dict[str, list[str]] = {f: [] for f in names}
+    for f, _, ins in fwd:
+        for u in ins:
+            consumers[u].append(f)
+    ops = names + [f + "_bwd" for f in names]
+    t = n_acc + 1
+    base = np.array([_OP_TYPES[ty][0] for _, ty, _ in fwd]) * rng.lognormal(
+        0.0, np.array([_OP_TYPES[ty][1] for _, ty, _ in fwd]))
+    bwd = base * np.array([_OP_TYPES[ty][2] for _, ty, _ in fwd]) * rng.lognormal(0.0, 0.1, len(fwd))
+    acc = np.round(np.concatenate([base, bwd]), 4)
+    cpu = np.round(acc * rng.uniform(8.0, 40.0, len(acc)), 4)
+    cost = np.concatenate([np.tile(acc[:, None], (1, n_acc)), cpu[:, None]], axis=1)
+    weights = np.array([_OP_TYPES[ty][3] * 1e6 for _, ty, _ in fwd] + [0.0] * len(fwd))
+    act_mb = {f: _OP_TYPES[ty][4] * rng.uniform(0.8, 1.2) for f, ty, _ in fwd}
+    tensors = [Tensor("input", None, ("x0",), 600_000)]
+    for f, _, ins in fwd:
+        nbytes = int(act_mb[f] * 1e6)
+        readers = tuple(consumers[f]) + tuple(c + "_bwd" for c in consumers[f])
+        tensors.append(Tensor(f"{f}.out", f, readers, nbytes))
+        if consumers[f]:
+            tensors.append(Tensor(f"{f}.grad", f + "_bwd", tuple(c + "_bwd" for c in consumers[f]), nbytes))
+    targets = [f"acc{d}" for d in range(n_acc)] + ["cpu"]
+    charge = [["both"] * t for _ in range(t)]
+    for d in range(n_acc):
+        charge[d][n_acc] = "sender"
+        charge[n_acc][d] = "receiver"
+    caps = [mem_slack * weights.sum() / n_acc] * n_acc + [math.inf]
+    return PlacementProblem(
+        ops=ops, targets=targets, cost_ms=cost, tensors=tensors, link_latency_ms=0.02, link_ms_per_byte=1e-7,
+        link_charge=charge, link_broadcast=broadcast, memory_cap_bytes=caps, weight_bytes=weights,
+        colocate=[[f, f + "_bwd"] for f in names],
+        provenance={"benchmark": "training_graph", "kind": kind, "n_ops": len(ops), "n_acc": n_acc,
+                    "seed": seed})
+
+
 # ---------------------------------------------------------------------- commands
 def cmd_stg(args: argparse.Namespace) -> int:
     from placer.solve import solve
@@ -181,7 +288,8 @@ def cmd_random(args: argparse.Namespace) -> int:
 
 
 def cmd_dp_limit(args: argparse.Namespace) -> int:
-    """How well ``dp`` honours its time limit on random layered DAGs too big for it to finish."""
+    """How well ``dp`` (or ``--solver ideals``) honours its time limit on random layered DAGs too big
+    for it to finish."""
     from placer.errors import ProblemError
     from placer.solve import solve
 
@@ -193,9 +301,9 @@ def cmd_dp_limit(args: argparse.Namespace) -> int:
             problem = random_layered(n, t, seed=args.seed)
             t0 = time.monotonic()
             try:
-                plan = solve(problem, "pipeline", "dp", time_limit=args.time_limit)
+                plan = solve(problem, "pipeline", args.solver, time_limit=args.time_limit)
                 status, obj, bound = plan.stats.status, plan.bottleneck_ms, plan.stats.best_bound
-                labels = plan.stats.extra.get("labels")
+                labels = plan.stats.extra.get("labels", plan.stats.extra.get("ideals"))
             except ProblemError as exc:
                 status, obj, bound, labels = "ERROR", math.nan, math.nan, str(exc)[:60]
             wall = time.monotonic() - t0
@@ -204,6 +312,44 @@ def cmd_dp_limit(args: argparse.Namespace) -> int:
             print(f"{n:>5} {t:>2} {args.time_limit:>7.1f} {wall:>7.2f} {over:>7.1f} {status:<9} {obj:>10.3f} "
                   f"{bound:>10.3f} {labels}", flush=True)
     print(f"# worst overrun {worst:.1f} % of the limit (seed={args.seed})")
+    return 0
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    """Training operator graphs: the ideals DP optimum as the reference, CP-SAT without and with it."""
+    from placer.solve import solve
+
+    print(f"{'graph':<11} {'ops':>5} {'k':>2} {'ideals':>6} {'dp_s':>6} {'dp_ms':>10} {'dp':<8} "
+          f"{'cpsat_ms':>10} {'x_dp':>7} {'status':<9} {'gap_%':>6} {'wall_s':>7} "
+          f"{'+dp_ms':>10} {'x_dp':>7} {'status':<9} {'wall_s':>7}")
+    for kind in args.kinds.split(","):
+        for n in [int(x) for x in args.sizes.split(",")]:
+            for k in [int(x) for x in args.accs.split(",")]:
+                problem = training_graph(kind, n, k, seed=args.seed, broadcast=not args.no_broadcast)
+                t0 = time.monotonic()
+                ref = solve(problem, "pipeline", "ideals", time_limit=args.time_limit)
+                dp_s = time.monotonic() - t0
+                ref.validate(problem)
+                n_ideals = ref.stats.extra.get("ideals", 0)
+                row = [f"{kind:<11} {problem.n_ops:>5} {k:>2} {n_ideals:>6} {dp_s:>6.2f} "
+                       f"{ref.bottleneck_ms:>10.3f} {ref.stats.status:<8}"]
+                for warm in (False, True):
+                    if not warm and args.no_cold:
+                        row.append(f"{'-':>10} {'-':>7} {'-':<9} {'-':>6} {'-':>7}")
+                        continue
+                    t0 = time.monotonic()
+                    plan = solve(problem, "pipeline", "cpsat", time_limit=args.time_limit, seed=args.seed,
+                                 num_workers=args.workers, ideals=warm)
+                    wall = time.monotonic() - t0
+                    plan.validate(problem)
+                    ratio = plan.bottleneck_ms / ref.bottleneck_ms
+                    gap = 100 * (plan.stats.gap or 0.0)
+                    row.append(f"{plan.bottleneck_ms:>10.3f} {ratio:>7.4f} {plan.stats.status:<9} "
+                               + (f"{gap:>6.1f} " if not warm else "") + f"{wall:>7.2f}")
+                print(" ".join(row), flush=True)
+    print(f"# time_limit={args.time_limit} s, num_workers={args.workers}, seed={args.seed}; x_dp = bottleneck "
+          "/ the ideals DP's bottleneck (OPTIMAL: proven over every monotone pipeline; FEASIBLE: its prices "
+          "were a lower bound, see ideals' best_bound)")
     return 0
 
 
@@ -231,7 +377,19 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--targets", default="4")
     c.add_argument("--time-limit", type=float, default=10.0)
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--solver", default="dp", help="dp or ideals")
     c.set_defaults(func=cmd_dp_limit)
+    d = sub.add_parser("ops", help="training operator graphs: ideals DP optimum vs CP-SAT (pipeline mode)")
+    d.add_argument("--kinds", default="transformer,cnn")
+    d.add_argument("--sizes", default="500,1500,3000")
+    d.add_argument("--accs", default="3,6", help="numbers of identical accelerators (plus one CPU)")
+    d.add_argument("--time-limit", type=float, default=60.0)
+    d.add_argument("--workers", type=int, default=2)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--no-cold", action="store_true", help="skip CP-SAT without the DP warm start")
+    d.add_argument("--no-broadcast", action="store_true",
+                   help="senders pay every destination: the DP's prices are then a lower bound, not exact")
+    d.set_defaults(func=cmd_ops)
     args = ap.parse_args(argv)
     return int(args.func(args))
 

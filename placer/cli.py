@@ -58,6 +58,22 @@ def int_in(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
+def float_in(lo: float, hi: float) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number in ``[lo, hi]``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            shown = printable(text[:40], newlines=False)
+            raise argparse.ArgumentTypeError(f"invalid number: {shown!r}") from None
+        if not lo <= value <= hi:  # NaN fails both comparisons
+            raise argparse.ArgumentTypeError(f"{text[:40]} is out of range: expected {lo:g} to {hi:g}")
+        return value
+
+    parse.__name__ = "float"
+    return parse
+
+
 def db_path(text: str) -> str:
     """An argparse ``type`` for ``--db``: a file path (not empty, not SQLite's ``:memory:``, where nothing
     would be kept)."""
@@ -122,7 +138,7 @@ def add_plan(sub) -> None:
                    help="latency: minimize one inference's time; pipeline: cut into stages for throughput "
                         "(default latency)")
     p.add_argument("--solver", default="cpsat",
-                   help="cpsat (default), heft, greedy, dp, single:<target> (e.g. single:onnxruntime) ...")
+                   help="cpsat (default), heft, greedy, dp, ideals, single:<target> (single:onnxruntime)")
     p.add_argument("--stages", type=int, default=None, help="pipeline stages (default: solver's choice)")
     p.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds (default 10)")
     p.add_argument("--db", default=None, type=db_path, help=DB_HELP)
@@ -161,6 +177,10 @@ def cmd_plan(args) -> int:
                        db=args.db, shapes=parse_shapes(args.shape), time_limit=args.time_limit,
                        num_stages=args.stages, seed=args.seed, measure=args.measure, say=say_plain(console))
     out(planned.plan.summary())
+    from placer.graph.opaque import describe_regions
+
+    for op_id, what in describe_regions(planned.ctx.graph).items():
+        out(f"opaque region {op_id} ({what}) runs whole on {planned.plan.assignment[op_id]}")
     if out_path is not None and out_path.suffix == ".json":
         planned.plan.save(out_path)
         out(f"plan written to {out_path} (give --out a directory for a plan you can `placer run`)")
@@ -202,7 +222,13 @@ def add_tune(sub) -> None:
     p.add_argument("--trials", type=int_in(1, MAX_TRIALS), default=None,
                    help="stop after this many trials (with --budget: whichever comes first)")
     p.add_argument("--out", default="placer-out", help="output directory (default placer-out)")
-    p.add_argument("--storage", default=None, help="Optuna storage URL (default sqlite:///OUT/study.db)")
+    p.add_argument("--storage", default=None,
+                   help="Optuna storage URL (default sqlite:///OUT/study.db); several workers, on several "
+                        "hosts, share one study through postgresql://USER@HOST/DB (pip install "
+                        "'placer[postgres]'; docs/scale-out.md)")
+    p.add_argument("--stale-after", type=float_in(2, 86400), default=60.0, metavar="SECONDS",
+                   help="a trial whose worker sent no heartbeat for this long (killed, host down) is marked "
+                        "failed by the next worker (default 60)")
     p.add_argument("--db", default=None, type=db_path, help=DB_HELP)
     p.add_argument("--shape", action="append", help="bind an input shape: NAME=1x3x224x224 (repeatable)")
     p.add_argument("--cost-model", default=None, metavar="DIR",
@@ -229,7 +255,7 @@ def cmd_tune(args) -> int:
                   storage=args.storage, db=args.db,
                   shapes=parse_shapes(args.shape), n_trials=args.trials, seed=args.seed,
                   cost_model_dir=False if args.no_cost_model else (args.cost_model or True),
-                  precision=args.precision,
+                  precision=args.precision, stale_after_s=args.stale_after,
                   progress=say_plain(console))
     tp = result.objective == "throughput"
     default = result.best_default

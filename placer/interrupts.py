@@ -11,16 +11,34 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["STOP", "request_stop", "raise_if_stopped", "install"]
+import contextlib
+
+__all__ = ["STOP", "request_stop", "raise_if_stopped", "install", "deferred"]
 
 #: set once a stop was requested in this process
 STOP = threading.Event()
+_deferring = 0  # > 0 inside :func:`deferred` (the handler runs in the main thread only)
 
 
 def request_stop(signum=None, frame=None) -> None:
-    """Signal handler: remember the request, then stop now (KeyboardInterrupt)."""
+    """Signal handler: remember the request, then stop now (KeyboardInterrupt), unless inside
+    :func:`deferred`, whose caller checks :func:`raise_if_stopped` where it is safe."""
     STOP.set()
-    raise KeyboardInterrupt
+    if _deferring == 0:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def deferred():
+    """A block a stop request does not cut in two (e.g. "ask the study for a trial and remember it":
+    interrupted between the two, the trial would stay RUNNING with nobody to fail it). The request
+    is only recorded in :data:`STOP`; the caller calls :func:`raise_if_stopped` once it can clean up."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
 
 
 def raise_if_stopped() -> None:

@@ -21,7 +21,9 @@ Pipeline mode
     ``compute + send + recv``: ``compute`` = its ops' costs; for each (tensor, destination target)
     copy ``a -> b`` the link time goes to the sender stage's ``send`` if ``link_charge[a][b]`` is
     ``"sender"``/``"both"`` and to the receiver's ``recv`` if ``"receiver"``/``"both"``; the
-    receiver also pays ``partition_overhead_ms[b]`` per tensor received. ``bottleneck_ms`` = the
+    receiver also pays ``partition_overhead_ms[b]`` per tensor received (with
+    ``link_broadcast`` the sender pays a tensor once, its slowest destination's link time, however
+    many targets read it). ``bottleneck_ms`` = the
     slowest stage (1 / throughput), or rather the busiest resource: stages on targets sharing a
     core add their times up on it; ``makespan_ms`` = the latency of one request through the idle
     pipeline = the sum of the stage times (the stages run one after the other, each receiving,

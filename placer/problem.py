@@ -28,6 +28,9 @@ Model
   occupies no target, and links have unlimited concurrency. Default ``"both"``: without a measured
   split the copy is assumed to keep both the sending and the receiving worker busy, which never
   under-predicts a stage time.
+* ``link_broadcast`` (default False): in pipeline mode a tensor copied from ``a`` to several
+  targets costs its sender once (broadcast-capable links): the largest of its sender-charged link
+  times to those targets, instead of their sum. Receivers pay as before.
 * Memory: the ``weight_bytes`` of the ops placed on target ``d`` must sum to at most
   ``memory_cap_bytes[d]`` (``np.inf`` = no cap).
 * ``pinned[op] = target`` forces a placement; each group of ``colocate`` must share one target
@@ -213,6 +216,9 @@ class PlacementProblem:
         Forced placements.
     colocate : sequence of sequences of op
         Groups of ops that must share one target.
+    link_broadcast : bool
+        Pipeline mode: a tensor sent to several targets costs its sender once (the largest of its
+        sender-charged link times), not once per destination. Default False.
     partition_overhead_ms : float or array-like (n_targets,)
         Entry cost charged once per tensor received on a target (default 0).
     target_cores : mapping target -> sequence of int or None
@@ -242,6 +248,7 @@ class PlacementProblem:
     partition_overhead_ms: Any = None
     provenance: Mapping[str, Any] = field(default_factory=dict)
     target_cores: Mapping[str, Sequence[int] | None] = field(default_factory=dict)
+    link_broadcast: bool = False
 
     # ------------------------------------------------------------------ construction / validation
     def __post_init__(self) -> None:
@@ -519,6 +526,9 @@ class PlacementProblem:
         set_(self, "partition_overhead_ms", overhead)
         set_(self, "provenance", dict(self.provenance or {}))
         set_(self, "target_cores", cores)
+        if not isinstance(self.link_broadcast, (bool, np.bool_)):
+            raise ProblemError(f"links.broadcast: expected true or false, got {self.link_broadcast!r}")
+        set_(self, "link_broadcast", bool(self.link_broadcast))
 
     # ------------------------------------------------------------------ basic accessors
     @property
@@ -783,7 +793,8 @@ class PlacementProblem:
             weight_bytes=self.weight_bytes[order], pinned=dict(self.pinned),
             colocate=[tuple(sorted(g, key=rank.__getitem__)) for g in self.colocate],
             partition_overhead_ms=self.partition_overhead_ms, provenance=self.provenance,
-            target_cores={d: list(c) for d, c in self.target_cores.items()})
+            target_cores={d: list(c) for d, c in self.target_cores.items()},
+            link_broadcast=self.link_broadcast)
 
     @cached_property
     def units(self) -> tuple[tuple[int, ...], ...]:
@@ -865,6 +876,8 @@ class PlacementProblem:
                                       if x},
             "provenance": _jsonable(self.provenance),
         }
+        if self.link_broadcast:  # omitted when false (the canonical form stays as before)
+            out["links"]["broadcast"] = True
         if self.target_cores:  # omitted when every target is private (the canonical form stays as before)
             out["target_cores"] = {d: list(c) for d, c in self.target_cores.items()}
         return out
@@ -957,7 +970,7 @@ class PlacementProblem:
             tensors.append(Tensor(x["name"], x.get("producer"), tuple(consumers), x.get("nbytes", 0)))
 
         links = data.get("links", {}) or {}
-        extra = set(links) - {"latency_ms", "ms_per_byte", "charge"}
+        extra = set(links) - {"latency_ms", "ms_per_byte", "charge", "broadcast"}
         if extra:
             raise ProblemError(f"{where}: links has unknown keys {sorted(extra)}")
 
@@ -1005,6 +1018,7 @@ class PlacementProblem:
             weight_bytes=weights, pinned=pinned, colocate=[tuple(g) for g in colocate],
             partition_overhead_ms=per_target("partition_overhead_ms", 0.0),
             provenance=provenance, target_cores=target_cores,
+            link_broadcast=links.get("broadcast", False),
         )
 
 

@@ -72,7 +72,9 @@ class OnnxRuntimeTarget(Target):
         return fp
 
     def supports(self, op_type: str, domain: str = "") -> tuple[bool, str]:
-        if domain not in ("", "ai.onnx", "com.microsoft", "ai.onnx.ml"):
+        # "placer.opaque": a region placer contracted into a model-local function (placer.graph.opaque),
+        # which ONNX Runtime inlines.
+        if domain not in ("", "ai.onnx", "com.microsoft", "ai.onnx.ml", "placer.opaque"):
             return False, f"domain {domain!r} has no kernels in onnxruntime"
         return True, ""
 

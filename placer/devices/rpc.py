@@ -67,7 +67,7 @@ import numpy as np
 from placer.devices.base import CompiledModel, TargetSpec
 from placer.devices.onnxruntime_target import _first_line
 from placer.devices.tvm_target import TvmLlvmTarget, llvm_target
-from placer.errors import TargetError
+from placer.errors import TargetError, first_line
 
 ENV_TRACKER = "PLACER_RPC_TRACKER"
 ENV_KEY = "PLACER_RPC_KEY"
@@ -230,28 +230,66 @@ class RpcTarget(TvmLlvmTarget):
 
     # ---- session
     def session(self):
-        """The tracker session to this target's device (opened once, reused)."""
+        """The tracker session to this target's device (opened once, reused).
+
+        The tracker answers a request only once a server under the key is free, and TVM waits for
+        that answer without a timeout: a server held by a session nobody released (another
+        process, or one of this process's sessions not yet garbage-collected) would block the
+        caller forever. The request therefore runs in a thread for at most
+        :attr:`request_timeout_s`; past it the tracker connection is closed and a TargetError says
+        every server under the key is busy."""
         with self._lock:
             if self._session is None:
-                from tvm import rpc
-
-                cfg = self.config
-                try:
-                    tc = rpc.connect_tracker(cfg.tracker_host, cfg.tracker_port)
-                    try:
-                        self._session = tc.request(self.key, priority=1, session_timeout=cfg.session_timeout_s,
-                                                   max_retry=3)
-                    finally:
-                        tc.close()
-                except Exception as exc:  # noqa: BLE001 - tvm raises many types
-                    raise TargetError(f"{self.name}: no RPC session for key {self.key!r} via {cfg.tracker}: "
-                                      f"{_first_line(exc)}") from None
+                self._session = self._request_session()
             return self._session
 
+    #: how long a session request may wait for a free server under the key
+    request_timeout_s = 60.0
+
+    def _request_session(self):
+        import threading
+
+        from tvm import rpc
+
+        cfg = self.config
+        box: dict[str, Any] = {}
+        try:
+            tc = rpc.connect_tracker(cfg.tracker_host, cfg.tracker_port)
+        except Exception as exc:  # noqa: BLE001 - tvm raises many types
+            raise TargetError(f"{self.name}: cannot reach the RPC tracker {cfg.tracker}: {_first_line(exc)}") from None
+
+        def request() -> None:
+            try:
+                box["session"] = tc.request(self.key, priority=1, session_timeout=cfg.session_timeout_s, max_retry=1)
+            except BaseException as exc:  # noqa: BLE001 - reported by the caller
+                box["error"] = exc
+
+        waiter = threading.Thread(target=request, name=f"rpc-request-{self.key}", daemon=True)
+        waiter.start()
+        waiter.join(self.request_timeout_s)
+        timed_out = waiter.is_alive()
+        tc.close()  # ends a request still waiting (its recv fails), else just the tracker connection
+        waiter.join(10.0)
+        if "session" in box and not timed_out:
+            return box["session"]
+        if timed_out:
+            box.pop("session", None)  # a server freed in the last instant: released with this reference
+            raise TargetError(f"{self.name}: no RPC server under key {self.key!r} became free within "
+                              f"{self.request_timeout_s:.0f} s (tracker {cfg.tracker}): every one is held by "
+                              "another session (another process, or a session not closed)")
+        raise TargetError(f"{self.name}: no RPC session for key {self.key!r} via {cfg.tracker}: "
+                          + (first_line(box["error"]) if "error" in box else "the tracker gave no answer"))
+
     def close(self) -> None:
-        """End the session (the server then serves the next client)."""
+        """End the session (the server then serves the next client): dropped here and collected now,
+        so that its connection closes even when a reference cycle holds it."""
+        import gc
+
         with self._lock:
+            had = self._session is not None
             self._session = None
+        if had:
+            gc.collect()
 
     # ---- compile
     def compile(self, model: Any) -> CompiledModel:
@@ -306,7 +344,7 @@ class RpcCompiled(CompiledModel):
         the same feeds, as in profiling, then cost one call + the outputs' fetch)."""
         import tvm
 
-        arrs = [np.ascontiguousarray(feeds[n]) for n in self.input_names]
+        arrs = [np.asarray(feeds[n], order="C") for n in self.input_names]
         last = self._last_inputs
         if last is not None and len(last) == len(arrs) and all(
                 a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(arrs, last)):
@@ -367,10 +405,13 @@ class RpcCompiled(CompiledModel):
         self.vm = None
         self.rlib = None
         self._last_inputs = None
-        try:
-            self.session.remove(self.fname)
-        except Exception:  # noqa: BLE001, S110 - the file goes with the session anyway
-            pass
+        if self.session is not None:
+            try:
+                self.session.remove(self.fname)
+            except Exception:  # noqa: BLE001, S110 - the file goes with the session anyway
+                pass
+        self.session = None  # the session (and its server) is released with the target's reference
+        self.device = None
 
 
 # ---- tracker / servers on this machine (tests, benchmarks, the CLI helpers) --------------------------

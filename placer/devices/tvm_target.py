@@ -63,7 +63,7 @@ class TvmCompiled(CompiledModel):
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         import tvm
 
-        args = [tvm.runtime.tensor(np.ascontiguousarray(feeds[n]), self.device) for n in self.input_names]
+        args = [tvm.runtime.tensor(np.asarray(feeds[n], order="C"), self.device) for n in self.input_names]
         out = self.main(*args)
         outs = list(out) if len(self.output_names) > 1 else [out]
         return {n: o.numpy() for n, o in zip(self.output_names, outs)}

@@ -1,10 +1,12 @@
-"""Load ONNX models into a folded, statically shaped form and view them as an op graph.
+"""Load ONNX models into a folded, statically shaped form (control flow and data-dependent shapes
+contracted into opaque ops: :mod:`placer.graph.opaque`) and view them as an op graph.
 
 >>> from placer.graph import load_graph           # doctest: +SKIP
 >>> g = load_graph("model.onnx", shapes={"x": (1, 3, 224, 224)})
 >>> g.summary()
 
-See :mod:`placer.graph.load` (what loading does), :mod:`placer.graph.opgraph` (the graph) and
+See :mod:`placer.graph.load` (what loading does), :mod:`placer.graph.opgraph` (the graph),
+:mod:`placer.graph.opaque` (dynamic regions) and
 :mod:`placer.graph.flops` (the FLOP formula of each op family).
 """
 

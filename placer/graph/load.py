@@ -24,11 +24,15 @@
    ``onnx.reference`` (plus a fast path for ``ConstantOfShape``); a node it cannot evaluate stays;
 8. dead nodes (no path to a graph output), unused optional outputs (Dropout's mask) and unused
    initializers are removed;
-9. ``onnx.shape_inference.infer_shapes(strict_mode=True, data_prop=True)``; every tensor must have
-   a static shape and a known dtype; the inferred types are stored in ``graph.value_info`` and
-   ``graph.output``.
+9. ``onnx.shape_inference.infer_shapes(strict_mode=True, data_prop=True)``; control flow (If, Loop,
+   Scan) and every node that produces or reads a tensor without a static shape (NonZero and what
+   follows it, ...) are contracted into opaque ops, one per connected region
+   (:mod:`placer.graph.opaque`); then every remaining tensor must have a static shape and a known
+   dtype (a graph output with a data-dependent shape is refused); the inferred types are stored
+   in ``graph.value_info`` and ``graph.output``.
 
-The folded model runs in ONNX Runtime and computes the same outputs as the original. It carries
+The folded model runs in ONNX Runtime (and, with its opaque regions' functions inlined, in OpenVINO)
+and computes the same outputs as the original. It carries
 the metadata entry ``placer.graph = folded-v1`` so :func:`placer.graph.build_graph` does not fold
 it twice.
 """
@@ -50,6 +54,7 @@ from onnx import TensorProto, numpy_helper
 from placer.errors import GraphError
 from placer.graph import _proto as P
 from placer.graph import limits
+from placer.graph.opaque import contract_dynamic
 
 __all__ = ["FOLDED_KEY", "FOLDED_VALUE", "is_folded", "load_model"]
 
@@ -712,6 +717,10 @@ def _prune(model: onnx.ModelProto) -> None:
 def _final_inference(model: onnx.ModelProto, where: str) -> None:
     g = model.graph
     types = _infer(model, strict=True, where=where)
+    boundary = contract_dynamic(model, types, where, _node_desc)
+    if boundary:  # dynamic regions became opaque ops: infer again, their outputs keep their shapes
+        types = _infer(model, strict=True, where=where)
+        types.update(boundary)
     constants = {t.name for t in g.initializer}
     infos: list[onnx.ValueInfoProto] = []
     outputs = {o.name for o in g.output}

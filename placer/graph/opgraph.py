@@ -24,6 +24,7 @@ from placer.errors import GraphError
 from placer.graph import _proto as P
 from placer.graph.flops import op_flops
 from placer.graph.load import is_folded, load_model
+from placer.graph.opaque import is_opaque
 
 __all__ = [
     "SIGNATURE_VERSION",
@@ -469,8 +470,10 @@ class OpGraph:
         m = onnx.ModelProto()
         m.ir_version = self.model.ir_version
         m.producer_name = "placer"
-        m.opset_import.extend(self.model.opset_import)
-        m.functions.extend(self.model.functions)
+        # an opaque region's function (and its domain) only where one of the ops calls it
+        calls = {self._node_by_id[i].op_type for i in ids if is_opaque(self._node_by_id[i].domain)}
+        m.opset_import.extend(o for o in self.model.opset_import if not is_opaque(o.domain) or calls)
+        m.functions.extend(f for f in self.model.functions if not is_opaque(f.domain) or f.name in calls)
         g = m.graph
         g.name = name
         g.node.extend(self._node_by_id[i] for i in ids)

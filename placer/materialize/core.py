@@ -263,6 +263,24 @@ def _trust_context(info: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(info.get(k)) for k in ("model_hash", "assignment_hash", "tvm")}
 
 
+def _check_opaque_targets(graph, assignment: Mapping[str, str]) -> None:
+    """An opaque region (control flow, data-dependent shapes: placer.graph.opaque) runs only on a
+    target whose runtime runs its nodes itself (ONNX Runtime, OpenVINO), never on TVM."""
+    from placer.devices import make_target
+    from placer.graph.opaque import describe_regions, is_opaque
+
+    regions = None
+    for op in graph.ops:
+        if not is_opaque(getattr(op, "domain", "")):
+            continue
+        target = assignment[op.id]
+        ok, why = make_target(target).supports(op.op_type, op.domain)
+        if not ok:
+            regions = regions or describe_regions(graph)
+            raise PlanError(f"op '{op.id}' is an opaque region ({regions.get(op.id, op.op_type)}) that target "
+                            f"{target} cannot run: {why}; place it on onnxruntime or openvino")
+
+
 def _runtime_of(target: str) -> str:
     from placer.devices import make_target
 
@@ -334,6 +352,7 @@ def materialize(
         pj = {**pj, "model_hash": graph.model_hash}
     spec = PlanSpec(assignment, spec.stage_of, pj)
     groups = group_ops(graph, spec.assignment, spec.stage_of)
+    _check_opaque_targets(graph, assignment)
     ahash = assignment_hash(spec.assignment, spec.stage_of)
     prefix = symbol_prefix(graph.model_hash, ahash)
     runtimes = {t: _runtime_of(t) for t in sorted(set(assignment.values()))}

@@ -119,7 +119,7 @@ class Callout:
         if self._iobind is not None and sum(o.nbytes for o in outs) >= IOBIND_MIN_BYTES:
             b = self._iobind.io_binding()
             for name, arr in feeds.items():
-                b.bind_cpu_input(name, np.ascontiguousarray(arr))
+                b.bind_cpu_input(name, np.asarray(arr, order="C"))
             for name, o in zip(ext.output_names, outs):
                 b.bind_output(name, "cpu", 0, o.dtype, list(o.shape), o.ctypes.data)
             self._iobind.run_with_iobinding(b)
@@ -303,7 +303,7 @@ def _to_tvm(arr: np.ndarray, device):
     """numpy -> TVM tensor: zero-copy through DLPack when 64-byte aligned (TVM requires it), else a copy."""
     import tvm
 
-    arr = np.ascontiguousarray(arr)
+    arr = np.asarray(arr, order="C")  # (np.ascontiguousarray makes a 0-d scalar 1-d)
     if arr.ctypes.data % 64 == 0 and arr.flags.writeable:
         try:
             return tvm.runtime.from_dlpack(arr)

@@ -173,6 +173,19 @@ class Yardstick:
             self._stderr.close()
 
 
+def _without_opaque_regions(model):
+    """The model as a user would run it: placer's opaque regions (model-local functions, see
+    placer.graph.opaque) inlined back; OpenVINO's ONNX reader does not call such functions."""
+    from placer.graph.opaque import OPAQUE_DOMAIN
+
+    ids = [(f.domain, f.name) for f in model.functions if f.domain == OPAQUE_DOMAIN]
+    if not ids:
+        return model
+    import onnx.inliner
+
+    return onnx.inliner.inline_selected_functions(model, ids)
+
+
 class YardstickSet:
     """The yardsticks of one model and one set of inputs (a temporary folder holds their files).
 
@@ -188,7 +201,7 @@ class YardstickSet:
         self.workdir = Path(tempfile.mkdtemp(prefix="placer-yardsticks-"))
         self.output_names = [o.name for o in model.graph.output]
         model_path = self.workdir / "model.onnx"
-        model_path.write_bytes(model.SerializeToString())
+        model_path.write_bytes(_without_opaque_regions(model).SerializeToString())
         feeds_path = self.workdir / "feeds.npz"
         np.savez(feeds_path, **{f"{i}__{k}": np.asarray(v) for i, f in enumerate(feeds) for k, v in f.items()})
         self.n_feeds = len(feeds)

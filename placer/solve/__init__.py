@@ -8,6 +8,7 @@ Registered solvers (``available_solvers()``):
 ``greedy``          offload everything the preferred target supports (BYOC / EP partitioning)
 ``single:<target>`` everything on one target, unsupported ops on the next target in order
 ``dp``              exact DP over contiguous pipeline splits (pipeline mode)
+``ideals``          exact DP over the ideals (downsets) of the graph: every monotone pipeline
 ``bruteforce``      exact enumeration for tiny problems (test reference)
 =================== ============================================================================
 
@@ -41,6 +42,7 @@ from placer.solve import baselines as _baselines  # noqa: F401  (registers singl
 from placer.solve import bruteforce as _bruteforce  # noqa: F401
 from placer.solve import cpsat as _cpsat  # noqa: F401
 from placer.solve import dp as _dp  # noqa: F401
+from placer.solve import ideals as _ideals  # noqa: F401
 from placer.solve.base import MODES, SolveContext, Solver, available_solvers, get_solver, register_solver
 from placer.solve.coarsen import coarsen_problem, expand_assignment, expand_order
 from placer.solve.evaluate import assignment_indices, better, make_latency_plan, make_pipeline_plan
@@ -224,10 +226,22 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
     best_val = math.inf
     lb_info: dict[str, float] = {}
     search = DynamicListSearch(p) if fine_latency and opts_all.get("dynamic", False) else None
+    dp = None
+    if pipeline and impl.exact and opts_all.get("ideals", False):  # cpsat: the ideals DP on the fine problem
+        from placer.solve.ideals import ideals_plan_stats, ideals_warm_start
+        dp = ideals_warm_start(p, ctx, opts_all, t0)
+        if dp is not None:
+            fine_best = ("ideals", dp.assign, dp.stage_targets)
+            proven = ideals_plan_stats(p, dp, ctx, opts, t0)
+            if proven is not None:
+                return proven
     if impl.exact:
         heuristic_deadline = t0 + 0.3 * ctx.time_limit
         if pipeline:
             best_key = None
+            if fine_best is not None:
+                ev = pipeline_eval(p, fine_best[1], fine_best[2])
+                best_key = (ev.bottleneck, ev.latency)
             for name, a, o in pipeline_candidates(p, k, ctx.contiguous, heuristic_deadline):
                 ev = pipeline_eval(p, a, o)
                 if best_key is None or (ev.bottleneck, ev.latency) < best_key:
@@ -305,6 +319,9 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
             plan, source = make_latency_plan(p, best[1], ctx.name, order=best[2], options=opts), "fine heuristic dynamic"
     if pipeline:
         bound = pipeline_bound(p, num_stages=k)
+        if dp is not None:  # the DP optimum: a bound with communication
+            from placer.solve.ideals import ideals_bound, proven_bound
+            bound = proven_bound(plan.bottleneck_ms, [bound, ideals_bound(dp)])
     objective = plan.bottleneck_ms if pipeline else plan.makespan_ms
     gap = 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
     heuristic = coarse_stats is not None and coarse_stats.status == "HEURISTIC"

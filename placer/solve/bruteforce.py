@@ -18,7 +18,8 @@ Pipeline mode
     every assignment is enumerated (numpy, vectorized): kept if memory fits, at most
     ``num_stages`` targets are used, the target quotient graph is acyclic (a monotone stage order
     exists) and, if ``contiguous``, each target's ops form one run of the op order; the best
-    (bottleneck, latency) wins. The bottleneck is the largest per-resource sum of stage times
+    (bottleneck, latency) wins. With ``link_broadcast`` a tensor costs its sender once (its
+    slowest sender-charged destination). The bottleneck is the largest per-resource sum of stage times
     (targets sharing a core add up on it).
 
 Refuses problems beyond ``max_ops`` ops (latency: 10) or ``max_assignments`` assignments
@@ -180,13 +181,18 @@ def exact_pipeline(problem: PlacementProblem, num_stages: int, contiguous: bool,
         if u < 0 or not cs:
             continue
         a = A[:, u]
+        sent = np.zeros(N)
         for b in range(t):
             need = onehot[:, list(cs), b].any(axis=1) & (a != b)
             ms = c.link[k, a, b]
-            s_part = np.where(code[a, b] & 1, ms, 0.0)
+            s_part = np.where(need & (code[a, b] & 1 > 0), ms, 0.0)
             r_part = np.where(code[a, b] & 2, ms, 0.0) + c.entry[b]
-            np.add.at(send, (rows, a), np.where(need, s_part, 0.0))
+            if p.link_broadcast:  # the sender pays its slowest destination once
+                sent = np.maximum(sent, s_part)
+            else:
+                sent += s_part
             recv[:, b] += np.where(need, r_part, 0.0)
+        np.add.at(send, (rows, a), sent)
     total = compute + send + recv
     used = onehot.any(axis=1)
     ok &= used.sum(axis=1) <= num_stages

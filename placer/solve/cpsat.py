@@ -51,6 +51,11 @@ phase1_fraction : float, default 0.7
 contiguous_warm_start : bool, default True; warm_start_fraction : float, default 0.25
     Pipeline mode without ``contiguous``: first solve the contiguous variant for that share of
     the time and hint with its best split.
+ideals : bool, default True; ideals_fraction : float, default 0.5; ideals_max : int, default 200000
+    Pipeline mode without ``contiguous``: first run the ideals DP (:mod:`placer.solve.ideals`) for
+    at most that share of the time (refused above ``ideals_max`` ideals); when it completes its
+    plan is the hint, its optimum a lower bound with communication, and, when its stage prices are
+    exact, the answer (no model is built).
 log : bool
     CP-SAT search log on stdout.
 cpsat_params : dict, optional
@@ -81,6 +86,7 @@ class CpSat(Solver):
         "hint": True, "heuristic_fraction": 0.3, "symmetry_breaking": True, "redundant": True, "gap_limit": 0.0,
         "phase1_fraction": 0.7, "contiguous_warm_start": True, "warm_start_fraction": 0.25, "log": False, "cumulative_max_ops": 3000, "pool_identical": True, "edge_finding": True, "probing_max_size": 1000, "cpsat_params": None,
         "dynamic": True, "window_bound": True, "lns": True, "lns_skip_coarse_gap": 0.02,
+        "ideals": True, "ideals_fraction": 0.5, "ideals_max": 200_000,
     }
 
     def solve(self, problem: PlacementProblem, ctx: SolveContext) -> Plan:

@@ -28,7 +28,10 @@ Constraints
     * ``sum_d used[d] <= K``; unused targets take the last positions
       (``not used[d] => pos[d] >= sum used``)
     * ``L[d] = sum_v c[v,d] x[v,d] + sum_{k,a} z[k,a,d] (rcv[a,d] link[k,a,d] + entry[d])
-      + sum_{k,b} z[k,d,b] snd[d,b] link[k,d,b]``; ``B >= sum_{d uses r} L[d]`` for every
+      + sum_{k,b} z[k,d,b] snd[d,b] link[k,d,b]`` (with ``link_broadcast`` the send part of tensor
+      ``k`` is its largest ``snd link`` over the destinations: level literals ``y[k,d,l] >= z[k,d,b]``
+      for every ``b`` whose cost is ``>= l``, priced by the level increments);
+      ``B >= sum_{d uses r} L[d]`` for every
       resource ``r`` (``problem.resource_sets``: ``B >= L[d]`` per target when no core is shared;
       stages on targets sharing a core add up on it)
     * redundant: ``sum_d L[d] <= K * B``; symmetry breaking between interchangeable targets
@@ -40,6 +43,12 @@ Objective (lexicographic, two solves)
     (the latency of one request: the stages run one after the other). Phase 2 is hinted with
     phase 1's solution. ``z`` / ``need`` only have lower bounds: every cost is non-negative, so
     at an optimum they are exact, and the Plan is re-evaluated from the assignment anyway.
+Warm start: the ideals DP
+    Without ``contiguous`` (option ``ideals``, default on), :mod:`placer.solve.ideals` runs first
+    for at most ``ideals_fraction`` (0.5) of the time. When it completes, its plan is the hint and
+    the fallback, and its optimum a lower bound that includes communication; when its prices are
+    exact (separable: see that module) its plan is the optimum and is returned without building
+    the model.
 Hint and fallback
     The best pipeline among the contiguous balanced splits, HEFT / greedy / single-target
     assignments repaired into pipelines; the returned plan is never worse than that hint.
@@ -77,6 +86,7 @@ from placer.solve.cpsat_util import (
 )
 from placer.solve.evaluate import Costs, better, is_contiguous, make_pipeline_plan, pipeline_eval, stage_order
 from placer.solve.heuristics import HeuristicError, repair_pipeline, split_pipeline
+from placer.solve.ideals import ideals_bound, ideals_proven, ideals_warm_start, proven_bound
 
 __all__ = ["pipeline_candidates", "solve_pipeline"]
 
@@ -127,6 +137,19 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
     best_name = ""
     hint = None
     hint_key = (math.inf, math.inf)
+    dp = ideals_warm_start(p, ctx, options, t0)  # every monotone pipeline, exact when prices are separable
+    dp_bound = 0.0
+    if dp is not None:
+        best_plan = make_pipeline_plan(p, dp.assign, ctx.name, order=dp.stage_targets,
+                                       options=ctx.plan_options())
+        best_name = "ideals"
+        ev = pipeline_eval(p, dp.assign, dp.stage_targets, ci)
+        hint_key, hint = (ev.bottleneck, ev.latency), (dp.assign, dp.stage_targets)
+        dp_bound = ideals_bound(dp)
+        if ideals_proven(dp, best_plan):
+            lower = proven_bound(best_plan.bottleneck_ms, [dp_bound])
+            return skipped_stats_plan(best_plan, ctx, t0, lower, r, best_name,
+                                      "the ideals DP proved its plan optimal")
     if options.get("hint", True):
         share = float(options.get("heuristic_fraction", 0.3))
         for name, assign, order in pipeline_candidates(p, K, contiguous, t0 + share * max(0.0, ctx.deadline - t0)):
@@ -138,7 +161,7 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
                 hint_key, hint = (ev.bottleneck, ev.latency), (assign, order)
 
     # the load bound on the float costs is valid as reported; the model gets it in rounded units
-    lb_ms = pipeline_bound(p, Costs.of(p), K)
+    lb_ms = max(pipeline_bound(p, Costs.of(p), K), dp_bound)
     slack = rounding_slack(p, ci, "pipeline")
     lb = max(0, math.ceil((lb_ms - slack) / r - 1e-6))
     if best_plan is not None and ctx.remaining() < 2 * build_seconds(p, "pipeline") + 0.2:
@@ -164,6 +187,8 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
     recv_terms: list[list[tuple[int, Any]]] = [[] for _ in range(t)]
     send_terms: list[list[tuple[int, Any]]] = [[] for _ in range(t)]
     code = p.charge_code
+    sends: dict[int, list[tuple[int, Any]]] = {}  # broadcast: sender-charged copies of one tensor
+    bcast: list[tuple[Any, list[Any]]] = []  # (level literal, the copies that reach it)
     for k, (u, cs) in enumerate(zip(p.tensor_producer, p.tensor_consumers)):
         if u < 0 or not cs:
             continue
@@ -192,8 +217,22 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
                 z[(k, a, b)] = zz
                 if rc:
                     recv_terms[b].append((rc, zz))
-                if sc:
+                if sc and p.link_broadcast:
+                    sends.setdefault(a, []).append((sc, zz))
+                elif sc:
                     send_terms[a].append((sc, zz))
+        for a, arcs_a in sends.items():  # broadcast: the sender pays its slowest destination once
+            levels = sorted({sc for sc, _ in arcs_a})
+            prev = 0
+            for lv in levels:  # y = "pays at least lv"; cost = sum of the level increments
+                yy = model.new_bool_var(f"bc{k}_{a}_{lv}")
+                reach = [zz for sc, zz in arcs_a if sc >= lv]
+                for zz in reach:
+                    model.add_implication(zz, yy)
+                bcast.append((yy, reach))
+                send_terms[a].append((lv - prev, yy))
+                prev = lv
+        sends.clear()
     loads = []
     his = []
     for d in range(t):
@@ -265,9 +304,13 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
         model.add_hint(bott, round(ev.bottleneck))
         for (k, b), nk in need.items():
             model.add_hint(nk, int(any(assign[v] == b for v in p.tensor_consumers[k])))
+        zval = {}
         for (k, a, b), zz in z.items():
             u = p.tensor_producer[k]
-            model.add_hint(zz, int(assign[u] == a and any(assign[v] == b for v in p.tensor_consumers[k])))
+            zval[zz.index] = int(assign[u] == a and any(assign[v] == b for v in p.tensor_consumers[k]))
+            model.add_hint(zz, zval[zz.index])
+        for yy, reach in bcast:
+            model.add_hint(yy, int(any(zval[zz.index] for zz in reach)))
         for key, val in first_use_values(p, assign, classes).items():
             if key in y:
                 model.add_hint(y[key], val)

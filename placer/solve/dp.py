@@ -27,6 +27,10 @@ Why a label-setting DP
     ``j > i``, incrementally (stops at the first op ``e`` cannot run, a memory overflow, or a
     colocation group cut at ``i``).
 
+Broadcast links (``problem.link_broadcast``) with sender-charged copies are refused (the
+sender's time would depend on which later stages already received a tensor); the ``ideals``
+solver handles them.
+
 Cost: states grow with the number of ways open tensors' producers can be placed; fine for a few
 targets and graphs of a few hundred ops, exponential in the worst case.
 
@@ -148,6 +152,9 @@ def dp_search(problem: PlacementProblem, num_stages: int, costs: Costs | None = 
     Raises ProblemError when no contiguous pipeline exists, or when it was stopped before finding one.
     """
     p = problem
+    if p.link_broadcast and len(p.tensors) and (p.charge_code & 1).any():
+        raise ProblemError("dp: links.broadcast with sender-charged links is not supported (a stage's send "
+                           "time would depend on every later stage); use solver 'ideals' or 'cpsat'")
     c = costs or Costs.of(p)
     n, t = p.n_ops, p.n_targets
     allowed = p.allowed

@@ -211,7 +211,10 @@ class PipelineEval:
 
 def pipeline_loads(problem: PlacementProblem, assign: np.ndarray,
                    costs: Costs | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(compute, send, recv) per target of an assignment (independent of the stage order)."""
+    """(compute, send, recv) per target of an assignment (independent of the stage order).
+
+    With ``problem.link_broadcast`` a tensor costs its sender once: the largest of its
+    sender-charged link times to the targets that read it."""
     p = problem
     c = costs or Costs.of(problem)
     t = p.n_targets
@@ -220,19 +223,25 @@ def pipeline_loads(problem: PlacementProblem, assign: np.ndarray,
     send = np.zeros(t)
     recv = np.zeros(t)
     code = p.charge_code
+    bcast = p.link_broadcast
     for k, (u, cs) in enumerate(zip(p.tensor_producer, p.tensor_consumers)):
         if u < 0 or not cs:
             continue
         a = int(assign[u])
+        sent = 0.0
         for b in {int(assign[v]) for v in cs}:
             if b == a:
                 continue
             ms = c.link[k, a, b]
             if code[a, b] & 1:
-                send[a] += ms
+                if bcast:  # one send reaches every destination: the slowest link counts
+                    sent = max(sent, ms)
+                else:
+                    send[a] += ms
             if code[a, b] & 2:
                 recv[b] += ms
             recv[b] += c.entry[b]
+        send[a] += sent
     return compute, send, recv
 
 

@@ -46,6 +46,7 @@ import numpy as np
 
 from placer.errors import PlacerError, first_line
 from placer.interrupts import raise_if_stopped
+from placer.tune import shared_study
 
 #: a pipeline candidate's measurement round runs about this long (requests sized from the baselines)
 MEASURE_S = 0.25
@@ -128,7 +129,8 @@ def retarget(problem, names: list[str], source_cols: list[int], link_fallback_ms
 
 
 def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | None, seed: int, t_start: float,
-                    solver_time_limit: float, say: Callable[[str], None], n_trials: int | None):
+                    solver_time_limit: float, say: Callable[[str], None], n_trials: int | None,
+                    stale_after_s: float = 60.0):
     import dataclasses
 
     import optuna
@@ -143,11 +145,10 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
         TrialRecord,
         TuneResult,
         _write_outputs,
-        ask,
+        asked_trial,
         assignment_key,
         fail_stale,
-        open_storage,
-        running_trial,
+        storage_for,
         sampler_seed,
         tell_trial,
     )
@@ -261,8 +262,8 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         sampler = optuna.samplers.TPESampler(seed=sampler_seed(seed, shared=storage is not None),
                                              n_startup_trials=3)
-        study = optuna.create_study(storage=open_storage(storage_url),
-                                    study_name=f"placer-{graph.model_hash[:12]}-throughput",
+        study = optuna.create_study(storage=storage_for(storage_url, stale_after_s),
+                                    study_name=shared_study.study_name(graph.model_hash, ctx.targets, "throughput"),
                                     direction="maximize", sampler=sampler, load_if_exists=True)
         fusion = space.fusion_groups(graph)
         by_key: dict[str, TrialRecord] = {}
@@ -277,9 +278,8 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
             if budget_s is not None and time.monotonic() - t_start > budget_s * 0.8:
                 break
             raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
-            fail_stale(study, say)
-            trial = ask(study)
-            with running_trial(study, trial):  # a killed worker's trial is failed, not RUNNING forever
+            fail_stale(study, say, stale_after_s)
+            with asked_trial(study, lambda t: shared_study.mark_worker(t, ctx.targets)) as trial:
                 choice = [trial.suggest_categorical(f"core{c}", usable) for c in cores]
                 knobs: dict[str, Any] = {f"core{c}": k for c, k in zip(cores, choice)}
                 knobs["boundary_ms"] = trial.suggest_categorical("boundary_ms", [0.0, 0.03, 0.1, 0.3])

@@ -45,7 +45,8 @@ import numpy as np
 
 from placer.costing import segment_ratio_stats
 from placer.errors import PlacerError, first_line
-from placer.interrupts import raise_if_stopped
+from placer.interrupts import deferred, raise_if_stopped
+from placer.tune import shared_study
 
 
 @dataclass
@@ -283,7 +284,8 @@ def tell_trial(study, trial, rec: TrialRecord, value: float | None, say: Callabl
 
     Returns False (and says so) when another worker had already finished the same trial (see
     :func:`tell_once`): the caller then does not count it."""
-    attrs = {"plan_key": rec.key, "predicted": rec.predicted_ms, "n_partitions": rec.n_partitions}
+    attrs = {"plan_key": rec.key, "predicted": rec.predicted_ms, "n_partitions": rec.n_partitions,
+             **shared_study.plan_attrs(rec.plan)}
     if not tell_once(study, trial, value, attrs):
         say(f"trial {trial.number}: another worker finished it first; its result is kept, this one dropped")
         return False
@@ -323,7 +325,8 @@ def open_storage(url: str, *, heartbeat_interval: int = HEARTBEAT_INTERVAL_S, gr
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_interval,
                                                   grace_period=grace_period)
-        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            # SQLite: "table ... already exists" / locked; PostgreSQL: DuplicateTable, UniqueViolation
             if attempt == 7:
                 raise
             time.sleep(0.1 + 0.4 * random.random())
@@ -338,28 +341,54 @@ def ask(study):
         return study.ask()
 
 
+@contextlib.contextmanager
 def trial_heartbeat(study, trial):
     """Context manager: a thread records the trial's heartbeat while the block runs (ask/tell has
-    none of its own; ``study.optimize`` does this internally)."""
-    from optuna.storages._heartbeat import get_heartbeat_thread
+    none of its own; ``study.optimize`` does this internally). The first heartbeat is recorded
+    before the block starts: Optuna never counts a RUNNING trial without one as stale, so a worker
+    killed before its thread's first beat would leave the trial RUNNING forever."""
+    from optuna.storages._heartbeat import get_heartbeat_thread, is_heartbeat_enabled
 
-    return get_heartbeat_thread(trial._trial_id, study._storage)
+    storage = study._storage
+    if is_heartbeat_enabled(storage):
+        storage.record_heartbeat(trial._trial_id)
+    with get_heartbeat_thread(trial._trial_id, storage):
+        yield
 
 
 @contextlib.contextmanager
-def running_trial(study, trial):
-    """The block that runs ``trial``: heartbeats while it runs (:func:`trial_heartbeat`), and if it is
-    interrupted (Ctrl-C, SIGTERM) or fails before telling Optuna, the trial is told FAIL, so the
-    study keeps no RUNNING trial and a later run resumes it cleanly."""
-    with trial_heartbeat(study, trial):
-        try:
-            yield
-        except BaseException:
+def asked_trial(study, on_ask: Callable[[Any], None] = lambda trial: None):
+    """Ask ``study`` for a trial and run the block with it: heartbeats while it runs
+    (:func:`trial_heartbeat`), and if it is interrupted (Ctrl-C, SIGTERM) or fails before telling
+    Optuna, the trial is told FAIL, so the study keeps no RUNNING trial and a later run resumes it
+    cleanly. A stop request arriving while the trial is being asked for (``on_ask`` included) is
+    held until the trial is known (:func:`placer.interrupts.deferred`): the trial is then failed."""
+    trial = heartbeat = None
+    try:
+        with deferred():
+            trial = ask(study)
+            on_ask(trial)
+            heartbeat = trial_heartbeat(study, trial)
+            heartbeat.__enter__()
+        raise_if_stopped()
+        yield trial
+    except BaseException:
+        if trial is not None:
             tell_once(study, trial, None)
-            raise
+        raise
+    finally:
+        if heartbeat is not None:
+            heartbeat.__exit__(None, None, None)
 
 
-def fail_stale(study, say: Callable[[str], None] = lambda m: None) -> int:
+def storage_for(url: str, stale_after_s: float = GRACE_PERIOD_S):
+    """:func:`open_storage` with heartbeats every sixth of ``stale_after_s`` (at least 1 s) and a
+    trial silent for ``stale_after_s`` counted as its worker's death."""
+    grace = max(2, int(round(stale_after_s)))
+    return open_storage(url, heartbeat_interval=max(1, grace // 6), grace_period=grace)
+
+
+def fail_stale(study, say: Callable[[str], None] = lambda m: None, grace_s: float = GRACE_PERIOD_S) -> int:
     """Mark FAIL the RUNNING trials whose worker stopped sending heartbeats; returns how many."""
     import optuna
 
@@ -373,7 +402,7 @@ def fail_stale(study, say: Callable[[str], None] = lambda m: None) -> int:
     failed = sorted(before - after)
     if failed:
         say(f"trial(s) {', '.join(map(str, failed))}: their worker stopped (no heartbeat for "
-            f"{GRACE_PERIOD_S} s): marked failed")
+            f"{grace_s:.0f} s): marked failed")
     return len(failed)
 
 
@@ -400,6 +429,7 @@ def tune(
     cost_model_dir: str | os.PathLike | None | bool = True,
     progress: Callable[[str], None] | None = None,
     precision: str = "f32",
+    stale_after_s: float = GRACE_PERIOD_S,
 ) -> TuneResult:
     """Tune the placement of ``model``; write plan, stage config, Relax module and report to ``out_dir``.
 
@@ -428,6 +458,8 @@ def tune(
         budget_s = DEFAULT_BUDGET_S
     if objective not in ("latency", "throughput"):
         raise PlacerError(f"objective must be 'latency' or 'throughput', got {objective!r}")
+    if not (2 <= stale_after_s <= 86400):
+        raise PlacerError(f"stale-after {stale_after_s}: must be between 2 s and one day")
     t_start = time.monotonic()
     say = progress or (lambda msg: None)
     out = Path(out_dir)
@@ -446,7 +478,8 @@ def tune(
     try:
         return _tune_in(out, graph, targets=targets, objective=objective, budget_s=budget_s, storage=storage,
                         db=db, n_trials=n_trials, seed=seed, solver_time_limit=solver_time_limit,
-                        cost_model=cost_model, cost_model_dir=cost_model_dir, say=say, t_start=t_start)
+                        cost_model=cost_model, cost_model_dir=cost_model_dir, say=say, t_start=t_start,
+                        stale_after_s=stale_after_s)
     except KeyboardInterrupt:  # interrupted: the study stays, so that the next run resumes it
         raise
     except BaseException:
@@ -456,7 +489,7 @@ def tune(
 
 
 def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_trials, seed, solver_time_limit,
-             cost_model, cost_model_dir, say, t_start) -> TuneResult:
+             cost_model, cost_model_dir, say, t_start, stale_after_s=GRACE_PERIOD_S) -> TuneResult:
     """:func:`tune` once its arguments are checked and ``out`` exists."""
     import optuna
 
@@ -470,7 +503,7 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
 
     storage_url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     try:  # a bad --storage fails now, not after profiling and the baselines
-        open_storage(storage_url)
+        storage_for(storage_url, stale_after_s)
     except Exception as exc:  # noqa: BLE001 - sqlalchemy / optuna errors of every kind
         msg = first_line(exc, 200)
         raise PlacerError(f"--storage {storage_url!r}: cannot open the Optuna storage ({type(exc).__name__}: {msg})") \
@@ -484,7 +517,8 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
         from placer.tune.pipeline_tuner import tune_throughput
 
         return tune_throughput(ctx, budget_s=budget_s, out=out, storage=storage, seed=seed, t_start=t_start,
-                               solver_time_limit=solver_time_limit, say=say, n_trials=n_trials)
+                               solver_time_limit=solver_time_limit, say=say, n_trials=n_trials,
+                               stale_after_s=stale_after_s)
     model_dir = learned.default_model_dir(db) if cost_model_dir is True else (cost_model_dir or None)
     if cost_model is not None and cost_model_dir is True:
         model_dir = None  # a model the caller passed is saved only where the caller says, never over the default
@@ -587,8 +621,8 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
         # ---- the study ---------------------------------------------------------------------
         sampler = optuna.samplers.TPESampler(seed=sampler_seed(seed, shared=storage is not None), n_startup_trials=4)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(storage=open_storage(storage_url),
-                                    study_name=f"placer-{graph.model_hash[:12]}-latency",
+        study = optuna.create_study(storage=storage_for(storage_url, stale_after_s),
+                                    study_name=shared_study.study_name(graph.model_hash, ctx.targets, "latency"),
                                     direction="minimize", sampler=sampler, load_if_exists=True)
         fusion = space.fusion_groups(graph)
         default_knobs = space.default_knobs(names)
@@ -638,10 +672,10 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
                 say(f"search converged: the last {repeats} trials proposed plans already measured")
                 break
             raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
-            fail_stale(study, say)
-            trial = ask(study)
+            fail_stale(study, say, stale_after_s)
             n_plans = len(by_key)
-            with running_trial(study, trial):  # a killed worker's trial is failed, not RUNNING forever
+            with asked_trial(study, lambda t: shared_study.mark_worker(t, ctx.targets)) as trial:
+                # an interrupted or killed worker's trial is failed, never left RUNNING
                 n_done += int(run_trial(trial))
             repeats = repeats + 1 if len(by_key) == n_plans else 0
 

@@ -41,3 +41,24 @@ def test_install_keeps_a_callers_own_handler():
     finally:
         signal.signal(signal.SIGTERM, old)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def test_a_stop_inside_deferred_is_held_until_the_block_ends(tmp_path):
+    """A worker interrupted while it asks the study for a trial: the stop is held until the trial is
+    known, then the trial is told FAIL (never left RUNNING) and the stop goes on."""
+    import optuna
+
+    from placer.tune.tuner import asked_trial
+
+    interrupts.STOP.clear()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with asked_trial(study, on_ask=lambda trial: interrupts.request_stop()):  # the stop, mid-ask
+                raise AssertionError("the block must not run once a stop was requested")
+        assert interrupts.STOP.is_set()
+    finally:
+        interrupts.STOP.clear()
+    [trial] = study.get_trials(deepcopy=False)
+    assert trial.state == optuna.trial.TrialState.FAIL

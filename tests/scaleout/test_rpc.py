@@ -108,3 +108,21 @@ def test_profile_campaign_through_rpc(rpc_cluster, run_placer, tmp_path, tiny_gr
     c.close()
     again.close()
     assert os.environ["PLACER_RPC_KEY"] == "placer-test"
+
+
+def test_busy_server_gives_a_clear_error_not_a_hang(rpc_cluster):
+    """The tracker answers a session request only when a server under the key is free, and TVM would
+    wait forever: with the only server held by one target's session, another target's request
+    ends after its timeout with a clear error; once the first target closes, the server serves
+    again (its session really released, not left to the garbage collector)."""
+    holder, waiter = make_target("tvm-rpc"), make_target("tvm-rpc")
+    waiter.request_timeout_s = 1.0
+    holder.session()
+    try:
+        with pytest.raises(TargetError, match="no RPC server under key 'placer-test' became free within 1 s"):
+            waiter.session()
+    finally:
+        holder.close()
+    waiter.request_timeout_s = 60.0
+    assert waiter.session() is not None
+    waiter.close()

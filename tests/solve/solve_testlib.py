@@ -93,7 +93,8 @@ def permuted(problem: PlacementProblem, rng: np.random.Generator) -> PlacementPr
         link_latency_ms=p.link_latency_ms, link_ms_per_byte=p.link_ms_per_byte, link_charge=p.link_charge,
         memory_cap_bytes=p.memory_cap_bytes, weight_bytes=p.weight_bytes[perm], pinned=dict(p.pinned),
         colocate=[shuffle(list(g)) for g in p.colocate], partition_overhead_ms=p.partition_overhead_ms,
-        provenance=p.provenance, target_cores={d: list(c) for d, c in p.target_cores.items()})
+        provenance=p.provenance, target_cores={d: list(c) for d, c in p.target_cores.items()},
+        link_broadcast=p.link_broadcast)
 
 
 def perturbed(problem: PlacementProblem, rng: np.random.Generator, rel: float = 0.01) -> PlacementProblem:

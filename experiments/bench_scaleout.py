@@ -1,0 +1,154 @@
+"""Benchmark: tune workers sharing one study on PostgreSQL: trials per minute, and nothing lost.
+
+    python -m experiments.bench_scaleout [--model zoo:squeezenet] [--budget 60] [--kill-rounds 3]
+
+Starts a throwaway PostgreSQL server (placer.tune.local_postgres: the Debian package's initdb and
+pg_ctl on 127.0.0.1), warms one profile store (so that neither run spends its budget profiling),
+then, on the same model and targets (1-thread ONNX Runtime and OpenVINO, unpinned: each worker's
+measurements run on one core, so two workers fit a 2-core machine):
+
+A. **Throughput of the search:** one worker alone for ``--budget`` seconds, then two workers at once
+   on one study for the same budget (each run on a fresh database). Reports the COMPLETE trials per minute of each
+   run and the ratio (goal >= 1.8x). Trials are measurement-bound: zoo:squeezenet's plans take
+   tens of milliseconds per request, the solver a fraction of a second.
+B. **Kill and resume:** ``--kill-rounds`` times, two workers start on one study; one is SIGKILLed
+   while it holds a RUNNING trial; the other finishes; after the heartbeat grace a new worker runs
+   one trial. Checks after every round: trial numbers contiguous (none lost), none RUNNING, every
+   killed trial FAIL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGETS = "onnxruntime:t1,openvino:t1"
+
+
+def _worker(model, url, db, out, *, budget=None, trials=None, seed=0, stale=None):
+    cmd = [sys.executable, "-m", "placer.cli", "tune", model, "--targets", TARGETS, "--storage", url,
+           "--db", str(db), "--out", str(out), "--no-cost-model", "--seed", str(seed)]
+    if budget is not None:
+        cmd += ["--budget", f"{budget:.0f}s"]
+    if trials is not None:
+        cmd += ["--trials", str(trials)]
+    if stale is not None:
+        cmd += ["--stale-after", str(stale)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(procs, timeout=900):
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout)
+        if p.returncode != 0:
+            raise SystemExit(f"worker failed ({p.returncode}):\n{out[-3000:]}")
+
+
+def _trials(url):
+    import optuna
+
+    out = []
+    for s in optuna.get_all_study_summaries(url):
+        out += optuna.load_study(study_name=s.study_name, storage=url).get_trials(deepcopy=False)
+    return out
+
+
+def _complete_in_search(trials):
+    """COMPLETE trials and the span from the first trial's start to the last one's end (s)."""
+    import optuna
+
+    done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not done:
+        return 0, float("nan")
+    span = (max(t.datetime_complete for t in done) - min(t.datetime_start for t in done)).total_seconds()
+    return len(done), span
+
+
+def throughput(pg_factory, model, db, budget, tmp):
+    rates = {}
+    for n_workers in (1, 2):
+        with pg_factory() as pg:
+            procs = [_worker(model, pg.url, db, tmp / f"tp{n_workers}-{i}", budget=budget, seed=i)
+                     for i in range(n_workers)]
+            _finish(procs)
+            n, span = _complete_in_search(_trials(pg.url))
+        rates[n_workers] = {"complete": n, "span_s": span, "per_min": 60.0 * n / span if span > 0 else 0.0}
+        print(f"{n_workers} worker(s): {n} trials in {span:.1f} s of search: {rates[n_workers]['per_min']:.1f}/min",
+              flush=True)
+    rates["ratio"] = rates[2]["per_min"] / rates[1]["per_min"] if rates[1]["per_min"] else float("nan")
+    print(f"two workers / one: {rates['ratio']:.2f}x (goal >= 1.8x)", flush=True)
+    return rates
+
+
+def kill_rounds(pg_factory, model, db, rounds, tmp, stale=3):
+    import optuna
+
+    results = []
+    with pg_factory() as pg:
+        for r in range(rounds):
+            doomed, survivor = (_worker(model, pg.url, db, tmp / f"k{r}-{i}", trials=t, stale=stale, seed=10 * r + i)
+                                for i, t in ((0, 500), (1, 3)))
+            killed = None
+            deadline = time.monotonic() + 300
+            while killed is None and time.monotonic() < deadline:
+                for t in _trials(pg.url):
+                    if (t.state == optuna.trial.TrialState.RUNNING
+                            and (t.user_attrs.get("worker") or {}).get("pid") == doomed.pid):
+                        os.kill(doomed.pid, signal.SIGSTOP)
+                        again = {x.number: x.state for x in _trials(pg.url)}
+                        if again.get(t.number) == optuna.trial.TrialState.RUNNING:
+                            killed = t.number
+                            break
+                        os.kill(doomed.pid, signal.SIGCONT)
+                time.sleep(0.05)
+            doomed.kill()
+            doomed.communicate()
+            t_kill = time.monotonic()
+            _finish([survivor])
+            time.sleep(max(0.0, t_kill + stale + 1 - time.monotonic()))
+            _finish([_worker(model, pg.url, db, tmp / f"k{r}-late", trials=1, stale=stale, seed=10 * r + 5)])
+            trials = _trials(pg.url)
+            numbers = sorted(t.number for t in trials)
+            states = {t.number: t.state.name for t in trials}
+            ok = (numbers == list(range(len(numbers))) and "RUNNING" not in states.values()
+                  and killed is not None and states.get(killed) == "FAIL")
+            results.append({"round": r, "killed_trial": killed, "trials": len(trials), "ok": ok,
+                            "states": {s: list(states.values()).count(s) for s in set(states.values())}})
+            print(f"kill round {r}: killed trial {killed}, {len(trials)} trials, {results[-1]['states']}, "
+                  f"{'OK' if ok else 'LOST OR RUNNING TRIALS'}", flush=True)
+    return results
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.bench_scaleout", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="zoo:squeezenet")
+    ap.add_argument("--budget", type=float, default=60.0, help="seconds per throughput run (default 60)")
+    ap.add_argument("--kill-rounds", type=int, default=3)
+    ap.add_argument("--json", default=None, help="write the figures here")
+    args = ap.parse_args(argv)
+
+    from placer import api
+    from placer.tune.local_postgres import LocalPostgres
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-scaleout-"))
+    db = tmp / "profiles.db"
+    t0 = time.monotonic()
+    api.prepare(api.load(args.model), targets=TARGETS.split(","), db=db, progress=False)
+    print(f"profile store warmed in {time.monotonic() - t0:.0f} s", flush=True)
+    report = {"model": args.model, "targets": TARGETS, "budget_s": args.budget, "cpus": os.cpu_count()}
+    report["throughput"] = throughput(LocalPostgres, args.model, db, args.budget, tmp)
+    report["kill_rounds"] = kill_rounds(LocalPostgres, args.model, db, args.kill_rounds, tmp)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    return 0 if all(r["ok"] for r in report["kill_rounds"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
