@@ -53,6 +53,7 @@ from onnx import TensorProto, numpy_helper
 
 from placer.errors import GraphError
 from placer.graph import _proto as P
+from placer.graph import limits
 from placer.graph.opaque import contract_dynamic
 
 __all__ = ["FOLDED_KEY", "FOLDED_VALUE", "is_folded", "load_model"]
@@ -140,14 +141,14 @@ def _read(source: Any) -> tuple[onnx.ModelProto, str]:
             raise GraphError(f"{path}: not a regular file")
         if path.stat().st_size == 0:
             raise GraphError(f"{path}: empty file, not an ONNX model")
+        size = limits.check_model_file(path)
         try:
-            model = onnx.load(str(path))
-        except (FileNotFoundError, onnx.checker.ValidationError) as e:
-            raise GraphError(f"{path}: cannot load the model's external data: {e}") from e
+            model = onnx.load(str(path), load_external_data=False)
         except Exception as e:
             raise GraphError(
                 f"{path}: not a valid ONNX model (truncated or not a protobuf: {type(e).__name__}: {e})"
             ) from e
+        limits.load_external_data(model, path, size)
         return model, str(path)
     raise GraphError(f"cannot load a model from a {type(source).__name__}; pass a path or an onnx.ModelProto")
 
@@ -161,6 +162,7 @@ def _prepare(model: onnx.ModelProto, where: str, shapes: Mapping[str, tuple[int,
     g = model.graph
     if len(g.output) == 0:
         raise GraphError(f"{where}: the graph has no outputs (truncated or not an ONNX model?)")
+    limits.check_tensor_sizes(model, where)
     _normalize_domains(model)
     _check_opsets(model, where)
     _name_nodes(g)
@@ -417,14 +419,16 @@ def _check_input_size(name: str, dims: tuple[int, ...], where: str) -> None:
 # --------------------------------------------------------------------------------------------- infer
 
 
-def _infer(model: onnx.ModelProto, strict: bool, where: str) -> dict[str, onnx.ValueInfoProto]:
-    """Shape inference on the skeleton; name -> ValueInfoProto for every typed tensor."""
+def _infer(model: onnx.ModelProto, strict: bool, where: str, blame: bool = True) -> dict[str, onnx.ValueInfoProto]:
+    """Shape inference on the skeleton; name -> ValueInfoProto for every typed tensor. ``blame``: name
+    the failing node in the error (:func:`_blame`, which infers with ``blame=False``: no recursion)."""
     sk = _skeleton(model)
     try:
-        out = onnx.shape_inference.infer_shapes(sk, check_type=strict, strict_mode=strict, data_prop=True)
+        out = onnx.shape_inference.infer_shapes(sk, check_type=strict, strict_mode=strict,
+                                                data_prop=limits.data_prop_safe(sk))
     except Exception as e:
         msg = str(e).strip().replace("\n", " ")
-        if "node name" not in msg:
+        if blame and "node name" not in msg:
             msg += _blame(model)
         raise GraphError(f"{where}: shape inference failed: {msg}") from e
     types: dict[str, onnx.ValueInfoProto] = {}
@@ -437,7 +441,7 @@ def _blame(model: onnx.ModelProto) -> str:
     """`` (node 'n' (Op))``: the first node that fails strict inference alone, given its inputs'
     types from a lenient pass; for inference errors that do not name their node. Empty if none."""
     try:
-        types = _infer(model, strict=False, where="")
+        types = _infer(model, strict=False, where="", blame=False)
     except GraphError:
         return ""
     g = model.graph
@@ -456,7 +460,8 @@ def _blame(model: onnx.ModelProto) -> str:
             if t:
                 one.graph.output.append(onnx.helper.make_empty_tensor_value_info(t))
         try:
-            onnx.shape_inference.infer_shapes(one, check_type=True, strict_mode=True, data_prop=True)
+            onnx.shape_inference.infer_shapes(one, check_type=True, strict_mode=True,
+                                              data_prop=limits.data_prop_safe(one))
         except Exception:  # noqa: BLE001 - this node is the one
             return f" (at {_node_desc(n)})"
     return ""

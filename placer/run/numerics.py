@@ -32,7 +32,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from placer.errors import PlacerError, first_line
+from placer.errors import PlacerError
+from placer.run.npz_inputs import read_npz
 
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-4
@@ -288,41 +289,20 @@ def load_inputs(spec: str, graph, n: int = 1) -> list[dict[str, np.ndarray]]:
     path = Path(spec)
     if not path.is_file():
         raise PlacerError(f"--inputs {spec!r}: no such file (expected FILE.npz or seed:N)")
-    try:  # allow_pickle stays False: an object array is refused, never unpickled
-        z = np.load(path, allow_pickle=False)
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise PlacerError(f"--inputs {spec}: a single .npy array; expected an .npz with one array per input")
-        with z:
-            arrays = {k: z[k] for k in z.files}
-    except PlacerError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - not a zip, truncated, pickled object arrays, ...
-        raise PlacerError(f"--inputs {spec}: not a readable .npz of plain arrays ({type(exc).__name__}: "
-                          f"{first_line(exc, 160)})") from None
     names = [x if isinstance(x, str) else x.name for x in graph.inputs]
-    missing = [k for k in names if k not in arrays]
-    if missing:
-        raise PlacerError(f"--inputs {spec}: no array for model input(s) {missing} (has {sorted(arrays)})")
+    wants = {}
     for k in names:
         try:
             want_dt = np.dtype(graph.tensors[k].dtype)
         except TypeError:  # a dtype numpy does not name (bfloat16 ...): the runtime checks it
-            continue
-        if arrays[k].dtype != want_dt:
-            raise PlacerError(f"--inputs {spec}: {k!r} has dtype {arrays[k].dtype}, the model wants {want_dt}")
-    reqs: list[dict[str, np.ndarray]] = []
-    batched = all(arrays[k].ndim == len(graph.tensors[k].shape) + 1 for k in names) and names
+            want_dt = None
+        wants[k] = (tuple(int(d) for d in graph.tensors[k].shape), want_dt)
+    # headers and sizes checked before any data is read; only the rows used are read
+    arrays, batched = read_npz(path, spec, wants, n)
     if batched:
         rows = min(arrays[k].shape[0] for k in names)
-        if rows == 0:
-            raise PlacerError(f"--inputs {spec}: the arrays hold 0 requests (leading dim 0)")
         reqs = [{k: np.ascontiguousarray(arrays[k][i]) for k in names} for i in range(rows)]
     else:
-        for k in names:
-            want = tuple(int(d) for d in graph.tensors[k].shape)
-            if tuple(arrays[k].shape) != want:
-                raise PlacerError(
-                    f"--inputs {spec}: {k!r} has shape {list(arrays[k].shape)}, the model wants {list(want)}")
         reqs = [{k: arrays[k] for k in names}]
     while len(reqs) < n:
         reqs.append(reqs[len(reqs) % max(1, len(reqs))])

@@ -31,6 +31,8 @@ Pipeline mode
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from placer.problem import PlacementProblem
@@ -181,14 +183,15 @@ def minmax_load_lp(problem: PlacementProblem, costs: Costs, num_stages: int | No
 
 
 def dual_load_bound(unit_costs: np.ndarray, num_stages: int | None = None, iterations: int = 80,
-                    tol: float = 1e-7, resources: tuple[tuple[int, ...], ...] | None = None) -> float:
+                    tol: float = 1e-7, resources: tuple[tuple[int, ...], ...] | None = None,
+                    deadline: float | None = None) -> float:
     """Lagrangian lower bound of the min-max-load LP (see :func:`dual_load`)."""
-    return dual_load(unit_costs, num_stages, None, iterations, tol, resources)[0]
+    return dual_load(unit_costs, num_stages, None, iterations, tol, resources, deadline)[0]
 
 
 def dual_load(unit_costs: np.ndarray, num_stages: int | None = None, offset: np.ndarray | None = None,
-              iterations: int = 80, tol: float = 1e-7, resources: tuple[tuple[int, ...], ...] | None = None
-              ) -> tuple[float, np.ndarray]:
+              iterations: int = 80, tol: float = 1e-7, resources: tuple[tuple[int, ...], ...] | None = None,
+              deadline: float | None = None) -> tuple[float, np.ndarray]:
     """Lagrangian (dual) lower bound of the min-max-load LP, maximized by Kelley's cutting planes.
 
     For ``lam >= 0`` on the resources (and ``mu >= 0`` when ``K < T``) with
@@ -201,7 +204,8 @@ def dual_load(unit_costs: np.ndarray, num_stages: int | None = None, offset: np.
     convergence. ``resources`` (``PlacementProblem.resource_sets``; default: every target its own
     resource) maps targets to resources; ``offset[r]`` is a constant added to resource ``r``'s
     load (term ``lam_r offset_r``). Returns the best bound and the prices ``price (+ mu)`` per
-    target that achieve it.
+    target that achieve it. ``deadline`` (``time.monotonic()``): no new iteration starts after it
+    (every iterate is a valid bound; with many targets one iteration takes milliseconds).
     """
     from ortools.linear_solver import pywraplp
 
@@ -228,7 +232,7 @@ def dual_load(unit_costs: np.ndarray, num_stages: int | None = None, offset: np.
         lam_r = pt[:n_r] if inc is None else inc @ pt[:n_r]
         return lam_r + (pt[n_r] if use_mu else 0.0)
 
-    cuts: list[tuple[float, np.ndarray, np.ndarray]] = []
+    cuts: list[tuple[float, list[tuple[int, float]]]] = []  # (rhs, coefficients of x) per cut
     best = 0.0
     best_lam = prices(point)
     for _ in range(iterations):
@@ -241,32 +245,45 @@ def dual_load(unit_costs: np.ndarray, num_stages: int | None = None, offset: np.
         load_t = np.bincount(choice, weights=big[rows, choice], minlength=t)
         load = (load_t if inc is None else load_t @ inc) + off
         grad = np.append(load, load.sum() if inc is None else load_t.sum()) if use_mu else load
-        cuts.append((g, point.copy(), grad))
+        xk = point.copy()  # the cut's row, made once: theta - grad . x <= g - grad . xk
+        cuts.append((g - sum(float(grad[j]) * float(xk[j]) for j in range(dim)),
+                     [(j, -float(grad[j])) for j in range(dim) if grad[j] != 0.0]))
         # master: max theta s.t. theta <= g_k + grad_k . (x - x_k), x in the (weighted) simplex
+        # built with the low-level API (the natural one cost ~25 s at 256 targets: one Python
+        # expression object per term); the same LP, row by row, as the expressions would make it
         solver = pywraplp.Solver.CreateSolver("GLOP")
         xs = [solver.NumVar(0.0, 1.0, "") for _ in range(dim)]
         theta = solver.NumVar(0.0, solver.infinity(), "")
         weights = [1.0] * n_r + ([float(num_stages)] if use_mu else [])
-        solver.Add(solver.Sum([wgt * x for wgt, x in zip(weights, xs)]) == 1.0)
-        for gk, xk, sk in cuts:
-            solver.Add(theta <= gk + solver.Sum([float(sk[j]) * (xs[j] - float(xk[j])) for j in range(dim)]))
-        solver.Maximize(theta)
+        row = solver.Constraint(1.0, 1.0)
+        for wgt, x in zip(weights, xs):
+            row.SetCoefficient(x, wgt)
+        for rhs, coefs in cuts:
+            row = solver.Constraint(-solver.infinity(), rhs)
+            row.SetCoefficient(theta, 1.0)
+            for j, c in coefs:
+                row.SetCoefficient(xs[j], c)
+        objective = solver.Objective()
+        objective.SetCoefficient(theta, 1.0)
+        objective.SetMaximization()
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
             break
         upper = theta.solution_value()
         point = np.array([x.solution_value() for x in xs])
         if upper - best <= tol * max(1.0, abs(upper)):
             break
+        if deadline is not None and time.monotonic() > deadline:
+            break
     return best, best_lam
 
 
 def load_bound(problem: PlacementProblem, costs: Costs, num_stages: int | None = None,
-               lp_max_size: int = 12000) -> float:
+               lp_max_size: int = 12000, deadline: float | None = None) -> float:
     """Bound on the largest per-resource load (see the module docstring): the LP optimum (GLOP) for
     problems with at most ``lp_max_size`` (unit, target) pairs, else its Lagrangian dual bound."""
     uc = _unit_costs(problem, costs)
     if np.isfinite(uc).sum() > lp_max_size:
-        return shave(dual_load_bound(uc, num_stages, resources=problem.resource_sets))
+        return shave(dual_load_bound(uc, num_stages, resources=problem.resource_sets, deadline=deadline))
     res = minmax_load_lp(problem, costs, num_stages)
     if res is None:  # pragma: no cover
         uc = _unit_costs(problem, costs)

@@ -149,7 +149,8 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     cands = []
     if options.get("hint", True):
         span = share * max(0.0, ctx.deadline - t0)
-        search = DynamicListSearch(p, fc) if options.get("dynamic", True) and t > 1 else None
+        search = (DynamicListSearch(p, fc, deadline=t0 + 0.5 * span) if options.get("dynamic", True) and t > 1
+                  else None)
         cands = latency_candidates(p, t0 + span, search=search, search_dtime=0.8 * span)
     best_plan: Plan | None = None
     best_name = ""
@@ -170,7 +171,9 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     # ---------------------------------------------------------------- bounds
     head, tail = heads_tails(p, ci)
     minc = np.where(p.allowed, ci.cost, np.inf).min(axis=1)
-    lb = max(float((head + tail).max()), math.ceil(load_bound(p, ci) - 1e-6))
+    # the load bound's iterations stop at 60 % of the limit (many targets: milliseconds each)
+    lb = max(float((head + tail).max()), math.ceil(load_bound(p, ci, deadline=t0 + 0.6 * ctx.time_limit)
+                                                   - 1e-6))
     if options.get("window_bound", True) and t > 1:
         lb = max(lb, math.ceil(window_load_bound(p, ci, lb, deadline=time.monotonic() + 0.1 * ctx.remaining())
                                - 1e-6))

@@ -120,9 +120,10 @@ def resource_busy_ms(problem: PlacementProblem, assign: np.ndarray, costs: Costs
 def check_assignment(problem: PlacementProblem, assign: np.ndarray) -> None:
     """Raise ProblemError if ``assign`` breaks support, pins, colocation or memory caps."""
     p = problem
-    for i in range(p.n_ops):
-        if not p.allowed[i, assign[i]]:
-            raise ProblemError(f"op {p.ops[i]!r} cannot be placed on {p.targets[assign[i]]!r}")
+    bad = np.flatnonzero(~p.allowed[np.arange(p.n_ops), assign])
+    if len(bad):
+        i = int(bad[0])
+        raise ProblemError(f"op {p.ops[i]!r} cannot be placed on {p.targets[assign[i]]!r}")
     for g in p.colocate:
         idx = [p.op_index[o] for o in g]
         if len({int(assign[i]) for i in idx}) > 1:

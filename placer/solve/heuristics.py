@@ -132,8 +132,10 @@ def upward_rank(problem: PlacementProblem, costs: Costs) -> np.ndarray:
         au = np.flatnonzero(allowed[u])
         for v in cs:
             av = np.flatnonzero(allowed[v])
-            pairs = [(a, b) for a in au for b in av if a != b]
-            c = float(np.mean([costs.link[k, a, b] + costs.entry[b] for a, b in pairs])) if pairs else 0.0
+            # every (a, b) pair with a != b, row-major (as a list over au then av would be): vectorized
+            vals = (np.asarray(costs.link[k])[np.ix_(au, av)] + np.asarray(costs.entry)[av][None, :])[
+                au[:, None] != av[None, :]]
+            c = float(np.mean(vals)) if vals.size else 0.0
             comm[(u, v)] = max(comm.get((u, v), 0.0), c)
     rank = np.zeros(p.n_ops)
     for u in range(p.n_ops - 1, -1, -1):
@@ -722,7 +724,8 @@ class DynamicListSearch:
                  (0.1, 0.5, 1.0))
 
     def __init__(self, problem: PlacementProblem, costs: Costs | None = None, lam: np.ndarray | None = None,
-                 eta: float = 1.0, who: str = "dynamic", max_passes: int = 96) -> None:
+                 eta: float = 1.0, who: str = "dynamic", max_passes: int = 96,
+                 deadline: float | None = None) -> None:
         from placer.solve.bounds import _unit_costs, dual_load
 
         p = problem
@@ -730,7 +733,8 @@ class DynamicListSearch:
         self.c = costs or Costs.of(p)
         self.engine = DynamicList(p, self.c)
         if lam is None:
-            lam = (dual_load(_unit_costs(p, self.c), resources=p.resource_sets)[1] if p.n_targets > 1
+            lam = (dual_load(_unit_costs(p, self.c), resources=p.resource_sets, deadline=deadline)[1]
+                   if p.n_targets > 1
                    else np.ones(1))
         lam = np.maximum(np.asarray(lam, dtype=float), 1e-6)
         self.lams = [lam / lam.sum() for _ in self.PORTFOLIO]

@@ -21,7 +21,10 @@ test time from :mod:`placer.zoo` models, ``onnx.helper`` graphs and small edits 
 
 The hostile classes of the second round (non-regular files, parser limits, duplicate keys, numbers
 out of range, wrong types, escape sequences, data that must be left intact, untrusted compiled
-modules, malformed tune directories) are declared in :mod:`corpus_hostile`.
+modules, malformed tune directories) are declared in :mod:`corpus_hostile`; the size and time limits
+of the third round (tensors that declare more than they hold, external data, ``$PLACER_MAX_MODEL_MB``,
+long 1-D inputs, forged ``--inputs`` archives, problems with many ops or targets) in
+:mod:`corpus_limits`.
 
 The base inputs (a good model, plan directory, problem, profile store and cost model) are cases
 too, in :data:`CONTROL` category: they must be accepted, which shows the other cases fail
@@ -992,6 +995,9 @@ def build_corpus(root: Path, base: Base, seed: int = SEED) -> list[Case]:
     from corpus_hostile import hostile_cases  # the second round of hostile classes: see its docstring
 
     hostile_cases(root, base, add, rng)
+    from corpus_limits import limits_cases  # the third round: sizes and time limits (corpus_limits.py)
+
+    limits_cases(root, base, add)
     return cases
 
 

@@ -75,7 +75,9 @@ def test_subprocess_exit_codes_and_no_traceback(cases):
 CATEGORIES = ("onnx", "graph", "dtype", "dims", "ops", "args", "inputs", "plan_dir", "plan_json", "stage_config",
               "problem", "store", "costmodel",
               # the second round (corpus_hostile.py)
-              "files", "json", "numbers", "types", "escapes", "overwrite", "trust", "report")
+              "files", "json", "numbers", "types", "escapes", "overwrite", "trust", "report",
+              # the third round (corpus_limits.py): sizes and time limits
+              "limits")
 
 
 def test_every_category_is_represented(cases):
