@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from placer.devices.links import conv_chain_model
+from placer.profile.links import conv_chain_model
 
 
 def _median_ms(fn: Callable[[], Any], reps: int) -> float:

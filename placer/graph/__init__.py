@@ -5,10 +5,12 @@
 >>> g.summary()
 
 See :mod:`placer.graph.load` (what loading does), :mod:`placer.graph.opgraph` (the graph) and
-:mod:`placer.graph.flops` (the FLOP formula of each op family).
+:mod:`placer.graph.flops` (the FLOP formula of each op family). ``zoo:NAME`` references are
+resolved above this layer: :func:`placer.zoo.load_graph` (the bundled models build on the graph).
 """
 
 from placer.graph.flops import DATA_MOVEMENT_OPS, op_flops
+from placer.graph.inputs import random_inputs
 from placer.graph.load import is_folded, load_model
 from placer.graph.opgraph import (
     SIGNATURE_VERSION,
@@ -36,4 +38,5 @@ __all__ = [
     "load_graph",
     "load_model",
     "op_flops",
+    "random_inputs",
 ]

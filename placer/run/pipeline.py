@@ -53,6 +53,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from placer.devices import make_target
 from placer.errors import PlacerError
 from placer.run.executors import PartitionError, RunResult
 from placer.run.measurement import summarize
@@ -258,7 +259,6 @@ class PipelineExecutor:
         try:
             if cores:
                 os.sched_setaffinity(0, set(cores))
-            from placer.devices import make_target
 
             for p in st.partitions:
                 compiled[p.id] = make_target(p.target).compile(self.mat.submodels[p.id])
