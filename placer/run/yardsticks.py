@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from placer.devices.openvino_target import cpu_has_bf16
 from placer.errors import PlacerError
 from placer.run.yardstick_worker import BF16_KINDS, DESCRIPTIONS, LATENCY_KINDS, THROUGHPUT_KINDS
 
@@ -41,8 +42,6 @@ def latency_kinds() -> tuple[str, ...]:
     """The latency yardsticks of this machine: :data:`LATENCY_KINDS`, and where the CPU computes
     bf16 natively (OpenVINO's default there), OpenVINO's LATENCY hint in bf16 too: the best
     latency setting a user of that CPU would try."""
-    from placer.devices.openvino_target import cpu_has_bf16
-
     return LATENCY_KINDS + (BF16_KINDS if cpu_has_bf16() else ())
 
 #: seconds a yardstick may take to load a model and answer its first request

@@ -44,8 +44,21 @@ from placer.solve import cpsat as _cpsat  # noqa: F401
 from placer.solve import dp as _dp  # noqa: F401
 from placer.solve import ideals as _ideals  # noqa: F401
 from placer.solve.base import MODES, SolveContext, Solver, available_solvers, get_solver, register_solver
+from placer.solve.bounds import latency_bound, pipeline_bound, window_load_bound
 from placer.solve.coarsen import coarsen_problem, expand_assignment, expand_order
-from placer.solve.evaluate import assignment_indices, better, make_latency_plan, make_pipeline_plan
+from placer.solve.cpsat_latency import latency_candidates
+from placer.solve.cpsat_pipeline import pipeline_candidates
+from placer.solve.evaluate import (
+    Costs,
+    assignment_indices,
+    better,
+    latency_schedule,
+    make_latency_plan,
+    make_pipeline_plan,
+    pipeline_eval,
+)
+from placer.solve.heuristics import DynamicListSearch
+from placer.solve.lns import LatencyLNS
 
 __all__ = [
     "AUTO_COARSEN_OPS",
@@ -207,13 +220,6 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
     left; the rest goes to CP-SAT window LNS (:mod:`placer.solve.lns`) on the best plan so far
     (after up to half of it lets the dynamic search finish two passes per portfolio member).
     """
-    from placer.solve.bounds import latency_bound, pipeline_bound, window_load_bound
-    from placer.solve.cpsat_latency import latency_candidates
-    from placer.solve.cpsat_pipeline import pipeline_candidates
-    from placer.solve.evaluate import Costs, latency_schedule, pipeline_eval
-    from placer.solve.heuristics import DynamicListSearch
-    from placer.solve.lns import LatencyLNS
-
     t0 = time.monotonic()
     p = problem
     pipeline = ctx.mode == "pipeline"
