@@ -12,6 +12,7 @@ from placer.devices import make_target
 from placer.devices.base import TargetSpec
 from placer.errors import PlanError, TargetError, first_line
 from placer.graph import build_graph
+from placer.graph.opaque import describe_regions, is_opaque
 from placer.materialize.partition import (
     Partition,
     PartitionStats,
@@ -265,8 +266,6 @@ def _trust_context(info: Mapping[str, Any]) -> dict[str, str]:
 def _check_opaque_targets(graph, assignment: Mapping[str, str]) -> None:
     """An opaque region (control flow, data-dependent shapes: placer.graph.opaque) runs only on a
     target whose runtime runs its nodes itself (ONNX Runtime, OpenVINO), never on TVM."""
-    from placer.devices import make_target
-    from placer.graph.opaque import describe_regions, is_opaque
 
     regions = None
     for op in graph.ops:

@@ -32,6 +32,7 @@ import numpy as np
 
 from placer.devices.openvino_target import cpu_has_bf16
 from placer.errors import PlacerError
+from placer.graph.opaque import OPAQUE_DOMAIN
 from placer.run.yardstick_worker import BF16_KINDS, DESCRIPTIONS, LATENCY_KINDS, THROUGHPUT_KINDS
 
 __all__ = ["DESCRIPTIONS", "LATENCY_KINDS", "THROUGHPUT_KINDS", "Yardstick", "YardstickSet", "label",
@@ -175,7 +176,6 @@ class Yardstick:
 def _without_opaque_regions(model):
     """The model as a user would run it: placer's opaque regions (model-local functions, see
     placer.graph.opaque) inlined back; OpenVINO's ONNX reader does not call such functions."""
-    from placer.graph.opaque import OPAQUE_DOMAIN
 
     ids = [(f.domain, f.name) for f in model.functions if f.domain == OPAQUE_DOMAIN]
     if not ids:

@@ -58,6 +58,7 @@ from placer.solve.evaluate import (
     pipeline_eval,
 )
 from placer.solve.heuristics import DynamicListSearch
+from placer.solve.ideals import ideals_bound, ideals_plan_stats, ideals_warm_start, proven_bound
 from placer.solve.lns import LatencyLNS
 
 __all__ = [
@@ -234,7 +235,6 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
     search = DynamicListSearch(p) if fine_latency and opts_all.get("dynamic", False) else None
     dp = None
     if pipeline and impl.exact and opts_all.get("ideals", False):  # cpsat: the ideals DP on the fine problem
-        from placer.solve.ideals import ideals_plan_stats, ideals_warm_start
         dp = ideals_warm_start(p, ctx, opts_all, t0)
         if dp is not None:
             fine_best = ("ideals", dp.assign, dp.stage_targets)
@@ -326,7 +326,6 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
     if pipeline:
         bound = pipeline_bound(p, num_stages=k)
         if dp is not None:  # the DP optimum: a bound with communication
-            from placer.solve.ideals import ideals_bound, proven_bound
             bound = proven_bound(plan.bottleneck_ms, [bound, ideals_bound(dp)])
     objective = plan.bottleneck_ms if pipeline else plan.makespan_ms
     gap = 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
