@@ -254,9 +254,14 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
                     best_val, fine_best = val, (name, a, o)
     bound = None
     if not pipeline:
-        bound = latency_bound(p, load=lb_info.get("load_bound"))
+        from placer.solve.bounds_comm import comm_heads_tails
+
+        fcosts = Costs.of(p)
+        ht = comm_heads_tails(p, fcosts)
+        bound = latency_bound(p, fcosts, load=lb_info.get("load_bound"), heads_tails=ht)
         if fine_latency and opts_all.get("window_bound", False):
-            bound = window_load_bound(p, Costs.of(p), bound, deadline=time.monotonic() + 0.1 * ctx.remaining())
+            bound = window_load_bound(p, fcosts, bound, deadline=time.monotonic() + 0.1 * ctx.remaining(),
+                                      heads_tails=ht)
     use_lns = fine_latency and opts_all.get("lns", False) and fine_best is not None
     skip_coarse = use_lns and best_val - bound <= float(opts_all.get("lns_skip_coarse_gap", 0.02)) * best_val
     # keep time for expansion and bounds (linear-ish in the number of ops)

@@ -66,6 +66,7 @@ from placer.plan import Plan, SolverStats
 from placer.problem import PlacementProblem
 from placer.solve.base import SolveContext
 from placer.solve.bounds import critical_path_bound, edge_delays, heads_tails, load_bound, window_load_bound
+from placer.solve.bounds_comm import comm_heads_tails, path_bound
 from placer.solve.cpsat_util import (
     add_first_use_order,
     build_seconds,
@@ -170,15 +171,23 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     # ---------------------------------------------------------------- bounds
     head, tail = heads_tails(p, ci)
     minc = np.where(p.allowed, ci.cost, np.inf).min(axis=1)
-    lb = max(float((head + tail).max()), math.ceil(load_bound(p, ci) - 1e-6))
+    comm = bool(options.get("comm_bound", True)) and t > 1
+    h_dt = q_dt = None  # per-target heads / tails with communication (rounded units)
+    if comm:
+        h_dt, q_dt = comm_heads_tails(p, ci)
+        head = np.maximum(head, h_dt.min(axis=1))
+    # s[v] + c[v,d] + Q[v,d] <= makespan on the target d of v: s[v] <= UB - s_tail[v]
+    s_tail = tail if h_dt is None else np.maximum(tail, (q_dt + np.where(p.allowed, ci.cost, np.inf)).min(axis=1))
+    lb = max(float((head + s_tail).max()), math.ceil(load_bound(p, ci) - 1e-6))
     if options.get("window_bound", True) and t > 1:
-        lb = max(lb, math.ceil(window_load_bound(p, ci, lb, deadline=time.monotonic() + 0.1 * ctx.remaining())
+        lb = max(lb, math.ceil(window_load_bound(p, ci, lb, deadline=time.monotonic() + 0.1 * ctx.remaining(),
+                                                 heads_tails=None if h_dt is None else (h_dt, q_dt))
                                - 1e-6))
     lb = round(lb)
     # lb (rounded units) bounds the rounded makespan; for the floats: lb * r - slack, or the
     # critical path on the float numbers (cheap)
     chain_slack = rounding_slack(p, ci, "latency")
-    lb_ms = max(lb * r - chain_slack, critical_path_bound(p, fc))
+    lb_ms = max(lb * r - chain_slack, critical_path_bound(p, fc), path_bound(p, fc) if comm else 0.0)
     if best_plan is not None and ctx.remaining() < 2 * build_seconds(p, "latency") + 0.2:
         return skipped_stats_plan(best_plan, ctx, t0, lb_ms, r, best_name,
                                   "not enough time left to build the model")
@@ -215,7 +224,7 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
         unit_lits.append(lits)
         for v in unit:
             x[v] = lits
-    s = [model.new_int_var(int(head[v]), max(int(head[v]), int(horizon - tail[v])), f"s{v}") for v in range(n)]
+    s = [model.new_int_var(int(head[v]), max(int(head[v]), int(horizon - s_tail[v])), f"s{v}") for v in range(n)]
     e, dur = [], []
     for v in range(n):
         lo = int(head[v] + minc[v])
@@ -284,6 +293,18 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     for v in range(n):
         if not p.succs[v]:
             model.add(makespan >= e[v])
+    if h_dt is not None:  # per target: x[v,d] => s[v] >= H[v,d] and e[v] + Q[v,d] <= makespan
+        for v in range(n):
+            if len(x[v]) < 2:
+                continue
+            for d, lit in x[v].items():
+                if h_dt[v, d] + ci.cost[v, d] + q_dt[v, d] > horizon:
+                    model.add(lit == 0)
+                    continue
+                if h_dt[v, d] > head[v]:
+                    model.add(s[v] >= int(h_dt[v, d])).only_enforce_if(lit)
+                if q_dt[v, d] + ci.cost[v, d] > s_tail[v]:
+                    model.add(makespan >= e[v] + int(q_dt[v, d])).only_enforce_if(lit)
     if options.get("redundant", True):
         for users in p.resource_users:
             terms = [(to_int(ci.cost[v, d]), x[v][d]) for d in users for v in range(n) if d in x[v]]
