@@ -223,6 +223,7 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
     fine_latency = impl.exact and not pipeline and p.n_targets > 1  # the latency extras apply
     # fine heuristics first (they are the fallback and the yardstick)
     fine_best = None
+    ht = None  # per-target heads and tails with communication (latency mode)
     best_val = math.inf
     lb_info: dict[str, float] = {}
     search = DynamicListSearch(p) if fine_latency and opts_all.get("dynamic", False) else None
@@ -247,8 +248,12 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
                 if best_key is None or (ev.bottleneck, ev.latency) < best_key:
                     best_key, fine_best = (ev.bottleneck, ev.latency), (name, a, o)
         else:
+            from placer.solve.bounds_comm import comm_heads_tails
+
+            ht = comm_heads_tails(p, Costs.of(p)) if p.n_targets > 1 else None
             span = heuristic_deadline - time.monotonic()
-            for name, a, o in latency_candidates(p, heuristic_deadline, lb_info, search, 0.8 * span):
+            for name, a, o in latency_candidates(p, heuristic_deadline, lb_info, search, 0.8 * span,
+                                                 tails=None if ht is None else ht[1]):
                 val = float(latency_schedule(p, a, o)[1].max())
                 if val < best_val:
                     best_val, fine_best = val, (name, a, o)
@@ -257,7 +262,8 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
         from placer.solve.bounds_comm import comm_heads_tails
 
         fcosts = Costs.of(p)
-        ht = comm_heads_tails(p, fcosts)
+        if ht is None:
+            ht = comm_heads_tails(p, fcosts)
         bound = latency_bound(p, fcosts, load=lb_info.get("load_bound"), heads_tails=ht)
         if fine_latency and opts_all.get("window_bound", False):
             bound = window_load_bound(p, fcosts, bound, deadline=time.monotonic() + 0.1 * ctx.remaining(),

@@ -22,7 +22,10 @@ Latency mode
       <= M`` for windows with ``tau + tau' <= M`` (``tau, tau' <= LB / 2`` for a proven ``LB``);
       rows are added as cutting planes. It sees, e.g., the targets idle while a lone source op runs.
       With shared cores the same holds per resource (loads and window work summed over the
-      targets using it).
+      targets using it). It is fed the communication-aware heads and tails of
+      :mod:`placer.solve.bounds_comm` (neighbours sharing a target run in turn).
+    * :func:`latency_bound` also takes the path bound of :mod:`placer.solve.bounds_comm`
+      (``max_v min_d H[v,d] + c[v,d] + Q[v,d]`` with those heads and tails).
 Pipeline mode
     * the same LP with ``sum_d sum_v c[v,d] x[v,d] <= K * B`` added (at most K stages; each
       stage's time is at most its resources' load <= B), and ``B >= min_d c[unit, d]`` for every

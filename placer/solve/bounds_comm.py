@@ -80,7 +80,8 @@ def _best_split(forced_on: list[tuple[float, float]], optional: list[tuple[float
 
 
 def comm_heads_tails(problem: PlacementProblem, costs: Costs, allowed: np.ndarray | None = None,
-                     delays: dict[tuple[int, int], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                     delays: dict[tuple[int, int], np.ndarray] | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """``(H, Q)`` of the module docstring, ``(n_ops, T)`` arrays, ``inf`` where an op may not go
     (``allowed``: default ``problem.allowed``; a smaller set when shaving)."""
     p = problem

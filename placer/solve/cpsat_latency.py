@@ -40,9 +40,14 @@ Objective
     ``z[k,a,b] >= x[prod(k),a] + need[k,b] - 1``, ``need[k,b] >= x[v,b]`` for consumers ``v``:
     one term per (tensor, destination) copy).
 Lower bound
-    ``LB`` = the best of the critical path, the load LP and the window load LP
+    ``LB`` = the best of the critical path, the communication-aware path bound of
+    :mod:`placer.solve.bounds_comm` (option ``comm_bound``), the load LP and the window load LP
     (:func:`~placer.solve.bounds.window_load_bound`, option ``window_bound``; it gets at most a
-    tenth of the time left), all on the rounded costs.
+    tenth of the time left; fed the communication-aware heads and tails), then shaved
+    (:func:`~placer.solve.bounds_comm.shaved_bound`, at most ``shave_fraction`` of the time left
+    once the hint is known), all on the rounded costs. With ``comm_bound`` the per-target heads
+    ``H`` and tails ``Q`` also enter the model: ``x[v,d] => s[v] >= H[v,d]`` and
+    ``x[v,d] => e[v] + Q[v,d] <= M``, and ``x[v,d] = 0`` when ``H + c + Q`` exceeds ``UB``.
 Hint and fallback
     The best of HEFT, LP-rounding + list scheduling, greedy and every single-target plan, and the
     price-guided dynamic list scheduling search (:class:`~placer.solve.heuristics.DynamicListSearch`,
@@ -66,7 +71,7 @@ from placer.plan import Plan, SolverStats
 from placer.problem import PlacementProblem
 from placer.solve.base import SolveContext
 from placer.solve.bounds import critical_path_bound, edge_delays, heads_tails, load_bound, window_load_bound
-from placer.solve.bounds_comm import comm_heads_tails, path_bound
+from placer.solve.bounds_comm import comm_heads_tails, path_bound, shaved_bound
 from placer.solve.cpsat_util import (
     add_first_use_order,
     build_seconds,
@@ -93,12 +98,15 @@ def _transfer_total(problem: PlacementProblem, assign: np.ndarray, costs: Costs)
 
 def latency_candidates(problem: PlacementProblem, deadline: float | None = None,
                        info: dict | None = None, search: DynamicListSearch | None = None,
-                       search_dtime: float | None = None) -> list[tuple[str, np.ndarray, Any]]:
-    """Heuristic ``(name, assign, order)`` candidates: HEFT, LP-rounding + list scheduling (iterated
-    with idle compensation), single-target and greedy assignments for every target, then the best
-    plan of ``search`` (a :class:`~placer.solve.heuristics.DynamicListSearch`, run until its
-    deterministic effort reaches ``search_dtime``), each while time remains before ``deadline``
-    (HEFT always runs, and the search at least one pass). ``info`` receives ``load_bound``."""
+                       search_dtime: float | None = None,
+                       tails: np.ndarray | None = None) -> list[tuple[str, np.ndarray, Any]]:
+    """Heuristic ``(name, assign, order)`` candidates: HEFT, HEFT looking ahead at the per-target
+    tails (``tails``, default :func:`~placer.solve.bounds_comm.comm_heads_tails`'s ``Q``, in full
+    and at half weight: PEFT-like), LP-rounding + list scheduling (iterated with idle
+    compensation), single-target and greedy assignments for every target, then the best plan of
+    ``search`` (a :class:`~placer.solve.heuristics.DynamicListSearch`, run until its deterministic
+    effort reaches ``search_dtime``), each while time remains before ``deadline`` (HEFT always
+    runs, and the search at least one pass). ``info`` receives ``load_bound``."""
     p = problem
     out: list[tuple[str, np.ndarray, Any]] = []
 
@@ -110,6 +118,16 @@ def latency_candidates(problem: PlacementProblem, deadline: float | None = None,
         out.append(("heft", a, order))
     except HeuristicError:
         pass
+    if p.n_targets > 1 and not late():
+        q = tails if tails is not None else comm_heads_tails(p, Costs.of(p))[1]
+        for name, wgt in (("heft-tails", 1.0), ("heft-tails/2", 0.5)):
+            if late():
+                break
+            try:
+                a, _, order = heft(p, lookahead=wgt * q)
+                out.append((name, a, order))
+            except HeuristicError:
+                pass
     if not late():
         try:
             a, order = lp_list(p, deadline=deadline, info=info)
@@ -177,7 +195,9 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
         h_dt, q_dt = comm_heads_tails(p, ci)
         head = np.maximum(head, h_dt.min(axis=1))
     # s[v] + c[v,d] + Q[v,d] <= makespan on the target d of v: s[v] <= UB - s_tail[v]
-    s_tail = tail if h_dt is None else np.maximum(tail, (q_dt + np.where(p.allowed, ci.cost, np.inf)).min(axis=1))
+    s_tail = tail
+    if h_dt is not None:
+        s_tail = np.maximum(tail, (q_dt + np.where(p.allowed, ci.cost, np.inf)).min(axis=1))
     lb = max(float((head + s_tail).max()), math.ceil(load_bound(p, ci) - 1e-6))
     if options.get("window_bound", True) and t > 1:
         lb = max(lb, math.ceil(window_load_bound(p, ci, lb, deadline=time.monotonic() + 0.1 * ctx.remaining(),
@@ -196,6 +216,11 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     else:
         ub = int(np.where(p.allowed, ci.cost, 0).max(axis=1).sum()
                  + sum(float(ci.link[k].max()) + float(ci.entry.max()) for k in range(len(p.tensors))))
+    frac = float(options.get("shave_fraction", 0.05) or 0.0)
+    if comm and hint is not None and frac > 0 and ub > lb:  # bisection over "no schedule below L"
+        shaved = shaved_bound(p, ci, lb, ub, deadline=time.monotonic() + frac * ctx.remaining(), steps=6)
+        lb = max(lb, math.ceil(shaved - 1e-6))
+        lb_ms = max(lb_ms, lb * r - chain_slack)
     ub = max(ub, lb)
     horizon = ub if tw == 0 else int(np.where(p.allowed, ci.cost, 0).max(axis=1).sum()
                                      + sum(float(ci.link[k].max()) + float(ci.entry.max())
@@ -224,7 +249,8 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
         unit_lits.append(lits)
         for v in unit:
             x[v] = lits
-    s = [model.new_int_var(int(head[v]), max(int(head[v]), int(horizon - s_tail[v])), f"s{v}") for v in range(n)]
+    s = [model.new_int_var(int(head[v]), max(int(head[v]), int(horizon - s_tail[v])), f"s{v}")
+         for v in range(n)]
     e, dur = [], []
     for v in range(n):
         lo = int(head[v] + minc[v])

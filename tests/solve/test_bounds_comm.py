@@ -17,13 +17,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from solve_testlib import problems
 
+from experiments.bench_solver import random_layered
+
 from placer.errors import ProblemError
 from placer.problem import PlacementProblem, Tensor
 from placer.solve import solve
 from placer.solve.bounds import critical_path_bound, latency_bound, target_heads_tails, window_load_bound
 from placer.solve.bounds_comm import comm_heads_tails, path_bound, shaved_bound
-from placer.solve.evaluate import Costs, assignment_indices
-from placer.solve.heuristics import HeuristicError
+from placer.solve.evaluate import Costs, assignment_indices, make_latency_plan
+from placer.solve.heuristics import HeuristicError, heft
 
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much]}
 
@@ -106,7 +108,8 @@ def test_cpsat_bound_with_comm_heads_stays_valid(problem, factor, resolution):
     opts = {"num_workers": 1}
     if resolution == "perturb":
         rng = np.random.default_rng(problem.n_ops)
-        problem = dataclasses.replace(problem, cost_ms=problem.cost_ms * (1 + 0.01 * rng.random(problem.cost_ms.shape)))
+        scale = 1 + 0.01 * rng.random(problem.cost_ms.shape)
+        problem = dataclasses.replace(problem, cost_ms=problem.cost_ms * scale)
     else:
         opts["time_resolution_ms"] = resolution
     opt = _optimum(problem)
@@ -166,3 +169,38 @@ def test_shaved_bound_closes_on_a_chain():
     got = shaved_bound(p, c, latency_bound(p, c), 10.0, steps=20)
     assert got <= opt + 1e-9
     assert got >= opt - 1e-3
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(problems(max_ops=8), st.sampled_from([1, 8]), st.sampled_from([0.5, 1.0]))
+def test_heft_looking_ahead_at_the_tails_gives_valid_plans(problem, factor, weight):
+    problem = _heavy(problem, factor)
+    opt = _optimum(problem)
+    if opt is None:
+        return
+    _, q = comm_heads_tails(problem, Costs.of(problem))
+    try:
+        assign, _, order = heft(problem, lookahead=weight * q)
+    except HeuristicError:  # memory caps the greedy placement cannot meet, as plain HEFT
+        return
+    plan = make_latency_plan(problem, assign, "heft-tails", order=order)
+    plan.validate(problem)
+    assert plan.makespan_ms >= opt.makespan_ms - 1e-9
+
+
+def test_heft_looking_ahead_beats_heft_on_a_layered_graph():
+    # 500 ops x 8 heterogeneous targets: placing an op where its successors need no transfer
+    p = random_layered(500, 8, seed=0)
+    c = Costs.of(p)
+    _, q = comm_heads_tails(p, c)
+    plain = _makespan(p, heft(p))
+    ahead = _makespan(p, heft(p, lookahead=0.5 * q))
+    assert ahead < plain
+    assert ahead >= path_bound(p, c, *comm_heads_tails(p, c)) - 1e-9
+
+
+def _makespan(problem, result):
+    assign, _, order = result
+    plan = make_latency_plan(problem, assign, "heft", order=order)
+    plan.validate(problem)
+    return plan.makespan_ms
