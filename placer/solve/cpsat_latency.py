@@ -165,11 +165,14 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
 
     # ---------------------------------------------------------------- heuristics: hint and fallback
     share = float(options.get("heuristic_fraction", 0.3))
+    comm = bool(options.get("comm_bound", True)) and t > 1
+    ht_f = comm_heads_tails(p, fc) if comm else None  # float ms: HEFT's lookahead and the float bound
     cands = []
     if options.get("hint", True):
         span = share * max(0.0, ctx.deadline - t0)
         search = DynamicListSearch(p, fc) if options.get("dynamic", True) and t > 1 else None
-        cands = latency_candidates(p, t0 + span, search=search, search_dtime=0.8 * span)
+        cands = latency_candidates(p, t0 + span, search=search, search_dtime=0.8 * span,
+                                   tails=None if ht_f is None else ht_f[1])
     best_plan: Plan | None = None
     best_name = ""
     best_val = math.inf
@@ -189,7 +192,6 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     # ---------------------------------------------------------------- bounds
     head, tail = heads_tails(p, ci)
     minc = np.where(p.allowed, ci.cost, np.inf).min(axis=1)
-    comm = bool(options.get("comm_bound", True)) and t > 1
     h_dt = q_dt = None  # per-target heads / tails with communication (rounded units)
     if comm:
         h_dt, q_dt = comm_heads_tails(p, ci)
@@ -207,7 +209,7 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     # lb (rounded units) bounds the rounded makespan; for the floats: lb * r - slack, or the
     # critical path on the float numbers (cheap)
     chain_slack = rounding_slack(p, ci, "latency")
-    lb_ms = max(lb * r - chain_slack, critical_path_bound(p, fc), path_bound(p, fc) if comm else 0.0)
+    lb_ms = max(lb * r - chain_slack, critical_path_bound(p, fc), path_bound(p, fc, *ht_f) if ht_f else 0.0)
     if best_plan is not None and ctx.remaining() < 2 * build_seconds(p, "latency") + 0.2:
         return skipped_stats_plan(best_plan, ctx, t0, lb_ms, r, best_name,
                                   "not enough time left to build the model")
