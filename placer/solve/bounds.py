@@ -283,16 +283,17 @@ def shave(lp_value: float) -> float:
 
 
 def latency_bound(problem: PlacementProblem, costs: Costs | None = None, load: float | None = None,
-                  heads_tails: tuple[np.ndarray, np.ndarray] | None = None) -> float:
-    """Best of the critical-path, communication-aware path (:func:`~placer.solve.bounds_comm.path_bound`)
-    and load bounds on the makespan (``load``: an already computed load bound; ``heads_tails``:
-    already computed :func:`~placer.solve.bounds_comm.comm_heads_tails` of ``costs``)."""
+                  heads_tails: tuple[np.ndarray, np.ndarray] | None = None, comm: bool = True) -> float:
+    """Best of the critical-path, communication-aware path (:func:`~placer.solve.bounds_comm.path_bound`,
+    unless ``comm`` is false) and load bounds on the makespan (``load``: an already computed load
+    bound; ``heads_tails``: already computed :func:`~placer.solve.bounds_comm.comm_heads_tails` of
+    ``costs``)."""
     from placer.solve.bounds_comm import path_bound
 
     c = costs or Costs.of(problem)
     h, q = heads_tails if heads_tails is not None else (None, None)
-    return max(critical_path_bound(problem, c), path_bound(problem, c, h, q),
-               load_bound(problem, c) if load is None else load)
+    path = path_bound(problem, c, h, q) if comm or heads_tails is not None else 0.0
+    return max(critical_path_bound(problem, c), path, load_bound(problem, c) if load is None else load)
 
 
 def pipeline_bound(problem: PlacementProblem, costs: Costs | None = None, num_stages: int | None = None) -> float:

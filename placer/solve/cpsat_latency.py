@@ -99,14 +99,16 @@ def _transfer_total(problem: PlacementProblem, assign: np.ndarray, costs: Costs)
 def latency_candidates(problem: PlacementProblem, deadline: float | None = None,
                        info: dict | None = None, search: DynamicListSearch | None = None,
                        search_dtime: float | None = None,
-                       tails: np.ndarray | None = None) -> list[tuple[str, np.ndarray, Any]]:
+                       tails: np.ndarray | None = None, lookahead: bool = True
+                       ) -> list[tuple[str, np.ndarray, Any]]:
     """Heuristic ``(name, assign, order)`` candidates: HEFT, HEFT looking ahead at the per-target
     tails (``tails``, default :func:`~placer.solve.bounds_comm.comm_heads_tails`'s ``Q``, in full
     and at half weight: PEFT-like), LP-rounding + list scheduling (iterated with idle
     compensation), single-target and greedy assignments for every target, then the best plan of
     ``search`` (a :class:`~placer.solve.heuristics.DynamicListSearch`, run until its deterministic
     effort reaches ``search_dtime``), each while time remains before ``deadline`` (HEFT always
-    runs, and the search at least one pass). ``info`` receives ``load_bound``."""
+    runs, and the search at least one pass). ``info`` receives ``load_bound``. ``lookahead=False``
+    leaves out the HEFT variants looking ahead."""
     p = problem
     out: list[tuple[str, np.ndarray, Any]] = []
 
@@ -118,7 +120,7 @@ def latency_candidates(problem: PlacementProblem, deadline: float | None = None,
         out.append(("heft", a, order))
     except HeuristicError:
         pass
-    if p.n_targets > 1 and not late():
+    if lookahead and p.n_targets > 1 and not late():
         q = tails if tails is not None else comm_heads_tails(p, Costs.of(p))[1]
         for name, wgt in (("heft-tails", 1.0), ("heft-tails/2", 0.5)):
             if late():
