@@ -43,13 +43,14 @@ Lower bound
     ``LB`` = the best of the critical path, the communication-aware path bound of
     :mod:`placer.solve.bounds_comm` (option ``comm_bound``), the load LP and the window load LP
     (:func:`~placer.solve.bounds.window_load_bound`, option ``window_bound``; it gets at most a
-    tenth of the time left; fed the communication-aware heads and tails), then shaved
-    (:func:`~placer.solve.bounds_comm.shaved_bound`, at most ``shave_fraction`` of the time left
-    once the hint is known), all on the rounded costs. With ``comm_bound`` the per-target heads
-    ``H`` and tails ``Q`` also enter the model: ``x[v,d] => s[v] >= H[v,d]`` and
+    tenth of the time left; fed the communication-aware heads and tails), then, with option
+    ``shave_fraction`` > 0, shaved (:func:`~placer.solve.bounds_comm.shaved_bound`, at most that
+    share of the time left once the hint is known), all on the rounded costs. With ``comm_bound``
+    the per-target heads ``H`` and tails ``Q`` also enter the model: ``x[v,d] => s[v] >= H[v,d]`` and
     ``x[v,d] => e[v] + Q[v,d] <= M``, and ``x[v,d] = 0`` when ``H + c + Q`` exceeds ``UB``.
 Hint and fallback
-    The best of HEFT, LP-rounding + list scheduling, greedy and every single-target plan, and the
+    The best of HEFT, HEFT looking ahead at the per-target tails ``Q`` (PEFT-like, option
+    ``comm_bound``), LP-rounding + list scheduling, greedy and every single-target plan, and the
     price-guided dynamic list scheduling search (:class:`~placer.solve.heuristics.DynamicListSearch`,
     option ``dynamic``; it runs last, until a deterministic effort of 80 % of the heuristic time) —
     by the rounded objective; computed within ``heuristic_fraction`` of the time limit — is the
@@ -220,7 +221,7 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     else:
         ub = int(np.where(p.allowed, ci.cost, 0).max(axis=1).sum()
                  + sum(float(ci.link[k].max()) + float(ci.entry.max()) for k in range(len(p.tensors))))
-    frac = float(options.get("shave_fraction", 0.05) or 0.0)
+    frac = float(options.get("shave_fraction", 0.0) or 0.0)
     if comm and hint is not None and frac > 0 and ub > lb:  # bisection over "no schedule below L"
         shaved = shaved_bound(p, ci, lb, ub, deadline=time.monotonic() + frac * ctx.remaining(), steps=6)
         lb = max(lb, math.ceil(shaved - 1e-6))
