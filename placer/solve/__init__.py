@@ -230,6 +230,7 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
     fine_latency = impl.exact and not pipeline and p.n_targets > 1  # the latency extras apply
     # fine heuristics first (they are the fallback and the yardstick)
     fine_best = None
+    ht = None  # per-target heads and tails with communication (latency mode)
     best_val = math.inf
     lb_info: dict[str, float] = {}
     search = DynamicListSearch(p) if fine_latency and opts_all.get("dynamic", False) else None
@@ -253,16 +254,26 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
                 if best_key is None or (ev.bottleneck, ev.latency) < best_key:
                     best_key, fine_best = (ev.bottleneck, ev.latency), (name, a, o)
         else:
+            # the coarse solve tries HEFT looking ahead at the tails; here the fine search has the time
             span = heuristic_deadline - time.monotonic()
-            for name, a, o in latency_candidates(p, heuristic_deadline, lb_info, search, 0.8 * span):
+            for name, a, o in latency_candidates(p, heuristic_deadline, lb_info, search, 0.8 * span,
+                                                 lookahead=False):
                 val = float(latency_schedule(p, a, o)[1].max())
                 if val < best_val:
                     best_val, fine_best = val, (name, a, o)
     bound = None
     if not pipeline:
-        bound = latency_bound(p, load=lb_info.get("load_bound"))
+        from placer.solve.bounds_comm import COMM_MAX_PAIRS, comm_heads_tails
+
+        fcosts = Costs.of(p)
+        if p.n_targets > 1 and int(p.allowed.sum()) <= COMM_MAX_PAIRS:  # pure Python: ~25 us a pair
+            ht = comm_heads_tails(p, fcosts)
+        bound = latency_bound(p, fcosts, load=lb_info.get("load_bound"), heads_tails=ht, comm=False)
         if fine_latency and opts_all.get("window_bound", False):
-            bound = window_load_bound(p, Costs.of(p), bound, deadline=time.monotonic() + 0.1 * ctx.remaining())
+            from placer.solve.bounds import target_heads_tails
+
+            bound = window_load_bound(p, fcosts, bound, deadline=time.monotonic() + 0.1 * ctx.remaining(),
+                                      heads_tails=ht if ht is not None else target_heads_tails(p, fcosts))
     use_lns = fine_latency and opts_all.get("lns", False) and fine_best is not None
     skip_coarse = use_lns and best_val - bound <= float(opts_all.get("lns_skip_coarse_gap", 0.02)) * best_val
     # keep time for expansion and bounds (linear-ish in the number of ops)

@@ -22,7 +22,10 @@ Latency mode
       <= M`` for windows with ``tau + tau' <= M`` (``tau, tau' <= LB / 2`` for a proven ``LB``);
       rows are added as cutting planes. It sees, e.g., the targets idle while a lone source op runs.
       With shared cores the same holds per resource (loads and window work summed over the
-      targets using it).
+      targets using it). It is fed the communication-aware heads and tails of
+      :mod:`placer.solve.bounds_comm` (neighbours sharing a target run in turn).
+    * :func:`latency_bound` also takes the path bound of :mod:`placer.solve.bounds_comm`
+      (``max_v min_d H[v,d] + c[v,d] + Q[v,d]`` with those heads and tails).
 Pipeline mode
     * the same LP with ``sum_d sum_v c[v,d] x[v,d] <= K * B`` added (at most K stages; each
       stage's time is at most its resources' load <= B), and ``B >= min_d c[unit, d]`` for every
@@ -296,11 +299,18 @@ def shave(lp_value: float) -> float:
     return max(0.0, lp_value * (1 - 1e-9) - 1e-9)
 
 
-def latency_bound(problem: PlacementProblem, costs: Costs | None = None, load: float | None = None) -> float:
-    """Best of the critical-path and load bounds on the makespan (``load``: an already computed
-    load bound)."""
+def latency_bound(problem: PlacementProblem, costs: Costs | None = None, load: float | None = None,
+                  heads_tails: tuple[np.ndarray, np.ndarray] | None = None, comm: bool = True) -> float:
+    """Best of the critical-path, communication-aware path (:func:`~placer.solve.bounds_comm.path_bound`,
+    unless ``comm`` is false) and load bounds on the makespan (``load``: an already computed load
+    bound; ``heads_tails``: already computed :func:`~placer.solve.bounds_comm.comm_heads_tails` of
+    ``costs``)."""
+    from placer.solve.bounds_comm import path_bound
+
     c = costs or Costs.of(problem)
-    return max(critical_path_bound(problem, c), load_bound(problem, c) if load is None else load)
+    h, q = heads_tails if heads_tails is not None else (None, None)
+    path = path_bound(problem, c, h, q) if comm or heads_tails is not None else 0.0
+    return max(critical_path_bound(problem, c), path, load_bound(problem, c) if load is None else load)
 
 
 def pipeline_bound(problem: PlacementProblem, costs: Costs | None = None, num_stages: int | None = None) -> float:
@@ -365,7 +375,8 @@ def target_heads_tails(problem: PlacementProblem, costs: Costs,
 
 def window_load_bound(problem: PlacementProblem, costs: Costs, lower: float = 0.0, *,
                       deadline: float | None = None, max_rounds: int = 8, n_windows: int = 48,
-                      max_pairs: int = 40000) -> float:
+                      max_pairs: int = 40000,
+                      heads_tails: tuple[np.ndarray, np.ndarray] | None = None) -> float:
     """The load LP strengthened with the idle time each target must have at the start and the end.
 
     With ``H``, ``Q`` of :func:`target_heads_tails`, an op ``v`` on ``d`` can run at most
@@ -382,6 +393,9 @@ def window_load_bound(problem: PlacementProblem, costs: Costs, lower: float = 0.
     (``max_pairs`` allowed (unit, target) pairs), fails, or runs past ``deadline`` (the last solved
     value if any, which is valid too). Solved with GLOP (as the other LPs here); the LP value
     is shaved by ``1e-7`` (relative and absolute) to stay valid within the solver's tolerances.
+    ``H`` and ``Q`` are the communication-aware ones of
+    :func:`~placer.solve.bounds_comm.comm_heads_tails` (at least those of :func:`target_heads_tails`),
+    or ``heads_tails`` when given (any valid per-target heads and tails).
 
     With shared cores the rows are per resource ``r`` (``problem.resource_sets``) rather than per
     target: the ops of all targets using ``r`` never overlap, so ``sum_{d uses r} load_d + S_r +
@@ -397,7 +411,11 @@ def window_load_bound(problem: PlacementProblem, costs: Costs, lower: float = 0.
         return lower
     if deadline is not None and time.monotonic() >= deadline:  # no time: the arrays below are not free
         return lower
-    head, after = target_heads_tails(p, costs)
+    if heads_tails is None:
+        from placer.solve.bounds_comm import comm_heads_tails
+
+        heads_tails = comm_heads_tails(p, costs)
+    head, after = heads_tails
     cost = np.where(p.allowed, costs.cost, 0.0)
     taus = 0.5 * lower * (np.arange(1, n_windows + 1) / n_windows) ** 2
     # per (op, target, window): time that can fall inside the window

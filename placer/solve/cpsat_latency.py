@@ -40,11 +40,17 @@ Objective
     ``z[k,a,b] >= x[prod(k),a] + need[k,b] - 1``, ``need[k,b] >= x[v,b]`` for consumers ``v``:
     one term per (tensor, destination) copy).
 Lower bound
-    ``LB`` = the best of the critical path, the load LP and the window load LP
+    ``LB`` = the best of the critical path, the communication-aware path bound of
+    :mod:`placer.solve.bounds_comm` (option ``comm_bound``), the load LP and the window load LP
     (:func:`~placer.solve.bounds.window_load_bound`, option ``window_bound``; it gets at most a
-    tenth of the time left), all on the rounded costs.
+    tenth of the time left; fed the communication-aware heads and tails), then, with option
+    ``shave_fraction`` > 0, shaved (:func:`~placer.solve.bounds_comm.shaved_bound`, at most that
+    share of the time left once the hint is known), all on the rounded costs. With ``comm_bound``
+    the per-target heads ``H`` and tails ``Q`` also enter the model: ``x[v,d] => s[v] >= H[v,d]`` and
+    ``x[v,d] => e[v] + Q[v,d] <= M``, and ``x[v,d] = 0`` when ``H + c + Q`` exceeds ``UB``.
 Hint and fallback
-    The best of HEFT, LP-rounding + list scheduling, greedy and every single-target plan, and the
+    The best of HEFT, HEFT looking ahead at the per-target tails ``Q`` (PEFT-like, option
+    ``comm_bound``), LP-rounding + list scheduling, greedy and every single-target plan, and the
     price-guided dynamic list scheduling search (:class:`~placer.solve.heuristics.DynamicListSearch`,
     option ``dynamic``; it runs last, until a deterministic effort of 80 % of the heuristic time) —
     by the rounded objective; computed within ``heuristic_fraction`` of the time limit — is the
@@ -66,6 +72,7 @@ from placer.plan import Plan, SolverStats
 from placer.problem import PlacementProblem
 from placer.solve.base import SolveContext
 from placer.solve.bounds import critical_path_bound, edge_delays, heads_tails, load_bound, window_load_bound
+from placer.solve.bounds_comm import comm_heads_tails, path_bound, shaved_bound
 from placer.solve.cpsat_util import (
     add_first_use_order,
     build_seconds,
@@ -92,12 +99,17 @@ def _transfer_total(problem: PlacementProblem, assign: np.ndarray, costs: Costs)
 
 def latency_candidates(problem: PlacementProblem, deadline: float | None = None,
                        info: dict | None = None, search: DynamicListSearch | None = None,
-                       search_dtime: float | None = None) -> list[tuple[str, np.ndarray, Any]]:
-    """Heuristic ``(name, assign, order)`` candidates: HEFT, LP-rounding + list scheduling (iterated
-    with idle compensation), single-target and greedy assignments for every target, then the best
-    plan of ``search`` (a :class:`~placer.solve.heuristics.DynamicListSearch`, run until its
-    deterministic effort reaches ``search_dtime``), each while time remains before ``deadline``
-    (HEFT always runs, and the search at least one pass). ``info`` receives ``load_bound``."""
+                       search_dtime: float | None = None,
+                       tails: np.ndarray | None = None, lookahead: bool = True
+                       ) -> list[tuple[str, np.ndarray, Any]]:
+    """Heuristic ``(name, assign, order)`` candidates: HEFT, HEFT looking ahead at the per-target
+    tails (``tails``, default :func:`~placer.solve.bounds_comm.comm_heads_tails`'s ``Q``, in full
+    and at half weight: PEFT-like), LP-rounding + list scheduling (iterated with idle
+    compensation), single-target and greedy assignments for every target, then the best plan of
+    ``search`` (a :class:`~placer.solve.heuristics.DynamicListSearch`, run until its deterministic
+    effort reaches ``search_dtime``), each while time remains before ``deadline`` (HEFT always
+    runs, and the search at least one pass). ``info`` receives ``load_bound``. ``lookahead=False``
+    leaves out the HEFT variants looking ahead."""
     p = problem
     out: list[tuple[str, np.ndarray, Any]] = []
 
@@ -109,6 +121,16 @@ def latency_candidates(problem: PlacementProblem, deadline: float | None = None,
         out.append(("heft", a, order))
     except HeuristicError:
         pass
+    if lookahead and p.n_targets > 1 and not late():
+        q = tails if tails is not None else comm_heads_tails(p, Costs.of(p))[1]
+        for name, wgt in (("heft-tails", 1.0), ("heft-tails/2", 0.5)):
+            if late():
+                break
+            try:
+                a, _, order = heft(p, lookahead=wgt * q)
+                out.append((name, a, order))
+            except HeuristicError:
+                pass
     if not late():
         try:
             a, order = lp_list(p, deadline=deadline, info=info)
@@ -146,12 +168,15 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
 
     # ---------------------------------------------------------------- heuristics: hint and fallback
     share = float(options.get("heuristic_fraction", 0.3))
+    comm = bool(options.get("comm_bound", True)) and t > 1
+    ht_f = comm_heads_tails(p, fc) if comm else None  # float ms: HEFT's lookahead and the float bound
     cands = []
     if options.get("hint", True):
         span = share * max(0.0, ctx.deadline - t0)
         search = (DynamicListSearch(p, fc, deadline=t0 + 0.5 * span) if options.get("dynamic", True) and t > 1
                   else None)
-        cands = latency_candidates(p, t0 + span, search=search, search_dtime=0.8 * span)
+        cands = latency_candidates(p, t0 + span, search=search, search_dtime=0.8 * span,
+                                   tails=None if ht_f is None else ht_f[1])
     best_plan: Plan | None = None
     best_name = ""
     best_val = math.inf
@@ -171,17 +196,26 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     # ---------------------------------------------------------------- bounds
     head, tail = heads_tails(p, ci)
     minc = np.where(p.allowed, ci.cost, np.inf).min(axis=1)
+    h_dt = q_dt = None  # per-target heads / tails with communication (rounded units)
+    if comm:
+        h_dt, q_dt = comm_heads_tails(p, ci)
+        head = np.maximum(head, h_dt.min(axis=1))
+    # s[v] + c[v,d] + Q[v,d] <= makespan on the target d of v: s[v] <= UB - s_tail[v]
+    s_tail = tail
+    if h_dt is not None:
+        s_tail = np.maximum(tail, (q_dt + np.where(p.allowed, ci.cost, np.inf)).min(axis=1))
     # the load bound's iterations stop at 60 % of the limit (many targets: milliseconds each)
-    lb = max(float((head + tail).max()), math.ceil(load_bound(p, ci, deadline=t0 + 0.6 * ctx.time_limit)
-                                                   - 1e-6))
+    lb = max(float((head + s_tail).max()), math.ceil(load_bound(p, ci, deadline=t0 + 0.6 * ctx.time_limit)
+                                                     - 1e-6))
     if options.get("window_bound", True) and t > 1:
-        lb = max(lb, math.ceil(window_load_bound(p, ci, lb, deadline=time.monotonic() + 0.1 * ctx.remaining())
+        lb = max(lb, math.ceil(window_load_bound(p, ci, lb, deadline=time.monotonic() + 0.1 * ctx.remaining(),
+                                                 heads_tails=None if h_dt is None else (h_dt, q_dt))
                                - 1e-6))
     lb = round(lb)
     # lb (rounded units) bounds the rounded makespan; for the floats: lb * r - slack, or the
     # critical path on the float numbers (cheap)
     chain_slack = rounding_slack(p, ci, "latency")
-    lb_ms = max(lb * r - chain_slack, critical_path_bound(p, fc))
+    lb_ms = max(lb * r - chain_slack, critical_path_bound(p, fc), path_bound(p, fc, *ht_f) if ht_f else 0.0)
     if best_plan is not None and ctx.remaining() < 2 * build_seconds(p, "latency") + 0.2:
         return skipped_stats_plan(best_plan, ctx, t0, lb_ms, r, best_name,
                                   "not enough time left to build the model")
@@ -190,6 +224,11 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     else:
         ub = int(np.where(p.allowed, ci.cost, 0).max(axis=1).sum()
                  + sum(float(ci.link[k].max()) + float(ci.entry.max()) for k in range(len(p.tensors))))
+    frac = float(options.get("shave_fraction", 0.0) or 0.0)
+    if comm and hint is not None and frac > 0 and ub > lb:  # bisection over "no schedule below L"
+        shaved = shaved_bound(p, ci, lb, ub, deadline=time.monotonic() + frac * ctx.remaining(), steps=6)
+        lb = max(lb, math.ceil(shaved - 1e-6))
+        lb_ms = max(lb_ms, lb * r - chain_slack)
     ub = max(ub, lb)
     horizon = ub if tw == 0 else int(np.where(p.allowed, ci.cost, 0).max(axis=1).sum()
                                      + sum(float(ci.link[k].max()) + float(ci.entry.max())
@@ -218,7 +257,8 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
         unit_lits.append(lits)
         for v in unit:
             x[v] = lits
-    s = [model.new_int_var(int(head[v]), max(int(head[v]), int(horizon - tail[v])), f"s{v}") for v in range(n)]
+    s = [model.new_int_var(int(head[v]), max(int(head[v]), int(horizon - s_tail[v])), f"s{v}")
+         for v in range(n)]
     e, dur = [], []
     for v in range(n):
         lo = int(head[v] + minc[v])
@@ -287,6 +327,18 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     for v in range(n):
         if not p.succs[v]:
             model.add(makespan >= e[v])
+    if h_dt is not None:  # per target: x[v,d] => s[v] >= H[v,d] and e[v] + Q[v,d] <= makespan
+        for v in range(n):
+            if len(x[v]) < 2:
+                continue
+            for d, lit in x[v].items():
+                if h_dt[v, d] + ci.cost[v, d] + q_dt[v, d] > horizon:
+                    model.add(lit == 0)
+                    continue
+                if h_dt[v, d] > head[v]:
+                    model.add(s[v] >= int(h_dt[v, d])).only_enforce_if(lit)
+                if q_dt[v, d] + ci.cost[v, d] > s_tail[v]:
+                    model.add(makespan >= e[v] + int(q_dt[v, d])).only_enforce_if(lit)
     if options.get("redundant", True):
         for users in p.resource_users:
             terms = [(to_int(ci.cost[v, d]), x[v][d]) for d in users for v in range(n) if d in x[v]]

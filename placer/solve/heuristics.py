@@ -204,12 +204,20 @@ def _earliest(lines: list[_Timeline], rs: tuple[int, ...], ready: float, dur: fl
         t = t2
 
 
-def heft(problem: PlacementProblem, costs: Costs | None = None, who: str = "heft"
-         ) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """HEFT with insertion. Returns ``(assign, start, order)``; ``order`` = ops by start time."""
+def heft(problem: PlacementProblem, costs: Costs | None = None, who: str = "heft",
+         lookahead: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """HEFT with insertion. Returns ``(assign, start, order)``; ``order`` = ops by start time.
+
+    ``lookahead`` (``(n_ops, T)``): pick the target minimizing the earliest finish time plus
+    ``lookahead[v, d]`` (PEFT's optimistic cost table, Arabnejad and Barbosa 2014: e.g. the
+    per-target tails of :func:`~placer.solve.bounds_comm.comm_heads_tails`, so an op does not
+    go where its successors would then pay transfers)."""
     p = problem
     c = costs or Costs.of(p)
     rank = upward_rank(p, c)
+    look = np.zeros((p.n_ops, p.n_targets))
+    if lookahead is not None:
+        look = np.where(np.isfinite(lookahead), lookahead, 0.0)
     order = sorted(range(p.n_ops), key=lambda i: (-rank[i], i))
     assign = np.full(p.n_ops, -1, dtype=int)
     start = np.zeros(p.n_ops)
@@ -239,7 +247,7 @@ def heft(problem: PlacementProblem, costs: Costs | None = None, who: str = "heft
             w = _unit_weight(p, unit)
             cands = [d for d in range(p.n_targets) if np.isfinite(p.cost_ms[v, d]) and mem_free[d] >= w
                      and (p.pin_of[v] < 0 or p.pin_of[v] == d)]
-            best = min(cands, key=lambda d: (eft(v, d)[1], d)) if cands else 0
+            best = min(cands, key=lambda d: (eft(v, d)[1] + look[v, d], d)) if cands else 0
             d = _group_target(p, unit, best, mem_free, who)
             mem_free[d] -= w
             if g >= 0:

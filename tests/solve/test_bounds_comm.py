@@ -1,0 +1,207 @@
+"""Communication-aware heads, tails and bounds (``placer.solve.bounds_comm``).
+
+Property tests against exact enumeration on random tiny problems (``solve_testlib``), also with
+transfers that dominate the op costs (link latencies x8): the per-target heads and tails hold in
+every schedule (the optimal one and HEFT's), and the path bound, the shaved bound, the window LP
+fed with these heads / tails and the bound CP-SAT reports never exceed the brute-force optimum.
+Plus a hand-made instance where sharing the fast target is what the older bounds miss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from solve_testlib import problems
+
+from experiments.bench_solver import random_layered
+
+from placer.errors import ProblemError
+from placer.problem import PlacementProblem, Tensor
+from placer.solve import solve
+from placer.solve.bounds import critical_path_bound, latency_bound, target_heads_tails, window_load_bound
+from placer.solve.bounds_comm import comm_heads_tails, path_bound, shaved_bound
+from placer.solve.evaluate import Costs, assignment_indices, make_latency_plan
+from placer.solve.heuristics import HeuristicError, heft
+
+SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much]}
+
+
+def _optimum(problem):
+    try:
+        return solve(problem, "latency", "bruteforce", time_limit=30)
+    except ProblemError as exc:
+        if "no feasible" in str(exc):
+            return None
+        raise
+
+
+def _heft(problem):
+    try:
+        return solve(problem, "latency", "heft")
+    except (HeuristicError, ProblemError):  # memory caps HEFT's greedy placement cannot meet
+        return None
+
+
+def _heavy(problem: PlacementProblem, factor: float) -> PlacementProblem:
+    """The problem with every link latency multiplied (transfers dominate for big factors)."""
+    if factor == 1:
+        return problem
+    return dataclasses.replace(problem, link_latency_ms=problem.link_latency_ms * factor + 1.0)
+
+
+def _holds_in(problem, plan, head, tail):
+    a = assignment_indices(problem, plan.assignment)
+    for i, op in enumerate(problem.ops):
+        d = a[i]
+        assert plan.start_ms[op] >= head[i, d] - 1e-9
+        assert plan.end_ms[op] + tail[i, d] <= plan.makespan_ms + 1e-9
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(problems(max_ops=8), st.sampled_from([1, 8]))
+def test_heads_tails_hold_in_every_schedule(problem, factor):
+    problem = _heavy(problem, factor)
+    opt = _optimum(problem)
+    if opt is None:
+        return
+    c = Costs.of(problem)
+    head, tail = comm_heads_tails(problem, c)
+    old_h, old_q = target_heads_tails(problem, c)
+    ok = problem.allowed
+    assert (head[ok] >= old_h[ok] - 1e-9).all() and (tail[ok] >= old_q[ok] - 1e-9).all()
+    _holds_in(problem, opt, head, tail)
+    heft = _heft(problem)
+    if heft is not None:
+        _holds_in(problem, heft, head, tail)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(problems(max_ops=8), st.sampled_from([1, 8]))
+def test_bounds_never_exceed_the_optimum(problem, factor):
+    problem = _heavy(problem, factor)
+    opt = _optimum(problem)
+    if opt is None:
+        return
+    best = opt.makespan_ms
+    c = Costs.of(problem)
+    ht = comm_heads_tails(problem, c)
+    pb = path_bound(problem, c, *ht)
+    assert pb <= best + 1e-9
+    base = latency_bound(problem, c, heads_tails=ht)
+    assert pb <= base + 1e-12 and base <= best + 1e-9
+    assert window_load_bound(problem, c, base, heads_tails=ht) <= best + 1e-6
+    heft = _heft(problem)
+    upper = heft.makespan_ms if heft is not None else 2 * best
+    shaved = shaved_bound(problem, c, base, upper, steps=6)
+    assert base <= shaved <= best + 1e-6
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(problems(max_ops=7), st.sampled_from([1, 8]), st.sampled_from([0.5, 0.7, "perturb"]))
+def test_cpsat_bound_with_comm_heads_stays_valid(problem, factor, resolution):
+    # the CP-SAT model uses the heads / tails on rounded costs, in its bound and as constraints,
+    # and here the shaved bound too (off by default)
+    problem = _heavy(problem, factor)
+    opts = {"num_workers": 1, "shave_fraction": 0.5}
+    if resolution == "perturb":
+        rng = np.random.default_rng(problem.n_ops)
+        scale = 1 + 0.01 * rng.random(problem.cost_ms.shape)
+        problem = dataclasses.replace(problem, cost_ms=problem.cost_ms * scale)
+    else:
+        opts["time_resolution_ms"] = resolution
+    opt = _optimum(problem)
+    if opt is None:
+        return
+    got = solve(problem, "latency", "cpsat", time_limit=30, **opts)
+    got.validate(problem)
+    assert got.stats.best_bound <= opt.makespan_ms + 1e-9
+    assert got.makespan_ms >= opt.makespan_ms - 1e-9
+    if got.stats.status == "OPTIMAL":
+        assert got.makespan_ms <= opt.makespan_ms + 1e-6
+
+
+def _shared_fast_target() -> PlacementProblem:
+    # a and b are 10x faster on "fast"; v runs only there and reads both: either they share "fast"
+    # one after the other (2 + 2) or one of them is far slower and pays a transfer
+    cost = np.array([[2.0, 20.0], [2.0, 20.0], [1.0, np.inf]])
+    return PlacementProblem(ops=["a", "b", "v"], targets=["fast", "slow"], cost_ms=cost,
+                            tensors=[Tensor("ta", "a", ("v",)), Tensor("tb", "b", ("v",))],
+                            link_latency_ms=5.0)
+
+
+def test_sharing_the_fast_target_is_counted():
+    p = _shared_fast_target()
+    c = Costs.of(p)
+    assert critical_path_bound(p, c) == pytest.approx(3.0)  # both predecessors on "fast" at once
+    h, q = target_heads_tails(p, c)
+    assert float(np.where(p.allowed, h + c.cost + q, np.inf).min(axis=1).max()) == pytest.approx(3.0)
+    assert path_bound(p, c) == pytest.approx(5.0)
+    assert solve(p, "latency", "bruteforce").makespan_ms == pytest.approx(5.0)
+    plan = solve(p, "latency", "cpsat", time_limit=10, num_workers=1)
+    assert plan.makespan_ms == pytest.approx(5.0) and plan.stats.best_bound == pytest.approx(5.0)
+    assert plan.stats.status == "OPTIMAL"
+
+
+def test_tails_share_the_target_of_successors():
+    # the mirror image: v feeds a and b, both fast only on "fast" (or slow and far away)
+    cost = np.array([[1.0, np.inf], [2.0, 20.0], [2.0, 20.0]])
+    p = PlacementProblem(ops=["v", "a", "b"], targets=["fast", "slow"], cost_ms=cost,
+                         tensors=[Tensor("t", "v", ("a", "b"))], link_latency_ms=5.0)
+    c = Costs.of(p)
+    _, q = comm_heads_tails(p, c)
+    assert q[0, 0] == pytest.approx(4.0)
+    assert path_bound(p, c) == pytest.approx(5.0)
+    assert critical_path_bound(p, c) == pytest.approx(3.0)
+    assert solve(p, "latency", "bruteforce").makespan_ms == pytest.approx(5.0)
+
+
+def test_shaved_bound_closes_on_a_chain():
+    # chain x -> y -> z: y is fast on "b" (1) but x only runs on "a" and the link costs 4, so y
+    # stays on "a" (3); the optimum 1 + 3 + 1 = 5 is proven by the bisection
+    cost = np.array([[1.0, np.inf], [3.0, 1.0], [1.0, 1.0]])
+    p = PlacementProblem(ops=["x", "y", "z"], targets=["a", "b"], cost_ms=cost,
+                         tensors=[Tensor("t", "x", ("y",)), Tensor("u", "y", ("z",))], link_latency_ms=4.0)
+    c = Costs.of(p)
+    opt = solve(p, "latency", "bruteforce").makespan_ms
+    got = shaved_bound(p, c, latency_bound(p, c), 10.0, steps=20)
+    assert got <= opt + 1e-9
+    assert got >= opt - 1e-3
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(problems(max_ops=8), st.sampled_from([1, 8]), st.sampled_from([0.5, 1.0]))
+def test_heft_looking_ahead_at_the_tails_gives_valid_plans(problem, factor, weight):
+    problem = _heavy(problem, factor)
+    opt = _optimum(problem)
+    if opt is None:
+        return
+    _, q = comm_heads_tails(problem, Costs.of(problem))
+    try:
+        assign, _, order = heft(problem, lookahead=weight * q)
+    except HeuristicError:  # memory caps the greedy placement cannot meet, as plain HEFT
+        return
+    plan = make_latency_plan(problem, assign, "heft-tails", order=order)
+    plan.validate(problem)
+    assert plan.makespan_ms >= opt.makespan_ms - 1e-9
+
+
+def test_heft_looking_ahead_beats_heft_on_a_layered_graph():
+    # 500 ops x 8 heterogeneous targets: placing an op where its successors need no transfer
+    p = random_layered(500, 8, seed=0)
+    c = Costs.of(p)
+    _, q = comm_heads_tails(p, c)
+    plain = _makespan(p, heft(p))
+    ahead = _makespan(p, heft(p, lookahead=0.5 * q))
+    assert ahead < plain
+    assert ahead >= path_bound(p, c, *comm_heads_tails(p, c)) - 1e-9
+
+
+def _makespan(problem, result):
+    assign, _, order = result
+    plan = make_latency_plan(problem, assign, "heft", order=order)
+    plan.validate(problem)
+    return plan.makespan_ms
