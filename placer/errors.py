@@ -20,6 +20,12 @@ class TargetError(PlacerError):
     """A target is unknown, unavailable, or failed on an op (target and op named)."""
 
 
+class TargetUnavailable(TargetError):
+    """The device behind a target cannot be reached now (a remote server down, a tracker gone): not
+    the op's fault. A profiling campaign stores nothing for it, skips the target's remaining
+    measurements, says so, and a later run resumes them."""
+
+
 class ProblemError(PlacerError):
     """A placement problem is malformed or infeasible."""
 

@@ -71,7 +71,7 @@ from placer.devices.base import CompiledModel, TargetSpec
 from placer.devices.onnxruntime_target import _first_line
 from placer.devices.timing import TimingConfig, stats_from_samples
 from placer.devices.tvm_target import TvmLlvmTarget, llvm_target
-from placer.errors import TargetError, first_line
+from placer.errors import TargetError, TargetUnavailable, first_line
 
 ENV_TRACKER = "PLACER_RPC_TRACKER"
 ENV_KEY = "PLACER_RPC_KEY"
@@ -148,7 +148,7 @@ def tracker_summary(host: str, port: int) -> dict:
         finally:
             tc.close()
     except Exception as exc:  # noqa: BLE001 - tvm raises many types
-        raise TargetError(f"tvm-rpc: cannot reach the tracker at {host}:{port}: {_first_line(exc)}") from None
+        raise TargetUnavailable(f"tvm-rpc: cannot reach the tracker at {host}:{port}: {_first_line(exc)}") from None
 
 
 # ---- the target -------------------------------------------------------------------------------------
@@ -222,8 +222,8 @@ class RpcTarget(TvmLlvmTarget):
             cfg = self.config
             hosts = self.remote_hosts()
             if not hosts:
-                raise TargetError(f"{self.name}: no RPC server is registered under key {self.key!r} at the tracker "
-                                  f"{cfg.tracker}")
+                raise TargetUnavailable(f"{self.name}: no RPC server is registered under key {self.key!r} at the "
+                                        f"tracker {cfg.tracker}")
             self._fingerprint = {
                 "kind": self.kind,
                 "adapter_version": self.adapter_version,
@@ -258,12 +258,30 @@ class RpcTarget(TvmLlvmTarget):
     #: how long a session request may wait for a free server under the key
     request_timeout_s = 60.0
 
+    def reachable(self) -> bool:
+        """Whether a server is registered under this target's key at the tracker now."""
+        try:
+            return bool(self.remote_hosts())
+        except TargetError:
+            return False
+
+    def _unavailable_or(self, error: TargetError) -> TargetError:
+        """``error``, or TargetUnavailable (with its message) when the device is gone: a failure
+        while no server is registered under the key is the device's absence, not the model's fault."""
+        if self.reachable():
+            return error
+        self.close()  # the session died with its server: the next call requests a new one
+        return TargetUnavailable(f"{error} (no RPC server is registered under key {self.key!r} any more)")
+
     def _request_session(self):
         import threading
 
         from tvm import rpc
 
         cfg = self.config
+        if not self.reachable():
+            raise TargetUnavailable(f"{self.name}: no RPC server is registered under key {self.key!r} at the "
+                                    f"tracker {cfg.tracker}")
         box: dict[str, Any] = {}
         try:
             tc = rpc.connect_tracker(cfg.tracker_host, cfg.tracker_port)
@@ -286,7 +304,7 @@ class RpcTarget(TvmLlvmTarget):
             return box["session"]
         if timed_out:
             box.pop("session", None)  # a server freed in the last instant: released with this reference
-            raise TargetError(f"{self.name}: no RPC server under key {self.key!r} became free within "
+            raise TargetUnavailable(f"{self.name}: no RPC server under key {self.key!r} became free within "
                               f"{self.request_timeout_s:.0f} s (tracker {cfg.tracker}): every one is held by "
                               "another session (another process, or a session not closed)")
         raise TargetError(f"{self.name}: no RPC session for key {self.key!r} via {cfg.tracker}: "
@@ -331,7 +349,8 @@ class RpcTarget(TvmLlvmTarget):
                 except Exception as exc:
                     self.close()
                     if attempt:
-                        raise TargetError(f"{self.name}: remote load of {name} failed: {_first_line(exc)}") from exc
+                        raise self._unavailable_or(TargetError(
+                            f"{self.name}: remote load of {name} failed: {_first_line(exc)}")) from exc
         raise AssertionError("unreachable")
 
 
@@ -372,9 +391,13 @@ class RpcCompiled(CompiledModel):
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One remote inference: inputs sent (if changed), outputs fetched (transport included)."""
-        self._set_inputs(feeds)
-        self.vm.invoke_stateful("main")
-        return self._outputs()
+        try:
+            self._set_inputs(feeds)
+            self.vm.invoke_stateful("main")
+            return self._outputs()
+        except Exception as exc:
+            raise self.target._unavailable_or(TargetError(
+                f"{self.target.name}: remote run failed: {type(exc).__name__}: {_first_line(exc)}")) from exc
 
     def time_run(self, feeds: Mapping[str, np.ndarray], config=None):
         """Time the model on the device with the remote ``time_evaluator`` (no transport).
@@ -475,29 +498,70 @@ class LocalRpcCluster:
         return rpc_config(self.tracker, self.key)
 
     def start(self, timeout_s: float = 60.0) -> LocalRpcCluster:
-        from tvm import rpc
         from tvm.rpc.tracker import Tracker
 
         try:
             port = free_port(self.host)
             self.tracker_obj = Tracker(host=self.host, port=port, port_end=port + 200, silent=True)
             for _ in range(self.n_servers):
-                sp = free_port(self.host)
-                self.servers.append(rpc.Server(host=self.host, port=sp, port_end=sp + 200,
-                                               tracker_addr=(self.host, self.tracker_obj.port), key=self.key,
-                                               silent=True))
+                self._spawn(self.key)
         except Exception:
             self.close()
             raise
+        try:
+            self.wait_registered(self.key, self.n_servers, timeout_s)
+        except TargetError:
+            self.close()
+            raise
+        return self
+
+    def _spawn(self, key: str):
+        from tvm import rpc
+
+        sp = free_port(self.host)
+        server = rpc.Server(host=self.host, port=sp, port_end=sp + 200, tracker_addr=(self.host, self.tracker_obj.port),
+                            key=key, silent=True)
+        self.servers.append(server)
+        return server
+
+    def wait_registered(self, key: str, n: int, timeout_s: float = 60.0) -> None:
+        """Wait until ``n`` servers under ``key`` are free at the tracker (TargetError after ``timeout_s``)."""
         deadline = time.monotonic() + timeout_s
-        while True:  # wait until every server has registered
+        while True:
             summary = tracker_summary(self.host, self.tracker_obj.port)
-            free = summary.get("queue_info", {}).get(self.key, {}).get("free", 0)
-            if free >= self.n_servers:
-                return self
+            if summary.get("queue_info", {}).get(key, {}).get("free", 0) >= n:
+                return
             if time.monotonic() > deadline:
-                self.close()
-                raise TargetError(f"RPC servers did not register with the tracker within {timeout_s:.0f}s")
+                raise TargetError(f"RPC servers under key {key!r} did not register with the tracker within "
+                                  f"{timeout_s:.0f}s")
+            time.sleep(0.1)
+
+    def add_server(self, key: str, timeout_s: float = 60.0):
+        """One more server, under ``key`` (another device behind the same tracker); returns it once it
+        is registered."""
+        server = self._spawn(key)
+        self.wait_registered(key, 1, timeout_s)
+        return server
+
+    def stop_server(self, server, timeout_s: float = 30.0) -> None:
+        """Kill ``server`` and whatever it forked (a device going down); returns once the tracker no
+        longer lists it."""
+        import psutil
+
+        procs = _tree(_helper_pid(server))
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(procs, timeout=5)
+        with contextlib.suppress(Exception):
+            server.terminate()
+        self.servers = [s for s in self.servers if s is not server]
+        port = server.port
+        deadline = time.monotonic() + timeout_s
+        while any(int(i.get("addr", [None, -1])[1]) == port
+                  for i in tracker_summary(self.host, self.tracker_obj.port).get("server_info", [])):
+            if time.monotonic() > deadline:
+                raise TargetError(f"the tracker still lists the server on port {port} after {timeout_s:.0f}s")
             time.sleep(0.1)
 
     def close(self) -> None:

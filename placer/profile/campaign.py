@@ -39,7 +39,7 @@ from typing import Any
 from placer import zoo
 from placer.devices import make_target, make_targets
 from placer.devices.registry import registered_kinds
-from placer.errors import PlacerError, ProfileError
+from placer.errors import PlacerError, ProfileError, TargetUnavailable, first_line
 from placer.graph import OpGraph
 from placer.profile import keys as K
 from placer.profile.contention import CONTENDED, is_contended
@@ -176,7 +176,8 @@ class WorkerProcess:
             raise WorkerDied("error", f"worker for {', '.join(self.names)} did not start: {exc.reason}") from None
         if reply.get("status") != "ok":
             self.stop()
-            raise WorkerDied("error", f"worker for {', '.join(self.names)} did not start: {reply.get('reason')}")
+            status = "unavailable" if reply.get("status") == "unavailable" else "error"
+            raise WorkerDied(status, f"worker for {', '.join(self.names)} did not start: {reply.get('reason')}")
 
     def request(self, header: dict, payload: bytes, timeout_s: float, what: str = "") -> dict:
         if not self.alive:
@@ -347,6 +348,9 @@ class _Engine:
         self.result = result
         self._bytes: dict[str, bytes] = {}
         self._start_failures: Counter = Counter()
+        #: target name -> why its device became unreachable (its remaining tasks are skipped, not stored)
+        self.unavailable: dict[str, str] = {}
+        self._skipped: Counter = Counter()
 
     def _totals(self, target) -> TargetTotals:
         return self.result.per_target.setdefault(target.name, TargetTotals(target.name))
@@ -394,6 +398,13 @@ class _Engine:
                 self._bytes[task.key] = b
         return b
 
+    def _mark_unavailable(self, task: _Task, reason: str) -> None:
+        """The device behind ``task``'s target is unreachable: this task and the target's remaining ones
+        are skipped (nothing stored: not the ops' fault); :meth:`run` reports it once."""
+        self.unavailable.setdefault(task.target.name, reason)
+        self._skipped[task.target.name] += 1
+        self._count(task, "failed", None)
+
     def run(self, tasks: list[_Task]) -> None:
         """Run tasks (grouped by target, in order); skip those the store has."""
         by_target: dict[str, list[_Task]] = defaultdict(list)
@@ -432,6 +443,10 @@ class _Engine:
                 finally:
                     worker.stop()
                 self._totals(targets[name]).wall_s += time.perf_counter() - t0
+        for name, why in self.unavailable.items():
+            self.result.problems.append(
+                f"{name} became unavailable ({why}): {self._skipped[name]} measurement(s) skipped, nothing stored "
+                "for them; run the campaign again once the device is back to resume")
 
     def _run_one(self, worker, task: _Task) -> None:
         # another campaign may have measured it meanwhile
@@ -440,6 +455,10 @@ class _Engine:
             self._count(task, "cached", m)
             return
         if self._start_failures[task.target.name] >= 2:
+            self._count(task, "failed", None)
+            return
+        if task.target.name in self.unavailable:  # its device is gone: nothing stored, a later run resumes
+            self._skipped[task.target.name] += 1
             self._count(task, "failed", None)
             return
         header = {"cmd": "measure", "target": task.target.name, "key": task.key, "seed": self.seed,
@@ -455,6 +474,9 @@ class _Engine:
         try:
             reply = self._measure_quietly(worker, header, payload, task)
         except WorkerDied as exc:
+            if exc.status == "unavailable":
+                self._mark_unavailable(task, exc.reason)
+                return
             if exc.status == "error":  # the worker could not start: not the op's fault, not stored
                 self._start_failures[task.target.name] += 1
                 self.result.problems.append(exc.reason)
@@ -466,6 +488,9 @@ class _Engine:
             return
         self._start_failures[task.target.name] = 0
         status = reply.get("status", "error")
+        if status == "unavailable":
+            self._mark_unavailable(task, str(reply.get("reason", "")))
+            return
         if status != "ok":
             m = self.store.put(task.key, task.target, kind=task.kind, status=status if status in FAILED + ("unsupported",) else "error",
                                reason=str(reply.get("reason", "")), meta={"wall_s": time.perf_counter() - t0})
@@ -641,8 +666,16 @@ def profile_graph(
     st, owned = open_store(store)
     res.store_path = st.path
     try:
+        reachable = []
         for t in tlist:
-            st.register_target(t)
+            try:
+                st.register_target(t)
+            except TargetUnavailable as exc:  # a device down now: the others are measured, it is resumed later
+                res.problems.append(f"{t.name} is unavailable ({first_line(exc)}): not measured; run the campaign "
+                                    "again once the device is back")
+                continue
+            reachable.append(t)
+        tlist = reachable
         uniq = graph.unique_signatures()
         res.unique_signatures = len(uniq)
         rows = [K.overhead_signature_row()]

@@ -40,7 +40,7 @@ from typing import Any
 
 from placer.devices import make_target
 from placer.devices.registry import register_target
-from placer.errors import PlacerError
+from placer.errors import PlacerError, TargetUnavailable
 from placer.profile.contention import CpuWindow
 from placer.profile.links import measure_cut_points, measure_link_points
 from placer.profile.timing import TimingConfig, random_feeds, time_compiled
@@ -123,7 +123,11 @@ class WorkerCore:
                 cores.update(t.spec.cores)
         if cores:
             os.sched_setaffinity(0, cores)
-        return {"status": "ok", "pid": os.getpid(), "fingerprints": {t.name: t.fingerprint_hash() for t in uniq}}
+        try:
+            fingerprints = {t.name: t.fingerprint_hash() for t in uniq}
+        except TargetUnavailable as exc:
+            return {"status": "unavailable", "reason": _first_line(exc)}
+        return {"status": "ok", "pid": os.getpid(), "fingerprints": fingerprints}
 
     def measure(self, header: dict, payload: bytes) -> dict:
         import onnx
@@ -136,6 +140,8 @@ class WorkerCore:
             compiled = target.compile(model)
         except MemoryError:
             return {"status": "unsupported", "reason": f"{target.name}: out of memory while compiling"}
+        except TargetUnavailable as exc:  # the device is gone, not the op's fault
+            return {"status": "unavailable", "reason": _first_line(exc)}
         except PlacerError as exc:
             return {"status": "unsupported", "reason": _first_line(exc)}
         except Exception as exc:  # a runtime's own exception types
@@ -154,6 +160,8 @@ class WorkerCore:
                         stats = again
         except MemoryError:
             return {"status": "unsupported", "reason": f"{target.name}: out of memory while running"}
+        except TargetUnavailable as exc:
+            return {"status": "unavailable", "reason": _first_line(exc)}
         except Exception as exc:
             return {"status": "error", "reason": f"{target.name}: run failed: {type(exc).__name__}: {_first_line(exc)}"}
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 import numpy as np
 import pytest
@@ -154,3 +155,72 @@ def test_busy_server_gives_a_clear_error_not_a_hang(rpc_cluster):
     waiter.request_timeout_s = 60.0
     assert waiter.session() is not None
     waiter.close()
+
+
+def test_two_devices_one_store_and_a_device_lost_mid_campaign(rpc_cluster, tiny_graph, tmp_path):
+    """Two remote devices behind one tracker profile into one store, keyed per device. The second
+    device's server is killed once the campaign has measured on it: the campaign says so, stores
+    nothing for the outage (no op marked unsupported or failed because the device was gone) and
+    finishes the other device; with the server back, a second run measures only what was left."""
+    import sqlite3
+    import threading
+
+    from placer.profile import ProfileStore, profile_graph
+
+    db = tmp_path / "two.db"
+    server_b = rpc_cluster.add_server("placer-b")
+    tb, ta = make_target("tvm-rpc:placer-b"), make_target("tvm-rpc:placer-test")
+    assert tb.fingerprint_hash() != ta.fingerprint_hash()  # one device, one key in the store
+
+    def rows_of_b() -> int:
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as con:
+                return con.execute("SELECT COUNT(*) FROM measurements m JOIN targets t ON m.target = t.hash "
+                                   "WHERE t.name = ?", (tb.name,)).fetchone()[0]
+        except sqlite3.Error:
+            return 0
+
+    killed = threading.Event()
+
+    def kill_b_once_it_measured() -> None:
+        deadline = time.monotonic() + 600  # hang guard only
+        while time.monotonic() < deadline and not killed.is_set():
+            if rows_of_b() >= 1:
+                rpc_cluster.stop_server(server_b)
+                killed.set()
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_b_once_it_measured, daemon=True)
+    killer.start()
+    first = profile_graph(tiny_graph, [tb, ta], db, progress=False, links=False, timeout_s=120)
+    killed.set()
+    killer.join(30)
+    assert not rpc_cluster_lists(rpc_cluster, "placer-b")
+    assert any(p.startswith(f"{tb.name} became unavailable") for p in first.problems), first.problems
+    with ProfileStore(db) as st:
+        b_rows = st.measurements(target=tb)
+        assert b_rows and all(r["status"] == "ok" for r in b_rows)  # the outage left no failure behind
+        assert len(b_rows) < first.per_target[tb.name].ops_total + 2  # ops + overhead + whole model
+        a_costs = st.op_costs(tiny_graph, [ta])
+        assert all(math.isfinite(c) for c in a_costs.values())  # the other device was finished
+    tb.close()
+
+    rpc_cluster.add_server("placer-b")  # the device is back (same host: same fingerprint)
+    again = profile_graph(tiny_graph, [make_target("tvm-rpc:placer-b"), make_target("tvm-rpc:placer-test")], db,
+                          progress=False, links=False, timeout_s=120)
+    assert not again.problems, again.problems
+    assert again.per_target[ta.name].n("measured", None) == 0  # nothing of the other device measured twice
+    assert again.per_target[tb.name].n("measured", None) >= 1
+    with ProfileStore(db) as st:
+        assert {r["name"] for r in st.targets()} >= {ta.name, tb.name}
+        costs = st.op_costs(tiny_graph, [tb])
+        assert len(costs) == len(tiny_graph.ops) and all(math.isfinite(c) for c in costs.values())
+
+
+def rpc_cluster_lists(cluster, key: str) -> bool:
+    from placer.devices.rpc import tracker_summary
+
+    host, port = cluster.tracker.split(":")
+    return any(str(s.get("key", "")).split(":", 1)[-1] == key
+               for s in tracker_summary(host, int(port)).get("server_info", []))
