@@ -44,7 +44,8 @@ from placer.solve import cpsat as _cpsat  # noqa: F401
 from placer.solve import dp as _dp  # noqa: F401
 from placer.solve import ideals as _ideals  # noqa: F401
 from placer.solve.base import MODES, SolveContext, Solver, available_solvers, get_solver, register_solver
-from placer.solve.bounds import latency_bound, pipeline_bound, window_load_bound
+from placer.solve.bounds import latency_bound, pipeline_bound, target_heads_tails, window_load_bound
+from placer.solve.bounds_comm import COMM_MAX_PAIRS, comm_heads_tails
 from placer.solve.coarsen import coarsen_problem, expand_assignment, expand_order
 from placer.solve.cpsat_latency import latency_candidates
 from placer.solve.cpsat_pipeline import pipeline_candidates
@@ -263,15 +264,11 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
                     best_val, fine_best = val, (name, a, o)
     bound = None
     if not pipeline:
-        from placer.solve.bounds_comm import COMM_MAX_PAIRS, comm_heads_tails
-
         fcosts = Costs.of(p)
         if p.n_targets > 1 and int(p.allowed.sum()) <= COMM_MAX_PAIRS:  # pure Python: ~25 us a pair
             ht = comm_heads_tails(p, fcosts)
         bound = latency_bound(p, fcosts, load=lb_info.get("load_bound"), heads_tails=ht, comm=False)
         if fine_latency and opts_all.get("window_bound", False):
-            from placer.solve.bounds import target_heads_tails
-
             bound = window_load_bound(p, fcosts, bound, deadline=time.monotonic() + 0.1 * ctx.remaining(),
                                       heads_tails=ht if ht is not None else target_heads_tails(p, fcosts))
     use_lns = fine_latency and opts_all.get("lns", False) and fine_best is not None

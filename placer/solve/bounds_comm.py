@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 from placer.problem import PlacementProblem
-from placer.solve.bounds import edge_delays, shave
+from placer.solve.bound_utils import edge_delays, minmax_load_lp, shave
 from placer.solve.evaluate import Costs
 
 __all__ = ["COMM_MAX_PAIRS", "comm_heads_tails", "path_bound", "shaved_bound"]
@@ -155,7 +155,6 @@ def path_bound(problem: PlacementProblem, costs: Costs, head: np.ndarray | None 
 def _refuted(problem: PlacementProblem, costs: Costs, level: float, delays, deadline: float | None,
              load_lp: bool, max_rounds: int) -> bool:
     """True if no schedule has a makespan below ``level`` (see :func:`shaved_bound`)."""
-    from placer.solve.bounds import minmax_load_lp
 
     p = problem
     ok = p.allowed.copy()
