@@ -192,8 +192,9 @@ def reweighted(name: str, seed: int = 0) -> onnx.ModelProto:
 
     Every ``ConstantOfShape``-generated weight, and every real float initializer in a weight slot
     (the light models keep a few small BatchNorm tensors as real values), is replaced by a seeded
-    random initializer of the same shape. The weights are set during one numpy forward pass over a
-    seeded N(0, 1) calibration input, so that they fit the data that actually reaches them:
+    random initializer of the same shape. The weights are set in node order during one forward pass
+    over a seeded N(0, 1) calibration input (ONNX Runtime on the prefix graphs, :class:`_PrefixRun`),
+    so that they fit the data that actually reaches them:
 
     * Conv / Gemm / MatMul weights: He scale, ``std = sqrt(2 / fan_in)`` (uniform: fast for
       vgg19's 143M weights); biases ~ N(0, 0.02);
@@ -223,7 +224,6 @@ def _reweight(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelPro
     g = model.graph
     init = {t.name: t for t in g.initializer}
     nodes = list(g.node)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 9)
     inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     shapes: dict[str, tuple[int, ...]] = {}
     for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
@@ -286,17 +286,14 @@ def _reweight(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelPro
     if final is not None and final.op_type not in _LINEAR_OPS:
         final = None
 
-    last_use: dict[str, int] = {}
-    for i, n in enumerate(nodes):
-        for t in n.input:
-            last_use[t] = i
-    keep = {logits} | {o.name for o in g.output}
-
-    env: dict[str, np.ndarray] = {}
-    for vi in g.input:
-        if vi.name not in init and vi.name in shapes:
-            env[vi.name] = rng.standard_normal(shapes[vi.name], dtype=np.float32)
+    calibration = {
+        vi.name: rng.standard_normal(shapes[vi.name], dtype=np.float32)
+        for vi in g.input if vi.name not in init and vi.name in shapes
+    }
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer if t.name not in params}
     values: dict[str, np.ndarray] = {}
+    forward = _PrefixRun(model, [n for n in nodes if n.output[0] not in cos_by_output], calibration, consts,
+                         values)
 
     def normal(shape: tuple[int, ...], std: float) -> np.ndarray:
         arr = rng.standard_normal(shape, dtype=np.float32)
@@ -320,7 +317,7 @@ def _reweight(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelPro
             if op == "Conv":
                 fan_in = math.prod(w_shape[1:])
             elif op == "Gemm":
-                a_shape = env[node.input[0]].shape
+                a_shape = shapes.get(node.input[0]) or forward.value(node.input[0]).shape
                 fan_in = a_shape[0] if _attrs(node).get("transA", 0) else a_shape[1]
             else:
                 fan_in = w_shape[-2] if len(w_shape) >= 2 else w_shape[0]
@@ -332,7 +329,7 @@ def _reweight(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelPro
                 return rng.uniform(0.8, 1.2, size=shape).astype(f32)
             if slot == 2:
                 return normal(shape, 0.1)
-            x = env[node.input[0]].astype(np.float64)
+            x = forward.value(node.input[0]).astype(np.float64)
             axes = (0,) + tuple(range(2, x.ndim))
             if slot == 3:
                 mean, std = x.mean(axis=axes), x.std(axis=axes)
@@ -345,31 +342,16 @@ def _reweight(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelPro
             return normal(shape, 0.1)
         return original(p).astype(f32)
 
-    for i, n in enumerate(nodes):
+    for n in nodes:
         if n.op_type == "ConstantOfShape" and n.output[0] in params or id(n) in chain_node_ids:
             continue
         for slot, t in enumerate(n.input):
-            if not t or t in env:
-                continue
             p = derived.get(t, t)
-            if p in params:
-                if p not in values:
-                    values[p] = generate(p, n, slot, t)
-                env[p] = values[p]
-                for c in chains[p]:
-                    for ct in c.input:
-                        if ct and ct not in env and ct in init:
-                            env[ct] = numpy_helper.to_array(init[ct])
-                    env.update(_np_run(c, env, shapes, opset))
-            elif t in init:
-                env[t] = numpy_helper.to_array(init[t])
-        env.update(_np_run(n, env, shapes, opset))
-        for t in n.input:
-            if last_use.get(t) == i and t not in keep:
-                env.pop(t, None)
+            if t and p in params and p not in values:
+                values[p] = generate(p, n, slot, t)
 
-    if final is not None and logits in env:
-        spread = float(np.std(env[logits].astype(np.float64)))
+    if final is not None:
+        spread = float(np.std(forward.value(logits).astype(np.float64)))
         if spread > 0 and math.isfinite(spread):
             factor = np.float32(_LOGIT_STD / spread)
             for slot in (1, 2):
@@ -403,183 +385,71 @@ def _reweight(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelPro
     return out
 
 
-# ---------------------------------------------------------------- numpy forward (light-model ops)
+class _PrefixRun:
+    """The values of a model's tensors under the weights set so far, each computed by ONNX Runtime
+    on the prefix graph that produces it (the nodes between the values already known and it).
 
+    A segment's tensors still needed by later nodes are kept, so every node runs once however many
+    tensors are asked for: one forward pass in all, cut at each BatchNormalization whose statistics
+    are asked for. Weights are fed as inputs (``values``, read when a segment runs), the other
+    initializers are the segment's initializers.
+    """
 
-def _window_pads(
-    a: dict, spatial: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
-    dilations: tuple[int, ...], out_spatial: tuple[int, ...],
-) -> tuple[list[int], list[int]]:
-    nd = len(kernel)
-    auto = a.get("auto_pad", "NOTSET")
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        begin, end = [], []
-        for i in range(nd):
-            total = max((out_spatial[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - spatial[i], 0)
-            small, big = total // 2, total - total // 2
-            begin.append(small if auto == "SAME_UPPER" else big)
-            end.append(big if auto == "SAME_UPPER" else small)
-    elif auto == "VALID":
-        begin, end = [0] * nd, [0] * nd
-    else:
-        pads = list(a.get("pads", [0] * (2 * nd)))
-        begin, end = pads[:nd], pads[nd:]
-    for i in range(nd):  # ceil_mode and friends: make room for every output window
-        need = (out_spatial[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
-        have = spatial[i] + begin[i] + end[i]
-        if need > have:
-            end[i] += need - have
-    return begin, end
+    def __init__(self, model: onnx.ModelProto, nodes: list[onnx.NodeProto], feeds: dict[str, np.ndarray],
+                 consts: dict[str, np.ndarray], weights: dict[str, np.ndarray]) -> None:
+        self._model, self._nodes, self._consts, self._weights = model, nodes, consts, weights
+        self._producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+        self._consumers: dict[str, list[int]] = {}
+        for i, n in enumerate(nodes):
+            for t in n.input:
+                if t:
+                    self._consumers.setdefault(t, []).append(i)
+        self._outputs = {o.name for o in model.graph.output}
+        self._known: dict[str, np.ndarray] = dict(feeds)
+        self._done: set[int] = set()
 
+    def value(self, tensor: str) -> np.ndarray:
+        if tensor in self._weights:
+            return self._weights[tensor]
+        if tensor in self._known:
+            return self._known[tensor]
+        todo: set[int] = set()
+        stack = [tensor]
+        while stack:
+            t = stack.pop()
+            i = self._producer.get(t)
+            if i is None or i in todo or i in self._done or t in self._known:
+                continue
+            todo.add(i)
+            stack.extend(x for x in self._nodes[i].input if x)
+        segment = sorted(todo)
+        produced = {o for i in segment for o in self._nodes[i].output if o}
+        used = list(dict.fromkeys(t for i in segment for t in self._nodes[i].input if t and t not in produced))
+        later = {tensor} | {t for t in produced if t in self._outputs
+                            or any(c not in todo and c not in self._done for c in self._consumers.get(t, ()))}
+        feeds = {t: self._known[t] if t in self._known else self._weights[t]
+                 for t in used if t not in self._consts}
+        outputs = sorted(later)
+        sub = helper.make_graph(
+            [self._nodes[i] for i in segment], "prefix",
+            [helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+             for t, v in feeds.items()],
+            [helper.make_empty_tensor_value_info(t) for t in outputs],
+            [P.tensor_from_array(self._consts[t], t) for t in used if t in self._consts],
+        )
+        m = helper.make_model(sub, opset_imports=self._model.opset_import,
+                              ir_version=max(4, min(self._model.ir_version, 10)))
+        import onnxruntime as ort  # heavy: loaded when a light model is re-weighted, not by import placer.zoo
 
-def _windows(
-    x: np.ndarray, kernel: tuple[int, ...], strides: tuple[int, ...], dilations: tuple[int, ...],
-    begin: list[int], end: list[int], fill: float, out_spatial: tuple[int, ...],
-) -> np.ndarray:
-    """Strided view [N, C, *out_spatial, *kernel] of the padded input."""
-    nd = len(kernel)
-    xp = np.pad(x, [(0, 0), (0, 0)] + list(zip(begin, end)), constant_values=fill)
-    eff = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilations))
-    w = np.lib.stride_tricks.sliding_window_view(xp, eff, axis=tuple(range(2, 2 + nd)))
-    sl = (slice(None), slice(None))
-    sl += tuple(slice(0, o * s, s) for o, s in zip(out_spatial, strides))
-    sl += tuple(slice(None, None, d) for d in dilations)
-    return w[sl]
-
-
-def _np_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, a: dict, out_shape: tuple[int, ...]) -> np.ndarray:
-    nd = w.ndim - 2
-    kernel = tuple(w.shape[2:])
-    strides = tuple(a.get("strides", [1] * nd))
-    dilations = tuple(a.get("dilations", [1] * nd))
-    group = int(a.get("group", 1))
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    out_spatial = tuple(out_shape[2:])
-    begin, end = _window_pads(a, x.shape[2:], kernel, strides, dilations, out_spatial)
-    cg, mg = c // group, m // group
-    if all(k == 1 for k in kernel) and all(s == 1 for s in strides) and not any(begin) and not any(end):
-        cols = x.reshape(n, group, cg, -1)
-        wr = w.reshape(group, mg, cg)
-        y = np.empty((n, group, mg, cols.shape[-1]), dtype=np.float32)
-        small = mg * cg * cols.shape[-1] < (1 << 24)
-        for bi in range(n):
-            for gi in range(group):
-                if small:  # numpy's own loop: a BLAS call this small can cost ~20 ms on a busy machine
-                    y[bi, gi] = np.einsum("mc,cp->mp", wr[gi], cols[bi, gi])
-                else:  # a 2-D product: BLAS (a broadcast batch matmul would not be)
-                    np.matmul(wr[gi], cols[bi, gi], out=y[bi, gi])
-    else:
-        win = _windows(x, kernel, strides, dilations, begin, end, 0.0, out_spatial)  # [N,C,*out,*k]
-        k_axes = list(range(2 + nd, 2 + 2 * nd))
-        if cg == 1 and mg == 1:  # depthwise
-            letters = "abcdefgh"[:nd]
-            ks = "ijklmnop"[:nd]
-            y = np.einsum(f"nc{letters}{ks},c{ks}->nc{letters}", win, w[:, 0])
-        else:
-            parts = []
-            for gi in range(group):
-                wg = win[:, gi * cg : (gi + 1) * cg]
-                yg = np.tensordot(wg, w[gi * mg : (gi + 1) * mg], axes=([1] + k_axes, list(range(1, 2 + nd))))
-                parts.append(np.moveaxis(yg, -1, 1))  # [N, Mg, *out]
-            y = np.concatenate(parts, axis=1) if group > 1 else parts[0]
-    y = y.reshape((n, m) + out_spatial).astype(np.float32, copy=False)
-    if b is not None:
-        y = y + b.reshape((1, m) + (1,) * nd)
-    return y
-
-
-def _np_pool(x: np.ndarray, a: dict, out_shape: tuple[int, ...], kind: str) -> np.ndarray:
-    kernel = tuple(a["kernel_shape"])
-    nd = len(kernel)
-    strides = tuple(a.get("strides", [1] * nd))
-    dilations = tuple(a.get("dilations", [1] * nd))
-    out_spatial = tuple(out_shape[2:])
-    begin, end = _window_pads(a, x.shape[2:], kernel, strides, dilations, out_spatial)
-    k_axes = tuple(range(2 + nd, 2 + 2 * nd))
-    if kind == "max":
-        return _windows(x, kernel, strides, dilations, begin, end, -np.inf, out_spatial).max(axis=k_axes)
-    total = _windows(x, kernel, strides, dilations, begin, end, 0.0, out_spatial).sum(axis=k_axes)
-    if a.get("count_include_pad", 0):
-        count = float(math.prod(kernel))
-    else:
-        ones = np.ones((1, 1) + tuple(x.shape[2:]), dtype=np.float32)
-        count = _windows(ones, kernel, strides, dilations, begin, end, 0.0, out_spatial).sum(axis=k_axes)
-    return (total / count).astype(np.float32)
-
-
-def _np_run(
-    n: onnx.NodeProto, env: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], opset: int
-) -> dict[str, np.ndarray]:
-    """Run one node with numpy (the ops of the light models; anything else via onnx.reference)."""
-    op = n.op_type
-    a = _attrs(n)
-    ins = [env[t] if t else None for t in n.input]
-    out = n.output[0]
-    out_shape = shapes.get(out)
-    x = ins[0] if ins else None
-    if op == "Conv" and out_shape is not None:
-        y = _np_conv(x, ins[1], ins[2] if len(ins) > 2 else None, a, out_shape)
-    elif op == "MaxPool" and out_shape is not None and len(n.output) == 1:
-        y = _np_pool(x, a, out_shape, "max")
-    elif op == "AveragePool" and out_shape is not None:
-        y = _np_pool(x, a, out_shape, "avg")
-    elif op == "GlobalAveragePool":
-        y = x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
-    elif op == "BatchNormalization" and len(n.output) == 1:
-        scale, bias, mean, var = ins[1:5]
-        bshape = (1, -1) + (1,) * (x.ndim - 2)
-        inv = (scale / np.sqrt(var + np.float32(a.get("epsilon", 1e-5)))).reshape(bshape)
-        y = (x - mean.reshape(bshape)) * inv + bias.reshape(bshape)
-    elif op == "Relu":
-        y = np.maximum(x, np.float32(0))
-    elif op in ("Add", "Sub", "Mul", "Div") and len(ins) == 2:
-        y = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}[op](ins[0], ins[1])
-    elif op == "Sum":
-        y = ins[0]
-        for other in ins[1:]:
-            y = y + other
-    elif op == "Concat":
-        y = np.concatenate(ins, axis=int(a["axis"]))
-    elif op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity") and out_shape is not None:
-        y = np.reshape(x, out_shape)
-    elif op == "Dropout":
-        return {out: x} | ({n.output[1]: np.ones(x.shape, dtype=bool)} if len(n.output) > 1 and n.output[1] else {})
-    elif op == "Transpose":
-        y = np.transpose(x, a.get("perm"))
-    elif op == "Gemm":
-        aa = ins[0].T if a.get("transA", 0) else ins[0]
-        bb = ins[1].T if a.get("transB", 0) else ins[1]
-        y = np.float32(a.get("alpha", 1.0)) * (aa @ bb)
-        if len(ins) > 2 and ins[2] is not None:
-            y = y + np.float32(a.get("beta", 1.0)) * ins[2]
-    elif op == "LRN":
-        size = int(a["size"])
-        lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
-        sq = np.square(x.astype(np.float64))
-        padded = np.pad(sq, [(0, 0), (lo, hi)] + [(0, 0)] * (x.ndim - 2))
-        csum = np.concatenate([np.zeros_like(padded[:, :1]), np.cumsum(padded, axis=1)], axis=1)
-        window = csum[:, size:] - csum[:, :-size]
-        denom = (a.get("bias", 1.0) + a.get("alpha", 1e-4) / size * window) ** a.get("beta", 0.75)
-        y = (x / denom).astype(np.float32)
-    elif op == "Softmax":
-        axis = int(a.get("axis", 1 if opset < 13 else -1))
-        if opset < 13:
-            flat = x.reshape(math.prod(x.shape[:axis]), -1)
-            e = np.exp(flat - flat.max(axis=1, keepdims=True))
-            y = (e / e.sum(axis=1, keepdims=True)).reshape(x.shape)
-        else:
-            e = np.exp(x - x.max(axis=axis, keepdims=True))
-            y = e / e.sum(axis=axis, keepdims=True)
-    else:
-        outs = [o for o in n.output if o]
-        feeds = {t: env[t] for t in dict.fromkeys(t for t in n.input if t)}
-        m = onnx.ModelProto()
-        m.ir_version = 7
-        m.opset_import.append(helper.make_opsetid("", opset))
-        res = graph_load.reference_run([n], feeds, outs, m)
-        return dict(zip(outs, res))
-    return {out: np.asarray(y, dtype=np.float32) if np.asarray(y).dtype == np.float64 else np.asarray(y)}
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        session = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        self._known.update(zip(outputs, session.run(outputs, feeds)))
+        self._done |= todo
+        for t in [t for t in self._known if t not in self._outputs and t != tensor]:
+            if all(c in self._done for c in self._consumers.get(t, ())):
+                del self._known[t]
+        return self._known[tensor]
 
 
 # ------------------------------------------------------------------------------ built models
