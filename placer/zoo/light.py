@@ -285,6 +285,8 @@ class _PrefixRun:
     def value(self, tensor: str) -> np.ndarray:
         if tensor in self._weights:
             return self._weights[tensor]
+        if tensor in self._consts:
+            return self._consts[tensor]
         if tensor in self._known:
             return self._known[tensor]
         todo: set[int] = set()
