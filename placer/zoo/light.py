@@ -320,6 +320,9 @@ class _PrefixRun:
 
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
+        # one thread: the weights (and the model's hash) must not depend on the machine's core count
+        # (densenet121's BatchNorm statistics differ in the last bits between 1 and 4 threads)
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
         session = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         self._known.update(zip(outputs, session.run(outputs, feeds)))
         self._done |= todo
