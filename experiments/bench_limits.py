@@ -5,7 +5,7 @@
     and a Reshape shaped by Shape (every tensor as big as the input), planned by ``placer plan MODEL --targets onnxruntime
     --solver greedy`` (profiling included): wall time and the peak RSS of the largest process.
 ``python experiments/bench_limits.py problem --ops 100000 --targets 4 --solver greedy``
-    A random layered problem (``bench_solver.random_layered``, scalar links) through
+    A random layered problem (``placer.solve.instances.random_layered``, scalar links) through
     ``placer plan --problem``: wall time of the command and the solver's own ``wall_s``.
 ``python experiments/bench_limits.py from-json [--sizes 25000,50000,100000]``
     ``PlacementProblem.from_json`` of the ``{op: {target: ms}}`` form at several sizes (linear?).
@@ -117,8 +117,8 @@ def cmd_problem(args) -> int:
 
 
 def cmd_from_json(args) -> int:
-    from experiments.bench_solver import random_layered
     from placer.problem import PlacementProblem
+    from placer.solve.instances import random_layered
 
     for n in (int(s) for s in args.sizes.split(",")):
         d = random_layered(n, 4, seed=0).to_json()

@@ -14,6 +14,7 @@ checks:
    ``onnx_frontend._get_convert_map``) are touched only by the shims of :data:`SHIMS`;
 5. no library module changes process-wide state (the environment, logging levels, backends, warning
    filters outside ``catch_warnings``): only the entry points of :data:`ENTRY_POINTS`.
+6. the tests never import the ``experiments`` package (what they need lives in placer).
 
 The deliberate exceptions are :data:`ALLOWED` and :data:`LAZY_MODULES`, each documented in
 docs/architecture.md (checked too).
@@ -356,3 +357,34 @@ def test_exceptions_are_documented():
         assert f"`{mod}`" in text, f"docs/architecture.md does not name the entry point {mod}"
     for layer in LAYERS:
         assert f"`{layer}`" in text, f"docs/architecture.md does not describe the layer {layer}"
+
+
+def _experiments_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """Imports of the ``experiments`` package: statements, ``importlib.import_module`` and
+    ``__import__`` of a literal name."""
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif (isinstance(node, ast.Call) and ast.unparse(node.func).endswith(("import_module", "__import__"))
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            names = [node.args[0].value]
+        out += [(node.lineno, n) for n in names if n.split(".")[0] == "experiments"]
+    return out
+
+
+def test_tests_never_import_experiments():
+    """The tests test placer: what they need (instance generators, benchmark helpers) lives in placer
+    (e.g. ``placer.solve.instances``), and the experiments import it from there, never the reverse."""
+    probe = ast.parse("import experiments.bench_solver\nfrom experiments import bench_solver\n"
+                      "def f():\n    importlib.import_module('experiments.compare')\n")
+    assert [n for _, n in _experiments_imports(probe)] == [
+        "experiments.bench_solver", "experiments", "experiments.compare"]
+    bad = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for line, name in _experiments_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            bad.append(f"{path.relative_to(ROOT)}:{line}: imports {name}")
+    assert not bad, "tests import the experiments (move what they need into placer):\n" + "\n".join(bad)

@@ -20,7 +20,7 @@ from placer.errors import GraphError  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
-    import placer.zoo_torch as zt
+    import placer.zoo.torch_models as zt
 
     monkeypatch.setattr(zt, "CACHE", tmp_path_factory.getbasetemp() / "zoo_cache")
 
@@ -29,7 +29,7 @@ def test_hf_bert_loads_and_onnxruntime_matches_torch():
     import onnxruntime as ort
     import torch
 
-    from placer.zoo_hf import hf_module
+    from placer.zoo.hf_models import hf_module
 
     g = api.load("zoo:hf-bert")
     assert {"MatMul", "Softmax", "LayerNormalization", "Erf", "Where"} <= {op.op_type for op in g.ops}
@@ -51,7 +51,7 @@ def test_hf_bert_loads_and_onnxruntime_matches_torch():
 
 
 def test_hf_models_are_listed_and_unknown_names_are_refused():
-    from placer.zoo_hf import hf_model
+    from placer.zoo.hf_models import hf_model
 
     assert {"hf-bert", "hf-gpt2", "hf-vit", "hf-convnext", "hf-llama"} <= set(zoo.available())
     with pytest.raises(GraphError, match="unknown transformers zoo model"):

@@ -16,7 +16,7 @@ from placer.errors import GraphError  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
-    import placer.zoo_torch as zt
+    import placer.zoo.torch_models as zt
 
     monkeypatch.setattr(zt, "CACHE", tmp_path_factory.getbasetemp() / "zoo_cache")
 
@@ -44,7 +44,7 @@ def test_exported_model_runs_the_same_under_a_mixed_plan(name, types):
 
 
 def test_export_is_cached_and_listed(tmp_path):
-    import placer.zoo_torch as zt
+    import placer.zoo.torch_models as zt
 
     a = zoo.resolve("zoo:gpt-tiny")
     files = list(zt.cache_dir().glob("gpt-tiny-v*-s0-torch*.onnx"))

@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from solve_testlib import problems
 
-from experiments.bench_solver import random_layered
 from placer.errors import ProblemError
 from placer.problem import PlacementProblem, Tensor
 from placer.solve import solve
 from placer.solve.bounds import latency_bound, target_heads_tails, window_load_bound
 from placer.solve.evaluate import Costs, assignment_indices, latency_schedule, make_latency_plan
 from placer.solve.heuristics import DynamicList, DynamicListSearch, HeuristicError, dynamic_list, heft
+from placer.solve.instances import random_layered
 
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much]}
 

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from solve_testlib import random_problem
 
-from experiments.bench_solver import random_layered
 from placer.solve import solve
 from placer.solve.coarsen import coarsen_problem, expand_assignment, expand_order
 from placer.solve.evaluate import (
@@ -16,6 +15,7 @@ from placer.solve.evaluate import (
     make_pipeline_plan,
     pipeline_eval,
 )
+from placer.solve.instances import random_layered
 
 
 def _chainy(seed: int, groups: bool = True):

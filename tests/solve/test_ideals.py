@@ -7,8 +7,6 @@ Work is bounded by counts (``max_work``, hypothesis example counts), never by th
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,9 +20,7 @@ from placer.solve import solve
 from placer.solve.bruteforce import exact_pipeline
 from placer.solve.evaluate import pipeline_eval
 from placer.solve.ideals import ideals_search, stage_prices
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from experiments.bench_solver import training_graph  # noqa: E402
+from placer.solve.instances import training_graph
 
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much]}
 

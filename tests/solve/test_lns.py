@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from solve_testlib import problems, random_problem
 
-from experiments.bench_solver import random_layered
 from placer.errors import ProblemError
 from placer.solve import solve
 from placer.solve.evaluate import latency_schedule, make_latency_plan
 from placer.solve.heuristics import HeuristicError, heft, priority_assign
+from placer.solve.instances import random_layered
 from placer.solve.lns import LatencyLNS, improve_latency
 
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much]}

@@ -9,10 +9,15 @@ wall-clock ``time_limit`` is only a backstop against a hang."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from experiments.bench_solver import STG_ROOT, load_stg, stg_optima
 from placer.solve import solve
+from placer.solve.instances import load_stg, stg_optima
+
+#: The STG instances and their optima, test data of this repository.
+STG_ROOT = Path(__file__).resolve().parents[1] / "data" / "stg"
 
 #: CP-SAT deterministic-time cap (40x what the hardest of the 70 instances needs).
 DTIME = 2.0
@@ -26,7 +31,7 @@ SUBSET = [
 
 
 def _optimum(instance: str, p: int) -> int:
-    return next(opt for inst, procs, opt in stg_optima() if inst == instance and procs == p)
+    return next(opt for inst, procs, opt in stg_optima(STG_ROOT) if inst == instance and procs == p)
 
 
 @pytest.mark.parametrize("instance, p", SUBSET, ids=[f"{i}-p{p}" for i, p in SUBSET])
@@ -44,7 +49,7 @@ def test_stg_optimum_reached_and_proved(instance, p):
 def test_stg_data_present():
     # shipped with the repository: a clean clone must run the tests above, never skip them
     assert (STG_ROOT / "optima.csv").is_file(), f"STG benchmark missing under {STG_ROOT}"
-    missing = sorted({inst for inst, _, _ in stg_optima() if not (STG_ROOT / inst).is_file()})
+    missing = sorted({inst for inst, _, _ in stg_optima(STG_ROOT) if not (STG_ROOT / inst).is_file()})
     assert not missing, f"instances listed in optima.csv but missing under {STG_ROOT}: {missing}"
 
 
@@ -52,4 +57,4 @@ def test_stg_loader():
     problem = load_stg(STG_ROOT / "50/rand0000.stg", 2)
     assert problem.n_ops == 51  # 50 tasks + the dummy exit task (the dummy entry is dropped)
     assert problem.cost_ms[-1].tolist() == [0.0, 0.0]
-    assert len(stg_optima()) == 70
+    assert len(stg_optima(STG_ROOT)) == 70
