@@ -17,8 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from solve_testlib import problems
 
-from experiments.bench_solver import random_layered
-
 from placer.errors import ProblemError
 from placer.problem import PlacementProblem, Tensor
 from placer.solve import solve
@@ -26,6 +24,7 @@ from placer.solve.bounds import critical_path_bound, latency_bound, target_heads
 from placer.solve.bounds_comm import comm_heads_tails, path_bound, shaved_bound
 from placer.solve.evaluate import Costs, assignment_indices, make_latency_plan
 from placer.solve.heuristics import HeuristicError, heft
+from placer.solve.instances import random_layered
 
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much]}
 
