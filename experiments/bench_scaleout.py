@@ -51,12 +51,18 @@ def _finish(procs, timeout=900):
             raise SystemExit(f"worker failed ({p.returncode}):\n{out[-3000:]}")
 
 
+_STORAGES: dict = {}
+
+
 def _trials(url):
+    """Every trial of every study in ``url``, through one storage per URL (polling with a new one each
+    time would open a connection pool each time: the server refuses past max_connections)."""
     import optuna
 
+    storage = _STORAGES.setdefault(url, optuna.storages.RDBStorage(url)) if url not in _STORAGES else _STORAGES[url]
     out = []
-    for s in optuna.get_all_study_summaries(url):
-        out += optuna.load_study(study_name=s.study_name, storage=url).get_trials(deepcopy=False)
+    for s in optuna.get_all_study_summaries(storage):
+        out += optuna.load_study(study_name=s.study_name, storage=storage).get_trials(deepcopy=False)
     return out
 
 

@@ -78,7 +78,7 @@ class LocalPostgres:
                   "--no-sync")
         self.port = _free_port()
         opts = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
-                "-c fsync=off -c max_connections=50")
+                "-c fsync=off -c max_connections=400")
         self._run(str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(self.root / "server.log"),
                   "-w", "-t", "60", "start")
         self._bindir = bindir

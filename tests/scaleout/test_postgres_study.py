@@ -28,14 +28,22 @@ def pg():
         yield server
 
 
+_STORAGES: dict = {}
+
+
 def _study(url):
+    """The one study in ``url`` (None before a worker made it), through one storage per URL: each
+    storage holds a pool of connections, and the server's are counted."""
     import optuna
 
-    names = [s.study_name for s in optuna.get_all_study_summaries(url)]
+    storage = _STORAGES.get(url)
+    if storage is None:
+        storage = _STORAGES[url] = optuna.storages.RDBStorage(url)
+    names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
     if not names:
         return None
     assert len(names) == 1, names
-    return optuna.load_study(study_name=names[0], storage=url)
+    return optuna.load_study(study_name=names[0], storage=storage)
 
 
 def _running_trial_of(url, pid):
