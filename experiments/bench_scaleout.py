@@ -59,7 +59,9 @@ def _trials(url):
     time would open a connection pool each time: the server refuses past max_connections)."""
     import optuna
 
-    storage = _STORAGES.setdefault(url, optuna.storages.RDBStorage(url)) if url not in _STORAGES else _STORAGES[url]
+    storage = _STORAGES.get(url)
+    if storage is None:
+        storage = _STORAGES[url] = optuna.storages.RDBStorage(url)
     out = []
     for s in optuna.get_all_study_summaries(storage):
         out += optuna.load_study(study_name=s.study_name, storage=storage).get_trials(deepcopy=False)
