@@ -339,7 +339,9 @@ class PlacementProblem:
             if int(nbytes) > MAX_NBYTES:
                 raise ProblemError(f"tensor {tensor.name!r}: nbytes {nbytes:.6g} is out of range "
                                    f"(at most 2**62)")
-            tensors.append(Tensor(tensor.name, tensor.producer, tuple(tensor.consumers), int(nbytes)))
+            if type(tensor) is not Tensor or type(nbytes) is not int:  # else already in its stored form
+                tensor = Tensor(tensor.name, tensor.producer, tuple(tensor.consumers), int(nbytes))
+            tensors.append(tensor)
 
         # topological order (stable Kahn); name a cycle if there is one
         succ: list[set[int]] = [set() for _ in range(n)]
@@ -685,20 +687,17 @@ class PlacementProblem:
     @cached_property
     def in_tensors(self) -> tuple[tuple[int, ...], ...]:
         """For each op, the produced (non-input) tensors it reads."""
-        r: list[list[int]] = [[] for _ in self.ops]
-        for k, (u, cs) in enumerate(zip(self.tensor_producer, self.tensor_consumers)):
-            if u >= 0:
-                for v in cs:
-                    r[v].append(k)
-        return tuple(tuple(x) for x in r)
+        ptr, flat = self.in_tensor_arrays
+        ptr_l, flat_l = ptr.tolist(), flat.tolist()
+        return tuple([tuple(flat_l[ptr_l[v]:ptr_l[v + 1]]) for v in range(self.n_ops)])
 
     @cached_property
     def in_tensor_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """:attr:`in_tensors` flattened: ``(ptr, tensors)``, op ``v`` reads ``tensors[ptr[v]:ptr[v + 1]]``."""
-        counts = np.fromiter((len(ks) for ks in self.in_tensors), dtype=np.int64, count=self.n_ops)
-        ptr = np.zeros(self.n_ops + 1, dtype=np.int64)
-        np.cumsum(counts, out=ptr[1:])
-        flat = np.fromiter((k for ks in self.in_tensors for k in ks), dtype=np.int64, count=int(ptr[-1]))
+        ks, _, vs = self.consumer_arrays
+        by_v = np.lexsort((ks, vs))  # by reader, then tensor
+        ptr = np.searchsorted(vs[by_v], np.arange(self.n_ops + 1))
+        flat = ks[by_v]
         for a in (ptr, flat):
             a.setflags(write=False)
         return ptr, flat
@@ -720,11 +719,10 @@ class PlacementProblem:
     @cached_property
     def out_tensors(self) -> tuple[tuple[int, ...], ...]:
         """For each op, the tensors it produces that some op reads."""
-        r: list[list[int]] = [[] for _ in self.ops]
-        for k, (u, cs) in enumerate(zip(self.tensor_producer, self.tensor_consumers)):
-            if u >= 0 and cs:
-                r[u].append(k)
-        return tuple(tuple(x) for x in r)
+        ks, us, _ = self.consumer_arrays
+        m = max(len(self.tensors), 1)
+        code = np.unique(us * m + ks)  # by producer, then tensor
+        return _group_by(code // m, code % m, self.n_ops)
 
     @cached_property
     def group_of(self) -> np.ndarray:

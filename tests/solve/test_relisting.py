@@ -111,6 +111,12 @@ def test_edges_units_and_order_match_their_definitions():
         assert p.edges == tuple(es)
         assert p.preds == tuple(tuple(u for u, w in es if w == v) for v in range(p.n_ops))
         assert p.succs == tuple(tuple(w for u, w in es if u == v) for v in range(p.n_ops))
+        pairs = [(k, u, v) for k, (u, cs) in enumerate(zip(p.tensor_producer, p.tensor_consumers)) if u >= 0
+                 for v in cs]
+        assert p.in_tensors == tuple(tuple(k for k, _, w in pairs if w == v) for v in range(p.n_ops))
+        assert p.out_tensors == tuple(tuple(sorted({k for k, u, _ in pairs if u == v})) for v in range(p.n_ops))
+        ptr, flat = p.in_tensor_arrays
+        assert all(tuple(flat[ptr[v]:ptr[v + 1]].tolist()) == p.in_tensors[v] for v in range(p.n_ops))
         depth = [0] * p.n_ops
         for u, v in es:  # sorted by u: ops are stored in a topological order
             depth[v] = max(depth[v], depth[u] + 1)
