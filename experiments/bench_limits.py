@@ -37,7 +37,7 @@ def _run(argv: list[str], cap_gib: float = 8.0) -> tuple[int, float, float, str]
     under an address-space cap (a runaway allocation fails instead of exhausting the machine)."""
     cap = int(cap_gib * 2**30)
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (%d, %d)); "
-            "from placer.cli import main; sys.exit(main(sys.argv[1:]))" % (cap, cap))
+            "from placer.cli import main; sys.exit(main())" % (cap, cap))  # main(): the command itself
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.monotonic()
