@@ -35,6 +35,7 @@ from costmodels.errors import CostModelError
 from costmodels.features import normalize_signature, signature_key
 from costmodels.op_model import OpLatencyModel
 from costmodels.partition import PartitionCorrection, net_isolated_ms
+from costmodels.persistence import load_cost_model_parts, save_cost_model
 from costmodels.roofline import RooflineModel
 from costmodels.transfer import TransferModel
 
@@ -269,16 +270,17 @@ class CostModel:
     # ---- persistence ---------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
         """Write the model (skops + JSON + card.json with SHA-256 of each file) to ``directory``."""
-        from costmodels.persistence import save_cost_model
-
         return save_cost_model(self, directory)
 
     @staticmethod
     def load(directory: str | Path) -> "CostModel":
         """Load a saved model; refuses files whose hash or types do not match (ArtifactIntegrityError)."""
-        from costmodels.persistence import load_cost_model
+        return CostModel(**load_cost_model_parts(directory))
 
-        return load_cost_model(directory)
+
+def load_cost_model(directory: str | Path) -> CostModel:
+    """:meth:`CostModel.load`: a saved model, verified (hashes, type allowlist) and loaded."""
+    return CostModel.load(directory)
 
 
 def boundary_bytes_of(graph: Any, ops: Sequence[Any]) -> float:

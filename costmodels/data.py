@@ -27,7 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from costmodels.errors import CostModelError
 from costmodels.features import _jsonable, normalize_signature
+from placer.safe_io import loads, max_json_bytes, read_bytes
 
 FORMAT = "placer-costmodel-data"
 VERSION = 1
@@ -157,9 +159,6 @@ class TrainingData:
     @staticmethod
     def from_json(path: str | Path) -> "TrainingData":
         import zlib
-
-        from costmodels.errors import CostModelError
-        from placer.safe_io import loads, max_json_bytes, read_bytes
 
         p = Path(path)
         limit = max_json_bytes()

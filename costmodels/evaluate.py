@@ -37,6 +37,8 @@ import numpy as np
 
 from costmodels.data import TrainingData
 from costmodels.partition import net_isolated_ms
+from costmodels.train import fit_cost_model
+from placer.report.plots import DPI, scatter_predicted_measured
 
 
 def ape(pred: float, meas: float) -> float:
@@ -98,8 +100,6 @@ def leave_one_model_out(data: TrainingData, models: Iterable[str] | None = None,
     ``models``: the models to hold out (default: every model in ``data`` except names starting
     with ``skip_prefix``, the sampler's variant banks, which always stay in training).
     """
-    from costmodels.train import fit_cost_model
-
     fit_kw = dict(fit_kw or {})
     fit_kw.setdefault("cv_metrics", False)
     targets = list(targets) if targets is not None else data.target_names()
@@ -235,8 +235,6 @@ def scatter_png(res: EvalResult, path: str | Path) -> None:
     report's), on a :class:`matplotlib.figure.Figure`: no pyplot, no backend switch.
     """
     from matplotlib.figure import Figure
-
-    from placer.report.plots import DPI, scatter_predicted_measured
 
     fig = Figure(figsize=(13, 6.4), layout="constrained")
     axes = fig.subplots(1, 2)

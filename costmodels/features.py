@@ -35,6 +35,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from placer.graph.opgraph import Signature
+
 #: Op types with their own one-hot column; anything else is ``op=other`` (plus its family column).
 OP_VOCAB: tuple[str, ...] = (
     "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Relu", "Clip",
@@ -177,8 +179,6 @@ def _graph_hash(d: Mapping) -> str | None:
     if "v" not in d or "version" not in d:
         return None
     try:
-        from placer.graph.opgraph import Signature
-
         return Signature.from_dict(d).hash
     except Exception:  # not quite that form: fall back to our own hash
         return None

@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 
 from costmodels.errors import ArtifactIntegrityError, CostModelError
+from costmodels.roofline import RooflineModel
+from placer.safe_io import load_json
 
 FORMAT = "placer-costmodel"
 VERSION = 1
@@ -219,8 +221,6 @@ def _load_skops(path: Path) -> Any:
 def verify_saved(directory: str | Path) -> tuple[dict, dict[str, Path]]:
     """``(card, {relative path: path})`` of a saved model whose card this code reads and whose every
     file passes its hash (nothing unpickled, nothing loaded); CostModelError naming the file otherwise."""
-    from placer.safe_io import load_json
-
     d = Path(directory)
     card_path = d / CARD
     if not card_path.exists():
@@ -246,15 +246,15 @@ def verify_saved(directory: str | Path) -> tuple[dict, dict[str, Path]]:
     return card, {rel: _verified(d, rel, sha) for rel, sha in artifacts.items()}
 
 
-def load_cost_model(directory: str | Path):
-    """Load and verify a model saved by :func:`save_cost_model` (under the directory's shared lock)."""
+def load_cost_model_parts(directory: str | Path) -> dict[str, Any]:
+    """Load and verify a model saved by :func:`save_cost_model` (under the directory's shared lock):
+    the keyword arguments of :class:`~costmodels.cost_model.CostModel` (``CostModel.load`` builds it;
+    this module stays below the class it saves)."""
     with model_lock(directory, exclusive=False):
         return _load_locked(directory)
 
 
-def _load_locked(directory: str | Path):
-    from placer.safe_io import load_json
-
+def _load_locked(directory: str | Path) -> dict[str, Any]:
     card, paths = verify_saved(directory)
     tables = load_json(paths["tables.json"], "the cost model's tables", CostModelError)
     op_models = {t: _load_skops(paths[rel]) for rel, t in card.get("op_model_files", {}).items()}
@@ -267,18 +267,15 @@ def _load_locked(directory: str | Path):
                                                            f"{str(exc)[:160]})") from None
 
 
-def _from_tables(tables: dict, op_models: dict, transfer: Any, partition: Any, card: dict):
-    from costmodels.cost_model import CostModel
-    from costmodels.roofline import RooflineModel
-
+def _from_tables(tables: dict, op_models: dict, transfer: Any, partition: Any, card: dict) -> dict[str, Any]:
     if not isinstance(tables, dict):
         raise TypeError("tables.json is not an object")
-    return CostModel(
+    return dict(
         op_models=op_models,
         roofline={t: RooflineModel.from_spec(spec) for t, spec in tables.get("roofline", {}).items()},
         transfer=transfer, partition=partition,
         overheads_ms={t: float(v) for t, v in tables.get("overheads_ms", {}).items()},
         measured_ms={t: {k: _unnum(v) for k, v in m.items()} for t, m in tables.get("measured_ms", {}).items()},
-        partition_records=[(r, float(m)) for r, m in tables.get("partition_records", [])],
+        partition_records=[(dict(r), float(m)) for r, m in tables.get("partition_records", [])],
         card=card,
     )

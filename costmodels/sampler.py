@@ -24,6 +24,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from costmodels.features import family_of, normalize_signature
+from placer.graph import build_graph, load_model
+from placer.profile.campaign import profile_graph
 
 FAMILIES = ("conv", "matmul", "gemm", "pool", "eltwise", "batchnorm", "softmax", "layernorm", "concat", "lrn",
             "transpose")
@@ -381,8 +383,6 @@ def variant_signatures(specs: Sequence[Mapping[str, Any]]) -> list[dict]:
 def variant_graphs(specs: Sequence[Mapping[str, Any]], name: str = "variants", seed: int = 0,
                    chunk: int = 100) -> list:
     """OpGraphs of bank models holding ``specs`` (``chunk`` per graph), named ``{name}-{i}``."""
-    from placer.graph import build_graph, load_model
-
     return [build_graph(load_model(bank_model(specs[i : i + chunk], name=f"{name}-{i // chunk}", seed=seed)))
             for i in range(0, len(specs), chunk)]
 
@@ -399,8 +399,6 @@ def profile_variants(targets: Iterable[Any] | None, store: Any, n: int = 200, *,
     :func:`placer.profile.campaign.profile_graph` (ops only: no whole model, no links, no
     segments). Returns ``[(graph, campaign result), ...]``.
     """
-    from placer.profile.campaign import profile_graph
-
     if specs is None:
         specs = sample_variants(base, n=n, seed=seed, random_share=random_share)
     campaign_kw.setdefault("whole_model", False)

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Sequence
 
 from costmodels.data import LinkRow, OpRow, PartitionRow, TrainingData
 from costmodels.transfer import link_key
+from placer.profile.store import ProfileStore, open_store
 
 
 def _latest(rows: Iterable[dict], use: dict[str, str] | None) -> dict[tuple[str, str], dict]:
@@ -53,8 +54,6 @@ def training_data_from_store(store: Any, graphs: Sequence[Any] = (), targets: It
     ``graphs`` (OpGraphs) name the models the op signatures occur in and make their whole-model
     measurements usable as partitions.
     """
-    from placer.profile.store import ProfileStore, open_store
-
     if isinstance(store, (str, os.PathLike)):
         st, owned = ProfileStore(store, readonly=True), True
     else:
@@ -117,7 +116,7 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool) 
                                             "model", g.name))
     for link in st.link_rows():
         src, dst = link["src_name"], link["dst_name"]
-        if src == dst:  # a target's cut cost (placer.devices.links.measure_cut_points), not a hand-off
+        if src == dst:  # a target's cut cost (placer.profile.links.measure_cut_points), not a hand-off
             continue
         if not (ok(src) and ok(dst)) or (use is not None and (use[src], use[dst]) != (link["src"], link["dst"])):
             continue

@@ -34,10 +34,12 @@ from costmodels.errors import CostModelError
 from costmodels.features import FEATURE_NAMES, feature_matrix
 from costmodels.op_model import OpLatencyModel
 from costmodels.partition import FUSION_FEATURES, PartitionCorrection
-from costmodels.persistence import versions
+from costmodels.persistence import check_overwritable, versions
 from costmodels.roofline import RooflineModel
+from costmodels.store import training_data_from_store
 from costmodels.transfer import TransferModel
 from costmodels.tuning import cv_log_mae, tune_op_model
+from placer.devices.base import TargetSpec
 
 
 def _groups(data: TrainingData, rows) -> np.ndarray:
@@ -160,15 +162,10 @@ def fit_store(db: Any, out_dir: Any = None, *, targets: Sequence[str] | None = N
     ``targets`` are target names as given to placer (``onnxruntime``, ``openvino@cpu1``: made
     canonical); ``graphs`` (OpGraphs) add their whole-model measurements as partitions.
     """
-    from costmodels.persistence import check_overwritable
-    from costmodels.store import training_data_from_store
-
     if out_dir is not None:  # before the fit: a model there this code cannot read is the user's, not ours
         check_overwritable(out_dir)
     names = None
     if targets:
-        from placer.devices.base import TargetSpec
-
         names = [TargetSpec.parse(t).name for t in targets]
     data = training_data_from_store(db, graphs=graphs, targets=names)
     cm = fit_cost_model(data, names, tune_trials=tune_trials, seed=seed)

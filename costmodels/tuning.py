@@ -51,9 +51,8 @@ def tune_op_model(F: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None
 
     ``F`` is a feature matrix (:func:`costmodels.features.feature_matrix`), ``y`` latencies in ms.
     """
-    import optuna
+    import optuna  # only `fit --tune-trials N` needs it (the caller's logging settings apply)
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     base = base if base is not None else OpLatencyModel(random_state=seed)
 
     def objective(trial: "optuna.Trial") -> float:

@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from placer.devices.links import conv_chain_model
+from placer.profile.links import conv_chain_model
 
 
 def _median_ms(fn: Callable[[], Any], reps: int) -> float:
@@ -183,7 +183,6 @@ def _gil_check(g, feeds, n: int) -> dict[str, Any]:
         barrier = threading.Barrier(threads)
         outs: list[float] = []
         ths = [threading.Thread(target=work, args=(i, outs)) for i in range(threads)]
-        t0 = time.perf_counter()
         for t in ths:
             t.start()
         for t in ths:

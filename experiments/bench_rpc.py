@@ -58,7 +58,7 @@ def run_bench(model: str = "zoo:squeezenet", *, max_ops: int | None = None, json
               timeout_s: float = 120.0) -> dict:
     from placer import api
     from placer.devices import make_target
-    from placer.devices.rpc import LocalRpcCluster, configure_rpc
+    from placer.devices.rpc import LocalRpcCluster
     from placer.profile import ProfileStore, TimingConfig, profile_graph
     from placer.profile.timing import random_feeds, time_callable
 
@@ -69,7 +69,7 @@ def run_bench(model: str = "zoo:squeezenet", *, max_ops: int | None = None, json
                      "host": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                               "loadavg_start": os.getloadavg()}}
     with LocalRpcCluster("bench-rpc") as cluster:
-        configure_rpc(cluster.tracker, cluster.key)
+        os.environ.update(cluster.config.to_env())  # this script's process (and its workers) use the cluster
         figures["tracker"] = cluster.tracker
         # ---- A. the campaign, local vs through RPC -------------------------------------------
         campaign = {}

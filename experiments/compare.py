@@ -66,7 +66,8 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     from placer.run.yardsticks import YardstickSet, latency_kinds
     from placer.solve import solve
     from placer.tune import tune
-    from placer.tune.tuner import SKIP_BASELINE_FACTOR, _partition_feedback, assignment_key
+    from placer.tune.records import assignment_key
+    from placer.tune.tuner import SKIP_BASELINE_FACTOR, _partition_feedback
 
     t0 = time.monotonic()
     ctx = api.prepare(ref, targets=targets, db=db)
@@ -340,6 +341,9 @@ def main(argv=None) -> int:
         print(f"report: {path}")
         return 0
     out.mkdir(parents=True, exist_ok=True)
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # an application's choice: placer leaves it alone
     from placer.devices.registry import default_target_names
 
     targets = ([t for t in args.targets.split(",") if t] if args.targets

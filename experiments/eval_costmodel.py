@@ -189,6 +189,9 @@ def main(argv=None) -> int:
     px.add_argument("--out", required=True)
     px.set_defaults(func=cmd_export)
     args = p.parse_args(argv)
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # an application's choice: costmodels leaves it alone
     return int(args.func(args) or 0)
 
 

@@ -4,6 +4,12 @@ User errors (:class:`placer.errors.PlacerError`, and an ``OSError`` on a path gi
 line) print one line and exit 2; anything else is a bug and keeps its traceback. Each command is a
 function ``cmd_NAME(args) -> int`` plus a parser builder ``add_NAME(subparsers)``; ``COMMANDS``
 lists them.
+
+Each ``cmd_NAME`` imports the layer it calls inside its body, not at the top of this module: that
+is deliberate, so that ``placer --help`` and a command's ``--help`` start without importing ONNX,
+the runtimes, OR-Tools, Optuna or scikit-learn (docs/architecture.md). This module is also the
+process's entry point, the one place that sets process-wide state: SIGTERM handling, Optuna's log
+level (:func:`quiet_optuna`), and the ``PLACER_RPC_*`` environment of ``placer profile --rpc-*``.
 """
 
 from __future__ import annotations
@@ -97,6 +103,14 @@ def say_plain(console) -> Callable[[str], None]:
 def out(text: str) -> None:
     """Print text that may hold names from a user's file (op names, paths): control characters escaped."""
     print(printable(text))
+
+
+def quiet_optuna() -> None:
+    """Optuna's INFO log (a line per trial, the study's creation) off: the commands print their own
+    progress. It is process-wide, so the entry point decides it, never the library."""
+    import optuna  # here, not at the top: only the commands that search need it (0.3 s)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def parse_targets(text: str | None) -> list[str] | None:
@@ -256,6 +270,7 @@ def cmd_tune(args) -> int:
     console = make_console()
     if args.trials is not None and args.trials < 1:
         raise PlacerError(f"--trials {args.trials}: must be >= 1")
+    quiet_optuna()
     result = tune(args.model, targets=parse_targets(args.targets), objective=args.objective,
                   budget_s=parse_budget(args.budget) if args.budget is not None else None, out_dir=args.out,
                   storage=args.storage, db=args.db,
@@ -303,7 +318,7 @@ def add_report(sub) -> None:
 
 def cmd_report(args) -> int:
     from placer.report import write_tune_report
-    from placer.tune.tuner import load_tune_result
+    from placer.tune.records import load_tune_result
 
     result, ctx = load_tune_result(args.out_dir)  # types of the records and summary checked
     try:
@@ -337,18 +352,18 @@ def add_fit(sub) -> None:
 
 
 def cmd_fit(args) -> int:
-    from costmodels.train import fit_store
     from placer.profile.store import default_db
-    from placer.tune.learned import default_model_dir
+    from placer.safe_io import check_regular_file
+    from placer.tune.learned import default_model_dir, fit_store
 
     db = args.db or default_db()
     if Path(db).exists():  # a directory, FIFO or device is refused here, never opened
-        from placer.safe_io import check_regular_file
-
         check_regular_file(db, "the profile store (--db)")
     if not Path(db).is_file():
         raise PlacerError(f"--db {db}: no profile store there (run `placer profile MODEL` first)")
     out_dir = args.out or default_model_dir(db)
+    if args.tune_trials:
+        quiet_optuna()
     cm = fit_store(db, out_dir, targets=parse_targets(args.targets), tune_trials=args.tune_trials,
                    seed=args.seed)
     for t, c in sorted(cm.card["targets"].items()):
@@ -467,7 +482,7 @@ def add_profile(sub) -> None:
     p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="TVM RPC tracker for tvm-rpc targets")
     p.add_argument("--rpc-key", default=None, help="TVM RPC device key for tvm-rpc targets")
     p.set_defaults(func=cmd_profile)
-    if "bench" not in sub.choices:  # `placer bench profile` (experiments/bench_profile.py)
+    if "bench" not in sub.choices:  # `placer bench profile` (placer.profile.bench)
         b = sub.add_parser("bench", help="benchmarks: `placer bench profile` times a profiling campaign",
                            description="Benchmarks of placer itself. `placer bench profile` times a "
                                        "profiling campaign of a model into a fresh store, then reruns it "
@@ -485,10 +500,10 @@ def add_profile(sub) -> None:
 def cmd_profile(args) -> int:
     from placer.profile.report import profile_command
 
-    if args.rpc_tracker or args.rpc_key:  # tvm-rpc targets (placer.devices.rpc); workers inherit the env
-        from placer.devices.registry import configure_rpc
+    if args.rpc_tracker or args.rpc_key:  # tvm-rpc targets (placer.devices.rpc): the entry point sets the
+        from placer.devices.rpc import rpc_config  # environment of its process; its workers inherit it
 
-        configure_rpc(args.rpc_tracker, args.rpc_key)
+        os.environ.update(rpc_config(args.rpc_tracker, args.rpc_key).to_env())
     return profile_command(args.model, targets=parse_targets(args.targets), db=args.db,
                            shapes=parse_shapes(args.shape), timeout_s=args.timeout, segments=args.segments,
                            links=not args.no_links, whole_model=not args.no_whole_model,
@@ -497,7 +512,7 @@ def cmd_profile(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from experiments.bench_profile import run_bench
+    from placer.profile.bench import run_bench
 
     run_bench(args.model, targets=parse_targets(args.targets), db=args.db, timeout_s=args.timeout,
               json_path=args.json)

@@ -27,8 +27,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from placer.devices.base import TargetSpec
+from placer.devices.cores import core_sets
 from placer.errors import ProfileError
 from placer.problem import PlacementProblem, Tensor
+from placer.profile import model_key, segment_key
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,6 @@ def cost_table_from_store(graph, targets: Sequence, store, cost_model=None,
     """Costs of every op of ``graph`` on every target: measured where the store has them,
     else predicted by ``cost_model`` (if given), else a ProfileError naming the op.
     """
-    from placer.profile import model_key
-
     names = tuple(t.name for t in targets)
     n, m = len(graph.ops), len(names)
     cost = np.full((n, m), math.inf)
@@ -94,8 +95,6 @@ def cost_table_from_store(graph, targets: Sequence, store, cost_model=None,
 
 def _segment_costs_from_store(graph, targets: Sequence, store, segments: Iterable[Sequence[str]]):
     """``{(op ids): {target: net ms}}`` for every segment measured ok on at least one target."""
-    from placer.profile import segment_key
-
     out: dict[tuple[str, ...], dict[str, float]] = {}
     for seg in segments:
         seg = tuple(seg)
@@ -226,9 +225,6 @@ def target_cores_of(names) -> dict[str, tuple[int, ...]]:
     ``PlacementProblem.target_cores``: targets that share a core never run at the same time.
     Targets off this machine's cores (simulated, remote) are left out (each its own resource).
     Keys are the names as given (``onnxruntime`` stays ``onnxruntime``, not its full spec name)."""
-    from placer.devices.base import TargetSpec
-    from placer.devices.cores import core_sets
-
     specs = {n: TargetSpec.parse(n) for n in names}
     sets = core_sets(list(specs.values()))
     return {n: sets[s.name] for n, s in specs.items() if sets.get(s.name) is not None}

@@ -5,8 +5,8 @@ predicted schedule of one inference), which tensors cross targets (``transfers``
 pipeline mode, the stages. It carries the solver statistics and the problem's provenance, has one
 canonical JSON form (sorted keys, ``"version": 1``) and a short text form (:meth:`Plan.summary`).
 
-Semantics (shared with every solver through ``placer.solve.evaluate``)
------------------------------------------------------------------------
+Semantics (shared with every solver through :mod:`placer.semantics`)
+--------------------------------------------------------------------
 Latency mode
     ``makespan_ms`` = max op end. An op starts after each input tensor is available on its target:
     at the producer's end on the same target, else ``link_ms + partition_overhead_ms[dst]`` later
@@ -39,12 +39,15 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
+
+from placer import semantics as sem
+from placer._callable_module import make_callable as _make_callable
 from placer.errors import PlanError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from placer.problem import PlacementProblem
+from placer.problem import PlacementProblem
+from placer.safe_io import load_json, loads
 
 __all__ = ["PLAN_VERSION", "Plan", "SolverStats", "StageCost", "Transfer"]
 
@@ -183,16 +186,12 @@ class Plan:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Plan:
         """Read a plan written by :meth:`save`."""
-        from placer.safe_io import load_json
-
         return cls.from_json(load_json(path, "the plan", PlanError))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | str) -> Plan:
         """Build a plan from :meth:`to_json` output (a dict or its JSON text)."""
         if isinstance(data, str):
-            from placer.safe_io import loads
-
             data = loads(data, "plan JSON", PlanError)
         if not isinstance(data, Mapping):
             raise PlanError("plan JSON must be an object")
@@ -272,10 +271,6 @@ class Plan:
         the stage costs; the transfers list; and that ``makespan_ms`` / ``bottleneck_ms``
         recompute from the problem (relative tolerance ``tol``).
         """
-        import numpy as np
-
-        from placer.solve import evaluate as ev
-
         p = problem
         if self.mode not in ("latency", "pipeline"):
             raise PlanError(f"unknown plan mode {self.mode!r}")
@@ -323,7 +318,7 @@ class Plan:
 
         # transfers: exactly the needed (tensor, src, dst) copies with the problem's times
         needed = {(p.tensors[k].name, p.targets[a], p.targets[b]): (ms, en)
-                  for k, a, b, ms, en in ev.needed_transfers(p, assign)}
+                  for k, a, b, ms, en in sem.needed_transfers(p, assign)}
         got = {(t.tensor, t.src, t.dst): t for t in self.transfers}
         if len(got) != len(self.transfers):
             raise PlanError("duplicate entries in transfers")
@@ -345,15 +340,11 @@ class Plan:
             self._validate_pipeline(p, assign, start, end, tol)
 
     def _validate_latency(self, p: PlacementProblem, assign: Any, start: Any, end: Any, tol: float) -> None:
-        import numpy as np
-
-        from placer.solve import evaluate as ev
-
         for k, (u, cs) in enumerate(zip(p.tensor_producer, p.tensor_consumers)):
             if u < 0:
                 continue
             for v in cs:
-                ready = ev.arrival_ms(p, k, end[u], assign[u], assign[v])
+                ready = sem.arrival_ms(p, k, end[u], assign[u], assign[v])
                 if start[v] < ready - tol * max(1.0, abs(ready)):
                     raise PlanError(f"op {p.ops[v]!r} starts at {start[v]:.6g} ms before its input "
                                     f"{p.tensors[k].name!r} from {p.ops[u]!r} is ready on "
@@ -377,15 +368,11 @@ class Plan:
         if not _close(self.makespan_ms, makespan, tol):
             raise PlanError(f"makespan_ms {self.makespan_ms} != recomputed {makespan} (op "
                             f"{p.ops[int(end.argmax())]!r} ends last)")
-        busy = ev.resource_busy_ms(p, assign)
+        busy = sem.resource_busy_ms(p, assign)
         if not _close(self.bottleneck_ms, float(busy.max()), tol):
             raise PlanError(f"bottleneck_ms {self.bottleneck_ms} != recomputed {float(busy.max())}")
 
     def _validate_pipeline(self, p: PlacementProblem, assign: Any, start: Any, end: Any, tol: float) -> None:
-        import numpy as np
-
-        from placer.solve import evaluate as ev
-
         if len(set(self.stage_targets)) != len(self.stage_targets):
             raise PlanError(f"stage targets are not distinct: {list(self.stage_targets)}")
         if any(t not in p.target_index for t in self.stage_targets):
@@ -417,7 +404,7 @@ class Plan:
         if k is not None and len(self.stage_targets) > int(k):
             raise PlanError(f"plan has {len(self.stage_targets)} stages, more than num_stages={k}")
         order = [p.target_index[t] for t in self.stage_targets]
-        ref = ev.pipeline_eval(p, assign, order)
+        ref = sem.pipeline_eval(p, assign, order)
         if len(self.stages) != len(order):
             raise PlanError(f"plan lists {len(self.stages)} stage costs for {len(order)} stages")
         for s, (sc, tgt) in enumerate(zip(self.stages, self.stage_targets)):
@@ -469,8 +456,6 @@ def _check_names(plan: Plan) -> None:
 
 
 def _json_default(x: Any) -> Any:
-    import numpy as np
-
     if isinstance(x, np.generic):
         return x.item()
     if isinstance(x, np.ndarray):
@@ -480,7 +465,6 @@ def _json_default(x: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(x).__name__}")
 
 
-# ``placer.plan(model, ...)`` plans a model (placer.api.plan); the module stays importable as usual.
-from placer._callable_module import make_callable as _make_callable  # noqa: E402
-
+# ``placer.plan(model, ...)`` plans a model (placer.api.plan, imported when called: the one upward
+# reference of this layer, listed in docs/architecture.md); the module stays importable as usual.
 _make_callable(__name__, "placer.api:plan")

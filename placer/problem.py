@@ -60,7 +60,6 @@ Examples
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 import os
@@ -74,6 +73,7 @@ import numpy as np
 
 from placer.errors import ProblemError
 from placer.safe_io import load_json
+from placer.toposort import CycleError, topological_order
 
 __all__ = ["LINK_CHARGES", "PlacementProblem", "Tensor", "resolve_target_name"]
 
@@ -343,29 +343,17 @@ class PlacementProblem:
                 tensor = Tensor(tensor.name, tensor.producer, tuple(tensor.consumers), int(nbytes))
             tensors.append(tensor)
 
-        # topological order (stable Kahn); name a cycle if there is one
-        succ: list[set[int]] = [set() for _ in range(n)]
+        # topological order (stable: ties by listed position); name a cycle if there is one
+        preds: list[set[int]] = [set() for _ in range(n)]
         for tensor in tensors:
             if tensor.producer is not None:
                 u = op_index[tensor.producer]
                 for c in tensor.consumers:
-                    succ[u].add(op_index[c])
-        indeg = [0] * n
-        for u in range(n):
-            for v in succ[u]:
-                indeg[v] += 1
-        heap = [i for i in range(n) if indeg[i] == 0]
-        heapq.heapify(heap)
-        order: list[int] = []
-        while heap:
-            u = heapq.heappop(heap)
-            order.append(u)
-            for v in succ[u]:
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    heapq.heappush(heap, v)
-        if len(order) < n:
-            raise ProblemError(f"cycle among ops: {_find_cycle(ops, succ, indeg)}")
+                    preds[op_index[c]].add(u)
+        try:
+            order = topological_order(range(n), preds.__getitem__)
+        except CycleError as exc:
+            raise ProblemError(f"cycle among ops: {' -> '.join(repr(ops[i]) for i in exc.cycle)}") from None
         if order != list(range(n)):
             ops = tuple(ops[i] for i in order)
             cost = cost[order]
@@ -1256,25 +1244,3 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return x.tolist()
     return x
-
-
-def _find_cycle(ops: Sequence[str], succ: list[set[int]], indeg: list[int]) -> str:
-    """Name the ops of one cycle among the nodes Kahn's algorithm could not remove.
-
-    Every such node keeps a predecessor among them, so walking predecessors must close a cycle.
-    """
-    left = {i for i, d in enumerate(indeg) if d > 0}
-    pred: dict[int, list[int]] = {i: [] for i in left}
-    for u in left:
-        for v in succ[u]:
-            if v in left:
-                pred[v].append(u)
-    path: list[int] = []
-    pos: dict[int, int] = {}
-    u = min(left)
-    while u not in pos:
-        pos[u] = len(path)
-        path.append(u)
-        u = min(pred[u])
-    cyc = path[pos[u]:] + [u]
-    return " -> ".join(repr(ops[i]) for i in reversed(cyc))

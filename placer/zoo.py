@@ -16,21 +16,32 @@
 References for :func:`resolve` / :func:`available`: ``"zoo:tiny"``, ``"zoo:bert-tiny"``, ``"zoo:lpnorm"``,
 ``"zoo:<light name>"`` (re-weighted, seed 0), ``"zoo:light-<light name>"`` (the original light
 model), ``"zoo:gpt-tiny"`` (torch), ``"zoo:hf-bert"`` (transformers), or a file path.
+
+The zoo sits above the graph layer (it builds and checks its models with it): :func:`load_model` /
+:func:`load_graph` take a ``zoo:`` reference or anything :mod:`placer.graph` loads, and are what
+the layers taking a user's MODEL argument (profile, the planning context, tune, the CLI) call.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from placer.errors import GraphError
+from placer.graph import OpGraph
 from placer.graph import _proto as P
+from placer.graph import load as graph_load
+from placer.graph.inputs import random_inputs
+from placer.graph.opgraph import load_graph as _graph_load_graph
+from placer.zoo_hf import HF_MODELS, hf_model
+from placer.zoo_torch import TORCH_MODELS, torch_model
 
 __all__ = [
     "LIGHT_MODELS",
@@ -38,6 +49,8 @@ __all__ = [
     "available",
     "bert_encoder",
     "light_model_path",
+    "load_graph",
+    "load_model",
     "model_with_op_tvm_rejects",
     "random_inputs",
     "resolve",
@@ -89,9 +102,6 @@ def light_model_path(name: str) -> Path:
 
 def available() -> list[str]:
     """Names accepted after ``zoo:`` by :func:`resolve`."""
-    from placer.zoo_hf import HF_MODELS
-    from placer.zoo_torch import TORCH_MODELS
-
     return ["tiny", "bert-tiny", "bert-small", "lpnorm", *LIGHT_MODELS, *(f"light-{n}" for n in LIGHT_MODELS),
             *TORCH_MODELS, *HF_MODELS]
 
@@ -112,21 +122,34 @@ def resolve(ref: str | os.PathLike) -> onnx.ModelProto:
             return model_with_op_tvm_rejects()
         if name in LIGHT_MODELS:
             return reweighted(name)
-        from placer.zoo_torch import TORCH_MODELS, torch_model
-
         if name in TORCH_MODELS:
             return torch_model(name)
-        from placer.zoo_hf import HF_MODELS, hf_model
-
         if name in HF_MODELS:
             return hf_model(name)
         if name.startswith("light-") and name[6:] in LIGHT_MODELS:
             return onnx.load(str(light_model_path(name[6:])))
         raise GraphError(f"unknown zoo model '{text}'; available: {', '.join('zoo:' + n for n in available())}")
-    from placer.graph.load import _read  # the loader's clear errors for paths
+    return graph_load.read_model(text)  # the loader's clear errors for paths
 
-    model, _ = _read(text)
-    return model
+
+def _is_ref(source: Any) -> bool:
+    return isinstance(source, (str, os.PathLike)) and str(os.fspath(source)).startswith("zoo:")
+
+
+def load_model(source: Any, shapes: Mapping[str, tuple[int, ...]] | None = None) -> onnx.ModelProto:
+    """:func:`placer.graph.load_model` of a zoo reference (``"zoo:squeezenet"``), a path or a ModelProto."""
+    if _is_ref(source):
+        return graph_load.load_model(resolve(source), shapes, name=str(source))
+    return graph_load.load_model(source, shapes)
+
+
+def load_graph(source: Any, shapes: Mapping[str, Sequence[int]] | None = None) -> OpGraph:
+    """:func:`placer.graph.load_graph` of a zoo reference (``"zoo:squeezenet"``, recorded as the graph's
+    ``source``), a path or a ModelProto."""
+    shapes = {k: tuple(int(d) for d in v) for k, v in shapes.items()} if shapes else None
+    if _is_ref(source):
+        return _graph_load_graph(resolve(source), shapes, name=str(source))
+    return _graph_load_graph(source, shapes)
 
 
 def write(
@@ -149,44 +172,6 @@ def write(
         onnx.save(model, str(path))
         paths[name] = path
     return paths
-
-
-# ------------------------------------------------------------------------------------ inputs
-
-
-def random_inputs(
-    model: onnx.ModelProto, seed: int = 0, shapes: Mapping[str, tuple[int, ...]] | None = None
-) -> dict[str, np.ndarray]:
-    """Seeded random arrays for the graph inputs that are not initializers.
-
-    Floats ~ N(0, 1), integers in [0, 8), bools fair. Symbolic dims must be given in ``shapes``.
-    """
-    rng = np.random.default_rng(seed)
-    inits = {t.name for t in model.graph.initializer}
-    feeds: dict[str, np.ndarray] = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = P.tensor_type_of(vi)
-        if tt is None:
-            raise GraphError(f"graph input '{vi.name}' is not a tensor")
-        elem_type, dims = tt
-        if shapes and vi.name in shapes:
-            dims = tuple(int(d) for d in shapes[vi.name])
-        if not P.is_static(dims):
-            raise GraphError(f"graph input '{vi.name}' has a non-static shape {dims}; pass shapes=")
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
-        shape = tuple(int(d) for d in dims)  # type: ignore[union-attr]
-        if dtype.kind == "f":
-            arr = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
-        elif dtype.kind == "b":
-            arr = rng.random(shape) < 0.5
-        elif dtype.kind in "iu":
-            arr = rng.integers(0, 8, size=shape).astype(dtype)
-        else:
-            raise GraphError(f"graph input '{vi.name}': no random generator for dtype {dtype}")
-        feeds[vi.name] = arr
-    return feeds
 
 
 # ------------------------------------------------------------------------------- re-weighting
@@ -587,14 +572,12 @@ def _np_run(
             e = np.exp(x - x.max(axis=axis, keepdims=True))
             y = e / e.sum(axis=axis, keepdims=True)
     else:
-        from placer.graph.load import _reference_run
-
         outs = [o for o in n.output if o]
         feeds = {t: env[t] for t in dict.fromkeys(t for t in n.input if t)}
         m = onnx.ModelProto()
         m.ir_version = 7
         m.opset_import.append(helper.make_opsetid("", opset))
-        res = _reference_run([n], feeds, outs, m)
+        res = graph_load.reference_run([n], feeds, outs, m)
         return dict(zip(outs, res))
     return {out: np.asarray(y, dtype=np.float32) if np.asarray(y).dtype == np.float64 else np.asarray(y)}
 

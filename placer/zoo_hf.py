@@ -24,12 +24,12 @@ name, builder version, seed, torch and transformers versions.
 
 from __future__ import annotations
 
-import os
 from typing import Callable
 
 import onnx
 
 from placer.errors import GraphError
+from placer.zoo_torch import export_cached, seeded_build
 
 __all__ = ["HF_MODELS", "hf_model", "hf_module"]
 
@@ -40,7 +40,7 @@ IMAGE = 224
 
 
 def _transformers():
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # configs are built here; nothing is fetched
+    # configs are built here (never from_pretrained): nothing is fetched, whatever HF_HUB_OFFLINE says
     try:
         import transformers
     except ImportError:
@@ -142,8 +142,6 @@ HF_MODELS: dict[str, Callable] = {
 
 def hf_model(name: str, seed: int = 0) -> onnx.ModelProto:
     """The zoo model ``name`` (a key of :data:`HF_MODELS`) exported to ONNX (cached)."""
-    from placer.zoo_torch import export_cached
-
     if name not in HF_MODELS:
         raise GraphError(f"unknown transformers zoo model {name!r}; known: {', '.join(HF_MODELS)}")
     tf = _transformers()
@@ -153,8 +151,6 @@ def hf_model(name: str, seed: int = 0) -> onnx.ModelProto:
 def hf_module(name: str, seed: int = 0):
     """The torch module ``zoo:NAME`` is exported from (same seed, same weights), in eval mode, with
     its input and output names: ``(module, input names, output names)``. For checking the export."""
-    from placer.zoo_torch import seeded_build
-
     if name not in HF_MODELS:
         raise GraphError(f"unknown transformers zoo model {name!r}; known: {', '.join(HF_MODELS)}")
     _transformers()

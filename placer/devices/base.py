@@ -144,6 +144,12 @@ class Target(abc.ABC):
             "options": dict(self.spec.options),
         }
 
+    def worker_env(self) -> dict[str, str]:
+        """Environment variables a worker process needs to build this target by name as it is here
+        (configuration given to this object rather than read from the environment, which the worker
+        inherits); none by default. The profiler adds them to its workers' environment."""
+        return {}
+
     def fingerprint_hash(self) -> str:
         blob = json.dumps(self.fingerprint(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import importlib
+import os
+import re
 from typing import Iterable
 
 from placer.devices.base import Target, TargetSpec
+from placer.devices.openvino_target import cpu_capabilities, cpu_has_bf16
 from placer.errors import TargetError, first_line
 
+_KIND_RE = re.compile(r"^[a-z][a-z0-9\-]*$")  # the KIND of a target name (placer.devices.base)
+
 # kind -> "module:Class"; imported lazily so that listing targets does not import every runtime.
+# Read it through registered_kinds(), change it through register_target().
 _KINDS: dict[str, str] = {
     "onnxruntime": "placer.devices.onnxruntime_target:OnnxRuntimeTarget",
     "openvino": "placer.devices.openvino_target:OpenVinoTarget",
@@ -36,8 +42,6 @@ def default_kinds(precision: str = "f32") -> tuple[str, ...]:
         raise TargetError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     if precision == "f32":
         return DEFAULT_KINDS
-    from placer.devices.openvino_target import cpu_capabilities, cpu_has_bf16
-
     if not cpu_has_bf16():
         caps = ", ".join(cpu_capabilities()) or "none reported"
         raise TargetError(f"precision bf16: this CPU has no bf16 (OpenVINO's CPU capabilities: {caps})")
@@ -50,24 +54,34 @@ def default_target_names(precision: str = "f32") -> list[str]:
     machine of several cores, each at one thread: on small models one thread beats a pool's
     hand-offs, and 1-thread targets on different cores can run independent branches at once
     (:mod:`placer.devices.cores`). Cores are a resource the plan decides."""
-    import os
-
     kinds = default_kinds(precision)
     n = len(os.sched_getaffinity(0))
     return [f"{kind}:t{n}" for kind in kinds] + ([f"{kind}:t1" for kind in kinds] if n > 1 else [])
 
 
-def register_target(kind: str, path: str) -> None:
-    """Register a target class by ``"module:Class"`` (plug-ins, test targets)."""
+def register_target(kind: str, path: str, *, overwrite: bool = False) -> None:
+    """Register a target class by ``"module:Class"`` (plug-ins, test targets).
+
+    Registering a kind again with the same path does nothing; with another path it raises
+    TargetError naming both, unless ``overwrite`` (the kind then builds the new class). The
+    profiling campaign hands the registered kinds to its worker processes
+    (:func:`registered_kinds`), so a plug-in kind works there too.
+    """
+    if not _KIND_RE.match(kind):
+        raise TargetError(f"invalid target kind {kind!r}: lowercase letters, digits and '-', starting with a letter")
+    module, sep, cls = path.partition(":")
+    if not (module and sep and cls):
+        raise TargetError(f"target kind {kind!r}: {path!r} is not 'module:Class'")
+    old = _KINDS.get(kind)
+    if old is not None and old != path and not overwrite:
+        raise TargetError(f"target kind {kind!r} is already registered as {old!r}; not replaced by {path!r} "
+                          "(pass overwrite=True to replace it)")
     _KINDS[kind] = path
 
 
-def configure_rpc(tracker: str | None = None, key: str | None = None, **options) -> None:
-    """Where ``tvm-rpc`` targets find their device (tracker ``HOST:PORT``, device key); see
-    :func:`placer.devices.rpc.configure_rpc` (sets environment variables, so profiling workers see it)."""
-    from placer.devices.rpc import configure_rpc as _configure
-
-    _configure(tracker, key, **options)
+def registered_kinds() -> dict[str, str]:
+    """Every registered kind and its ``"module:Class"`` (a copy: change it with :func:`register_target`)."""
+    return dict(_KINDS)
 
 
 def known_kinds() -> list[str]:

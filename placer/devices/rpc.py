@@ -19,8 +19,9 @@ Names and configuration
 -----------------------
 ``tvm-rpc[:KEY][@cpu:tTHREADS]``: ``tvm-rpc@cpu:t1`` uses the configured key, ``tvm-rpc:rk3399``
 names the key itself. Threads only set the build's ``num-cores``; the remote runtime's thread
-pool follows the server's environment (``TVM_NUM_THREADS``). Configuration comes from the
-environment, so profiling worker subprocesses (which build targets by name) inherit it:
+pool follows the server's environment (``TVM_NUM_THREADS``). A target's configuration is an
+:class:`RpcConfig`: the one passed to ``RpcTarget(spec, config=...)``, else the environment's,
+read when the target first needs it:
 
 * ``PLACER_RPC_TRACKER`` ``HOST:PORT`` of the tracker (required);
 * ``PLACER_RPC_KEY`` the device key (unless the name has one);
@@ -29,8 +30,10 @@ environment, so profiling worker subprocesses (which build targets by name) inhe
 * ``PLACER_RPC_CC`` a cross compiler for ``export_library`` (e.g. ``aarch64-linux-gnu-g++``);
 * ``PLACER_RPC_SESSION_TIMEOUT`` seconds a session may last (default 600).
 
-:func:`configure_rpc` sets them from Python (``placer.devices.registry.configure_rpc`` too);
-``placer profile --rpc-tracker HOST:PORT --rpc-key KEY`` from the command line.
+:func:`rpc_config` builds one from arguments over these variables; ``RpcConfig.to_env()`` gives them
+back, which is how a profiling worker subprocess (it builds targets by name) gets the config of a
+target given one explicitly (:meth:`RpcTarget.worker_env`). Nothing here writes the environment;
+``placer profile --rpc-tracker HOST:PORT --rpc-key KEY`` sets it for the command's own process.
 
 The fingerprint holds the key, the tracker address, the hosts of the servers registered under
 the key (from the tracker's summary; ports left out, they change on restart), the remote target
@@ -66,6 +69,7 @@ import numpy as np
 
 from placer.devices.base import CompiledModel, TargetSpec
 from placer.devices.onnxruntime_target import _first_line
+from placer.devices.timing import TimingConfig, stats_from_samples
 from placer.devices.tvm_target import TvmLlvmTarget, llvm_target
 from placer.errors import TargetError, first_line
 
@@ -81,6 +85,8 @@ LOOPBACK = "127.0.0.1"
 # ---- configuration --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RpcConfig:
+    """Where ``tvm-rpc`` targets find their device (see the module docstring for each field)."""
+
     tracker_host: str
     tracker_port: int
     key: str | None
@@ -91,6 +97,14 @@ class RpcConfig:
     @property
     def tracker(self) -> str:
         return f"{self.tracker_host}:{self.tracker_port}"
+
+    def to_env(self) -> dict[str, str]:
+        """The ``PLACER_RPC_*`` variables that give this configuration (for a child process's environment)."""
+        env = {ENV_TRACKER: self.tracker, ENV_TIMEOUT: str(float(self.session_timeout_s))}
+        for name, value in ((ENV_KEY, self.key), (ENV_TARGET, self.target_json), (ENV_CC, self.cc)):
+            if value:
+                env[name] = value
+        return env
 
 
 def parse_hostport(text: str, what: str = "tracker") -> tuple[str, int]:
@@ -103,33 +117,24 @@ def parse_hostport(text: str, what: str = "tracker") -> tuple[str, int]:
         raise TargetError(f"{what} address {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9190") from None
 
 
-def configure_rpc(tracker: str | None = None, key: str | None = None, *, target: Mapping | str | None = None,
-                  cc: str | None = None, session_timeout_s: float | None = None) -> None:
-    """Set where ``tvm-rpc`` targets find their device. Stored in the environment
-    (``PLACER_RPC_*``) so worker subprocesses started afterwards see it; None leaves a value as is."""
-    if tracker is not None:
-        parse_hostport(tracker)
-        os.environ[ENV_TRACKER] = str(tracker)
-    if key is not None:
-        os.environ[ENV_KEY] = str(key)
-    if target is not None:
-        os.environ[ENV_TARGET] = target if isinstance(target, str) else json.dumps(dict(target), sort_keys=True)
-    if cc is not None:
-        os.environ[ENV_CC] = cc
-    if session_timeout_s is not None:
-        os.environ[ENV_TIMEOUT] = str(float(session_timeout_s))
-
-
-def rpc_config() -> RpcConfig:
-    """The current configuration; TargetError if no tracker is configured."""
-    tracker = os.environ.get(ENV_TRACKER)
+def rpc_config(tracker: str | None = None, key: str | None = None, *, target: Mapping | str | None = None,
+               cc: str | None = None, session_timeout_s: float | None = None,
+               environ: Mapping[str, str] | None = None) -> RpcConfig:
+    """The RPC configuration: each value given here, else the environment's ``PLACER_RPC_*`` (``environ``,
+    default ``os.environ``, read now). TargetError if no tracker is given either way. Nothing is stored:
+    pass the result to ``RpcTarget(spec, config=...)`` (or put ``to_env()`` in a child's environment)."""
+    env = os.environ if environ is None else environ
+    tracker = tracker if tracker is not None else env.get(ENV_TRACKER)
     if not tracker:
         raise TargetError(f"tvm-rpc: no tracker configured: set {ENV_TRACKER}=HOST:PORT (and {ENV_KEY}=KEY), "
-                          "call placer.devices.registry.configure_rpc(), or pass --rpc-tracker/--rpc-key")
+                          "pass an RpcConfig (placer.devices.rpc.rpc_config), or pass --rpc-tracker/--rpc-key")
     host, port = parse_hostport(tracker)
-    return RpcConfig(host, port, os.environ.get(ENV_KEY) or None, os.environ.get(ENV_TARGET) or None,
-                     os.environ.get(ENV_CC) or None,
-                     float(os.environ.get(ENV_TIMEOUT) or DEFAULT_SESSION_TIMEOUT_S))
+    if target is not None and not isinstance(target, str):
+        target = json.dumps(dict(target), sort_keys=True)
+    timeout = session_timeout_s if session_timeout_s is not None else (env.get(ENV_TIMEOUT) or DEFAULT_SESSION_TIMEOUT_S)
+    return RpcConfig(host, port, (key if key is not None else env.get(ENV_KEY)) or None,
+                     (target if target is not None else env.get(ENV_TARGET)) or None,
+                     (cc if cc is not None else env.get(ENV_CC)) or None, float(timeout))
 
 
 def tracker_summary(host: str, port: int) -> dict:
@@ -157,8 +162,9 @@ class RpcTarget(TvmLlvmTarget):
     runtime = "tvm"
     profile_timeout_s = 120.0  # compile here + upload + remote timing
 
-    def __init__(self, spec: TargetSpec):
+    def __init__(self, spec: TargetSpec, config: RpcConfig | None = None):
         super().__init__(spec)
+        self._config = config
         self._session = None
         self._lock = threading.Lock()
         self._fingerprint: dict[str, Any] | None = None
@@ -166,7 +172,13 @@ class RpcTarget(TvmLlvmTarget):
     # ---- configuration
     @property
     def config(self) -> RpcConfig:
-        return rpc_config()
+        """The configuration given to the constructor, else the environment's (:func:`rpc_config`)."""
+        return self._config if self._config is not None else rpc_config()
+
+    def worker_env(self) -> dict[str, str]:
+        """A configuration given explicitly, as the environment of a worker process that rebuilds this
+        target by name (one taken from the environment is inherited anyway)."""
+        return self._config.to_env() if self._config is not None else {}
 
     @property
     def key(self) -> str:
@@ -371,10 +383,8 @@ class RpcCompiled(CompiledModel):
         the device-side mean of ``number`` calls (``number`` sized so a sample takes about
         ``min_time_s / min_samples``): batches of ``min_samples`` samples until the median moves
         less than ``rel_tol``, or ``max_time_s`` is spent (at least ``hard_min_samples``).
-        Returns a :class:`placer.profile.timing.TimingStats`.
+        Returns a :class:`placer.devices.timing.TimingStats`.
         """
-        from placer.profile.timing import TimingConfig, stats_from_samples
-
         cfg = config or TimingConfig()
         self._set_inputs(feeds)
         dev = self.device
@@ -441,19 +451,17 @@ class LocalRpcCluster:
     """A tracker and ``n_servers`` RPC servers under ``key``, in helper processes on loopback.
 
     >>> with LocalRpcCluster("cpu-test") as cluster:      # doctest: +SKIP
-    ...     configure_rpc(cluster.tracker, cluster.key)
+    ...     target = RpcTarget(TargetSpec.parse("tvm-rpc"), config=cluster.config)
     ...     ...
 
     ``close()`` terminates the servers and the tracker and then kills any process they left
     (TVM's popen workers and per-session forks), so nothing outlives the cluster.
     """
 
-    def __init__(self, key: str = "placer-local", n_servers: int = 1, host: str = LOOPBACK,
-                 server_env: Mapping[str, str] | None = None):
+    def __init__(self, key: str = "placer-local", n_servers: int = 1, host: str = LOOPBACK):
         self.key = key
         self.host = host
         self.n_servers = n_servers
-        self.server_env = dict(server_env or {})
         self.tracker_obj = None
         self.servers: list = []
 
@@ -461,15 +469,18 @@ class LocalRpcCluster:
     def tracker(self) -> str:
         return f"{self.host}:{self.tracker_obj.port}"
 
+    @property
+    def config(self) -> RpcConfig:
+        """An :class:`RpcConfig` for this cluster's tracker and key (the environment for the rest)."""
+        return rpc_config(self.tracker, self.key)
+
     def start(self, timeout_s: float = 60.0) -> LocalRpcCluster:
         from tvm import rpc
         from tvm.rpc.tracker import Tracker
 
-        saved = {k: os.environ.get(k) for k in self.server_env}
         try:
             port = free_port(self.host)
             self.tracker_obj = Tracker(host=self.host, port=port, port_end=port + 200, silent=True)
-            os.environ.update(self.server_env)  # inherited by the server processes
             for _ in range(self.n_servers):
                 sp = free_port(self.host)
                 self.servers.append(rpc.Server(host=self.host, port=sp, port_end=sp + 200,
@@ -478,12 +489,6 @@ class LocalRpcCluster:
         except Exception:
             self.close()
             raise
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         deadline = time.monotonic() + timeout_s
         while True:  # wait until every server has registered
             summary = tracker_summary(self.host, self.tracker_obj.port)

@@ -61,10 +61,11 @@ free transfers for such pairs.
 Where specs are found
 ---------------------
 ``sim:SPEC/DEVICE`` names the device ``DEVICE`` of ``SPEC.toml`` (``SPEC`` may contain ``/``: the
-last component is the device). Files are searched in the directories and files listed in
-``PLACER_SPECS`` (``os.pathsep``-separated), then in the bundled ``placer/specs/``
-(``ultra96``: Arm A53 + Mali-400 + DPU edge SoC; ``server``: 2-socket Xeon + H100 PCIe).
-:func:`register_spec` adds a file to ``PLACER_SPECS`` (so profiling workers see it too).
+last component is the device). Files registered with :func:`register_spec` come first (in this process:
+a registry, not the environment; :func:`registered_specs` lists it), then the directories and
+files listed in ``PLACER_SPECS`` (``os.pathsep``-separated, read at each lookup), then the bundled
+``placer/specs/`` (``ultra96``: Arm A53 + Mali-400 + DPU edge SoC; ``server``: 2-socket Xeon + H100
+PCIe). Simulated targets are never profiled, so no worker process needs to find them.
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ from pathlib import Path
 from typing import Any
 
 from placer.devices.base import CompiledModel, Target, TargetSpec
+from placer.devices.links import LinkFit
 from placer.errors import TargetError
+from placer.safe_io import read_bytes
 
 SPECS_ENV = "PLACER_SPECS"
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "specs"
@@ -289,13 +292,17 @@ def parse_spec(text: str, name: str, path: str = "<string>") -> SpecFile:
     return SpecFile(name, str(path), sha, str(spec_t.get("description", "")), devices, links, default_link)
 
 
+# spec name -> file, filled by register_spec(); read it through registered_specs()
+_REGISTERED: dict[str, Path] = {}
+
+
 def _search_path() -> list[Path]:
     extra = [Path(p) for p in os.environ.get(SPECS_ENV, "").split(os.pathsep) if p]
-    return extra + [BUNDLED_DIR]
+    return list(_REGISTERED.values()) + extra + [BUNDLED_DIR]
 
 
 def find_spec(name: str) -> Path:
-    """The file of spec ``name`` (``PLACER_SPECS`` first, then the bundled specs)."""
+    """The file of spec ``name`` (registered files first, then ``PLACER_SPECS``, then the bundled specs)."""
     for entry in _search_path():
         if entry.is_file():
             if entry.stem == name:
@@ -319,8 +326,6 @@ MAX_SPEC_BYTES = 1 << 20
 
 def _read_spec(path: str | os.PathLike) -> str:
     """A spec file's text: a regular file of at most 1 MiB (a FIFO or device is refused, not read)."""
-    from placer.safe_io import read_bytes
-
     raw = read_bytes(path, "the devices.toml spec", TargetError, MAX_SPEC_BYTES)
     try:
         return raw.decode("utf-8")
@@ -335,14 +340,21 @@ def load_spec(name: str) -> SpecFile:
 
 
 def register_spec(path: str | os.PathLike) -> str:
-    """Make a devices.toml file findable as ``sim:<stem>/<device>`` (here and in worker processes);
-    returns the spec name. The file is parsed now, so a mistake is reported at once."""
+    """Make a devices.toml file findable as ``sim:<stem>/<device>`` in this process; returns the spec
+    name. The file is parsed now, so a mistake is reported at once. Registering the same file again
+    does nothing; another file under a registered name is refused (TargetError naming both)."""
     p = Path(path).resolve()
     parse_spec(_read_spec(p), p.stem, str(p))
-    entries = [e for e in os.environ.get(SPECS_ENV, "").split(os.pathsep) if e]
-    if str(p) not in entries:
-        os.environ[SPECS_ENV] = os.pathsep.join([str(p)] + entries)
+    old = _REGISTERED.get(p.stem)
+    if old is not None and old != p:
+        raise TargetError(f"spec {p.stem!r} is already registered as {old}; not replaced by {p} (rename one)")
+    _REGISTERED[p.stem] = p
     return p.stem
+
+
+def registered_specs() -> dict[str, Path]:
+    """The spec files :func:`register_spec` registered, by spec name (a copy)."""
+    return dict(_REGISTERED)
 
 
 def bundled_specs() -> list[str]:
@@ -472,8 +484,6 @@ def spec_link_fits(targets: Sequence) -> list:
     """LinkFits (``placer.devices.links``) for every ordered pair of distinct targets with at least
     one simulated end: the spec's pair link, else the simulated side's default link (the source's
     when both are simulated). Pairs with no link in any spec are left out (free transfers)."""
-    from placer.devices.links import LinkFit
-
     fits = []
     for a in targets:
         for b in targets:

@@ -26,6 +26,7 @@ import numpy as np
 
 from placer.devices.base import CompiledModel
 from placer.devices.onnxruntime_target import OnnxRuntimeTarget
+from placer.devices.registry import register_target
 from placer.errors import TargetError
 
 FAULT_ENV = "PLACER_TEST_FAULT_OP"
@@ -115,8 +116,6 @@ TEST_KINDS = {
 
 def register_test_targets() -> list[str]:
     """Register the test kinds with :func:`placer.devices.register_target`; return their names."""
-    from placer.devices.registry import register_target
-
     for kind, path in TEST_KINDS.items():
         register_target(kind, path)
     return list(TEST_KINDS)

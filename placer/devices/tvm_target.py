@@ -9,22 +9,19 @@ nor fuses, so this target compiles with the CPU backend pipeline that does both
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Mapping
 
 import numpy as np
 
 from placer.devices.base import CompiledModel, Target
 from placer.devices.onnxruntime_target import _first_line
+from placer.devices.tvm_shim import onnx_converter_ops
 from placer.errors import TargetError
 
 
-@functools.lru_cache(maxsize=1)
 def tvm_convertible_ops() -> frozenset[str]:
-    """ONNX op types the Relax ONNX frontend can import (its converter table)."""
-    from tvm.relax.frontend.onnx import onnx_frontend
-
-    return frozenset(onnx_frontend._get_convert_map())
+    """ONNX op types the Relax ONNX frontend can import (its converter table, :mod:`placer.devices.tvm_shim`)."""
+    return onnx_converter_ops()
 
 
 def import_onnx(model: Any, name: str = "<model>"):

@@ -7,10 +7,12 @@ contracted into opaque ops: :mod:`placer.graph.opaque`) and view them as an op g
 
 See :mod:`placer.graph.load` (what loading does), :mod:`placer.graph.opgraph` (the graph),
 :mod:`placer.graph.opaque` (dynamic regions) and
-:mod:`placer.graph.flops` (the FLOP formula of each op family).
+:mod:`placer.graph.flops` (the FLOP formula of each op family). ``zoo:NAME`` references are
+resolved above this layer: :func:`placer.zoo.load_graph` (the bundled models build on the graph).
 """
 
 from placer.graph.flops import DATA_MOVEMENT_OPS, op_flops
+from placer.graph.inputs import random_inputs
 from placer.graph.load import is_folded, load_model
 from placer.graph.opgraph import (
     SIGNATURE_VERSION,
@@ -38,4 +40,5 @@ __all__ = [
     "load_graph",
     "load_model",
     "op_flops",
+    "random_inputs",
 ]

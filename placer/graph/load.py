@@ -39,7 +39,6 @@ it twice.
 
 from __future__ import annotations
 
-import heapq
 import math
 import os
 from collections import Counter
@@ -55,8 +54,9 @@ from placer.errors import GraphError
 from placer.graph import _proto as P
 from placer.graph import limits
 from placer.graph.opaque import contract_dynamic
+from placer.toposort import CycleError, topological_order
 
-__all__ = ["FOLDED_KEY", "FOLDED_VALUE", "is_folded", "load_model"]
+__all__ = ["FOLDED_KEY", "FOLDED_VALUE", "is_folded", "load_model", "read_model", "reference_run"]
 
 FOLDED_KEY = "placer.graph"
 FOLDED_VALUE = "folded-v1"
@@ -84,16 +84,20 @@ def is_folded(model: onnx.ModelProto) -> bool:
 def load_model(
     source: str | os.PathLike | onnx.ModelProto,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
+    *,
+    name: str | None = None,
 ) -> onnx.ModelProto:
     """Load, check, bind shapes, fold constants and infer static shapes (see module docstring).
 
     Parameters
     ----------
     source
-        Path to an ``.onnx`` file, a ``"zoo:<name>"`` reference (:func:`placer.zoo.resolve`), or a
-        ``ModelProto`` (copied, never modified).
+        Path to an ``.onnx`` file or a ``ModelProto`` (copied, never modified). ``"zoo:<name>"``
+        references are resolved a layer above, by :func:`placer.zoo.load_model`.
     shapes
         Static shapes for graph inputs with symbolic or unknown dims, e.g. ``{"x": (2, 3, 8, 8)}``.
+    name
+        What error messages call the model (default: its path, ``<memory>`` or ``<bytes>``).
 
     Returns
     -------
@@ -106,7 +110,20 @@ def load_model(
     >>> m = load_model("model.onnx", shapes={"input": (1, 3, 224, 224)})  # doctest: +SKIP
     """
     model, where = _read(source)
-    return _prepare(model, where, shapes)
+    return _prepare(model, name or where, shapes)
+
+
+def read_model(source: str | os.PathLike | onnx.ModelProto | bytes) -> onnx.ModelProto:
+    """The model at a path (or in bytes, or a copy of a ModelProto), read with :func:`load_model`'s
+    clear errors but not checked or folded."""
+    return _read(source)[0]
+
+
+def reference_run(nodes: list[onnx.NodeProto], feeds: dict[str, np.ndarray], outputs: list[str],
+                  model: onnx.ModelProto) -> list[np.ndarray]:
+    """The values of ``outputs`` of ``nodes`` on ``feeds``, computed by ``onnx.reference`` (with the
+    opsets of ``model``): what constant folding evaluates nodes with."""
+    return _reference_run(nodes, feeds, outputs, model)
 
 
 # --------------------------------------------------------------------------------------------- read
@@ -128,10 +145,9 @@ def _read(source: Any) -> tuple[onnx.ModelProto, str]:
         text = os.fspath(source)
         if isinstance(text, bytes):
             text = text.decode()
-        if text.startswith("zoo:"):
-            from placer import zoo  # local import: zoo builds on graph
-
-            return zoo.resolve(text), text
+        if text.startswith("zoo:"):  # resolved a layer above: the zoo builds on the graph layer
+            raise GraphError(f"{text}: a zoo reference; placer.graph reads ONNX files and ModelProtos "
+                             "(load it with placer.zoo.load_model / placer.zoo.load_graph)")
         path = Path(text)
         if not path.exists():
             raise GraphError(f"{path}: model file not found")
@@ -258,46 +274,15 @@ def _check_structure_and_sort(g: onnx.GraphProto, where: str) -> None:
     for o in g.output:
         if o.name not in producer and o.name not in constants and o.name not in graph_inputs:
             raise GraphError(f"{where}: graph output '{o.name}' is not produced by any node")
-    # Stable Kahn: among ready nodes the one first in the file goes first.
-    users: list[list[int]] = [[] for _ in nodes]
-    indeg = [0] * len(nodes)
-    for i, d in enumerate(deps):
-        for j in d:
-            users[j].append(i)
-        indeg[i] = len(d)
-    ready = [i for i, k in enumerate(indeg) if k == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users[i]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) != len(nodes):
-        left = {i for i, k in enumerate(indeg) if k > 0}
-        cycle = _find_cycle(left, deps)
-        names = " -> ".join(f"'{nodes[i].name}'" for i in cycle)
-        raise GraphError(f"{where}: the graph has a cycle through nodes {names}")
+    # Stable: among ready nodes the one first in the file goes first.
+    try:
+        order = topological_order(range(len(nodes)), deps.__getitem__)
+    except CycleError as exc:
+        names = " -> ".join(f"'{nodes[i].name}'" for i in exc.cycle)
+        raise GraphError(f"{where}: the graph has a cycle through nodes {names}") from None
     if order != list(range(len(nodes))):
         del g.node[:]
         g.node.extend(nodes[i] for i in order)
-
-
-def _find_cycle(left: set[int], deps: list[set[int]]) -> list[int]:
-    """A cycle among the nodes Kahn could not sort, as a list of node indices (first repeated last)."""
-    start = min(left)
-    path: list[int] = []
-    pos: dict[int, int] = {}
-    cur = start
-    while cur not in pos:
-        pos[cur] = len(path)
-        path.append(cur)
-        cur = min(d for d in deps[cur] if d in left)  # every unsorted node has an unsorted dependency
-    cyc = path[pos[cur] :]
-    cyc.reverse()  # producers first
-    return cyc + [cyc[0]]
 
 
 def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:

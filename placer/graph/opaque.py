@@ -77,7 +77,7 @@ def describe_members(graph, op, limit: int = 6) -> str:
     (Relu)"``, at most ``limit`` of them): what an error about the region names for the user."""
     fn = function_of(graph.model, op.op_type)
     nodes = list(fn.node) if fn is not None else []
-    shown = [f"{n.name or '?'} ({n.domain + '::' if n.domain else ''}{n.op_type})" for n in nodes[:limit]]
+    shown = [f"{n.name or '?'} ({f'{n.domain}::{n.op_type}' if n.domain else n.op_type})" for n in nodes[:limit]]
     more = f" and {len(nodes) - limit} more" if len(nodes) > limit else ""
     return ", ".join(shown) + more
 

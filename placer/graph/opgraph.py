@@ -529,18 +529,24 @@ def build_graph(model: onnx.ModelProto, source: str | None = None) -> OpGraph:
 
 
 def load_graph(
-    source: str | Path | onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]] | None = None
+    source: str | Path | onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]] | None = None, *,
+    name: str | None = None,
 ) -> OpGraph:
-    """``build_graph(load_model(source, shapes))`` with ``source`` recorded ("<memory>" for protos).
+    """``build_graph(load_model(source, shapes))`` with ``source`` recorded ("<memory>" for protos),
+    or ``name`` when given (what messages and ``OpGraph.source`` call the model).
+
+    ``"zoo:NAME"`` references are loaded by :func:`placer.zoo.load_graph`, a layer above.
 
     Examples
     --------
-    >>> g = load_graph("zoo:squeezenet")  # doctest: +SKIP
+    >>> g = load_graph("model.onnx")  # doctest: +SKIP
     >>> len(g.ops), len(g.unique_signatures())  # doctest: +SKIP
     (66, 31)
     """
-    model = load_model(source, shapes)
-    if isinstance(source, onnx.ModelProto):
+    model = load_model(source, shapes, name=name)
+    if name is not None:
+        src = name
+    elif isinstance(source, onnx.ModelProto):
         src = "<memory>"
     elif isinstance(source, (bytes, bytearray)):
         src = "<bytes>"

@@ -7,7 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from placer import trust as _trust  # as _trust: methods below take a `trust` flag
+from placer.devices import make_target
+from placer.devices.base import TargetSpec
 from placer.errors import PlanError, TargetError, first_line
+from placer.graph import build_graph
+from placer.graph.opaque import describe_regions, is_opaque
 from placer.materialize.partition import (
     Partition,
     PartitionStats,
@@ -15,6 +20,7 @@ from placer.materialize.partition import (
     partition_io,
     partition_stats,
 )
+from placer.materialize.relax_module import build_relax_program, partition_symbol, symbol_prefix
 from placer.materialize.stage_config import (
     StageConfig,
     assignment_hash,
@@ -22,6 +28,7 @@ from placer.materialize.stage_config import (
     check_stage_config,
     load_stage_config,
 )
+from placer.plan import Plan
 from placer.safe_io import load_json, read_bytes
 
 PLAN_FILE = "plan.json"
@@ -70,8 +77,6 @@ def plan_spec(plan_or_assignment: Any, stage_of: Mapping[str, int] | None = None
     if isinstance(plan_or_assignment, Mapping):
         d = dict(plan_or_assignment)
         if _is_solver_plan_json(d):
-            from placer.plan import Plan
-
             return plan_spec(Plan.from_json(d), stage_of)
         if d.get("format") == ASSIGNMENT_FORMAT:
             assignment = {str(k): str(v) for k, v in d["assignment"].items()}
@@ -138,8 +143,6 @@ class Materialized:
     def relax_program(self):
         """The Relax program (built on first use: imports the TVM partitions)."""
         if self._relax is None:
-            from placer.materialize.relax_module import build_relax_program
-
             self._relax = build_relax_program(self.graph, self.partitions, self.submodels)
         return self._relax
 
@@ -173,13 +176,12 @@ class Materialized:
                               f"{type(exc).__name__}: {first_line(exc, 200)}") from exc
         finally:
             compiled.close()
-        from placer import trust
 
         digest = hashlib.sha256((out / COMPILED_FILE).read_bytes()).hexdigest()
         info = {"format": "placer.compiled", "version": 1, "file": COMPILED_FILE, "sha256": digest,
                 "model_hash": self.stage_config.model_hash, "assignment_hash": self.stage_config.assignment_hash,
                 "tvm": tvm.__version__, "compile_s": round(compiled.compile_s, 3)}
-        info["hmac"] = trust.tag(digest, _trust_context(info))  # made here, by this user: see placer.trust
+        info["hmac"] = _trust.tag(digest, _trust_context(info))  # made here, by this user: see placer.trust
         (out / COMPILED_INFO_FILE).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
         return out / COMPILED_FILE
 
@@ -193,8 +195,6 @@ class Materialized:
         """``(path, bytes)`` of the checked ``module.so`` (see :meth:`compiled_path`): load these bytes
         (a private copy), not the path, which may change after the check."""
         import hashlib
-
-        from placer import trust as _trust
 
         if self.out_dir is None:
             raise PlanError("this plan has no directory, so no compiled module")
@@ -266,8 +266,6 @@ def _trust_context(info: Mapping[str, Any]) -> dict[str, str]:
 def _check_opaque_targets(graph, assignment: Mapping[str, str]) -> None:
     """An opaque region (control flow, data-dependent shapes: placer.graph.opaque) runs only on a
     target whose runtime runs its nodes itself (ONNX Runtime, OpenVINO), never on TVM."""
-    from placer.devices import make_target
-    from placer.graph.opaque import describe_regions, is_opaque
 
     regions = None
     for op in graph.ops:
@@ -282,8 +280,6 @@ def _check_opaque_targets(graph, assignment: Mapping[str, str]) -> None:
 
 
 def _runtime_of(target: str) -> str:
-    from placer.devices import make_target
-
     return make_target(target).runtime
 
 
@@ -338,9 +334,6 @@ def materialize(
     >>> mat.stats.n_partitions  # doctest: +SKIP
     1
     """
-    from placer.devices.base import TargetSpec
-    from placer.materialize.relax_module import partition_symbol, symbol_prefix
-
     spec = plan_spec(plan_or_assignment, stage_of)
     # canonical target names (onnxruntime -> onnxruntime@cpu:t1) so that equal targets compare equal
     canon: dict[str, str] = {}
@@ -410,8 +403,6 @@ def _read_onnx(path: Path, what: str):
 
 
 def _load_graph(model_path: Path):
-    from placer.graph import build_graph
-
     model = _read_onnx(model_path, "the plan directory's model (model.onnx)")
     return build_graph(model, source=str(model_path))
 
@@ -420,9 +411,6 @@ def _check_plan_identity(root: Path, plan_json: Any, spec: PlanSpec, graph) -> N
     """The plan must be the one made for this model: its recorded model hash (solver plans:
     ``provenance.model_hash``; plain assignments: ``model_hash``) equals the model's, and every
     target it assigns is one of its own ``targets``."""
-    from placer.devices.base import TargetSpec
-    from placer.errors import TargetError
-
     where = root / PLAN_FILE
     prov = plan_json.get("provenance") if isinstance(plan_json, Mapping) else None
     recorded = prov.get("model_hash") if isinstance(prov, Mapping) else None
@@ -469,8 +457,6 @@ def load_plan_dir(path: str | Path, graph=None) -> Materialized:
         spec = _plan_spec_from_json(plan_json)
     except PlanError as exc:
         raise PlanError(f"{root / PLAN_FILE}: {exc}") from None
-    from placer.devices.base import TargetSpec
-    from placer.errors import TargetError
 
     canon = {}
     for o, t in spec.assignment.items():

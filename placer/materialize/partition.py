@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from placer.errors import PlanError
+from placer.toposort import CycleError, topological_order
 
 
 @dataclass(frozen=True)
@@ -283,32 +284,22 @@ def _merge_pass(graph, members, keys, part_of) -> list[list[str]]:
 
 
 def _topo_order(graph, members: list[list[str]], stage_of) -> list[list[str]]:
-    import heapq
-
     part_of = {o: i for i, ops in enumerate(members) for o in ops}
     succ = _quotient(graph, members, part_of)
-    indeg = [0] * len(members)
+    preds: list[list[int]] = [[] for _ in members]
     for i in range(len(members)):
         for j in succ[i]:
-            indeg[j] += 1
+            preds[j].append(i)
     first = [min(graph.index_of(o) for o in ops) for ops in members]
 
     def prio(i: int):
         stage = int(stage_of[members[i][0]]) if stage_of is not None else 0
         return (stage, first[i], i)
 
-    heap = [prio(i) for i in range(len(members)) if indeg[i] == 0]
-    heapq.heapify(heap)
-    order: list[int] = []
-    while heap:
-        _, _, i = heapq.heappop(heap)
-        order.append(i)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heapq.heappush(heap, prio(j))
-    if len(order) != len(members):  # pragma: no cover - the construction keeps the quotient acyclic
-        raise PlanError("internal error: partition quotient graph has a cycle")
+    try:
+        order = topological_order(range(len(members)), preds.__getitem__, key=prio)
+    except CycleError:  # pragma: no cover - the construction keeps the quotient acyclic
+        raise PlanError("internal error: partition quotient graph has a cycle") from None
     return [sorted(members[i], key=graph.index_of) for i in order]
 
 

@@ -47,6 +47,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from placer.devices import make_target
+from placer.devices.tvm_target import import_onnx, llvm_target
 from placer.errors import PlanError, TargetError
 from placer.materialize.partition import Partition, graph_input_names, graph_output_names
 
@@ -95,8 +97,6 @@ class Callout:
     def build(self) -> None:
         with self._lock:
             if self.compiled is None:
-                from placer.devices import make_target
-
                 self.compiled = make_target(self.ext.target).compile(self.ext.model)
                 sess = getattr(self.compiled, "session", None)
                 if self.ext.runtime == "onnxruntime" and sess is not None and hasattr(sess, "io_binding"):
@@ -257,7 +257,6 @@ class RelaxCompiled:
         return bad
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        import tvm
 
         args = [_to_tvm(feeds[n], self.device) for n in self.input_names]
         out = self.main(*args)
@@ -321,11 +320,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _llvm_for(target_name: str):
-    from placer.devices.tvm_target import llvm_target
-
     if not target_name:
         return llvm_target(1)
-    from placer.devices import make_target
 
     t = make_target(target_name)
     return t.tvm_target() if hasattr(t, "tvm_target") else llvm_target(t.spec.threads)
@@ -360,8 +356,6 @@ def build_relax_program(
     """Build the Relax IRModule of a partitioned plan (see the module docstring)."""
     from tvm import relax
     from tvm.relax.global_info import VDevice
-
-    from placer.devices.tvm_target import import_onnx
 
     tvm_parts = [p for p in partitions if p.runtime == "tvm"]
     tvm_target = tvm_parts[0].target if tvm_parts else ""

@@ -49,7 +49,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from placer.errors import PlanError
+from placer.devices.base import TargetSpec
+from placer.devices.registry import target_class
+from placer.errors import PlanError, TargetError
 from placer.materialize.partition import (
     Partition,
     graph_input_names,
@@ -57,6 +59,7 @@ from placer.materialize.partition import (
     partition_io,
     partition_stats,
 )
+from placer.safe_io import load_json
 
 FORMAT = "placer.stage_config"
 VERSION = 2  # the newest version this module reads and writes (see the module docstring)
@@ -214,8 +217,6 @@ def _tensor_entry(graph, name: str) -> dict[str, Any]:
 
 
 def _stage_resources(targets: Sequence[str]) -> tuple[tuple[int, ...] | None, int]:
-    from placer.devices.base import TargetSpec
-
     specs = [TargetSpec.parse(t) for t in targets]
     threads = max(s.threads for s in specs)
     if any(s.cores is None for s in specs):
@@ -399,8 +400,6 @@ def _structural_check(d: Mapping[str, Any]) -> None:  # pragma: no cover - fallb
 
 
 def load_stage_config(path: str | Path) -> StageConfig:
-    from placer.safe_io import load_json
-
     path = Path(path)
     if not path.exists():
         raise PlanError(f"{path}: no stage config")
@@ -410,10 +409,6 @@ def load_stage_config(path: str | Path) -> StageConfig:
 def _check_stage_resources(cfg: StageConfig) -> None:
     """Each stage's targets, cores and threads, and each partition's runtime, are what its partitions'
     targets imply (``build_stage_config``): an edited value would pin, size or dispatch wrongly."""
-    from placer.devices.base import TargetSpec
-    from placer.devices.registry import target_class
-    from placer.errors import TargetError
-
     for s in cfg.stages:
         targets = tuple(dict.fromkeys(p.target for p in s.partitions))
         try:

@@ -9,7 +9,8 @@ Public API::
         links = store.link_model(["onnxruntime", "openvino"])        # LinkModel.transfer_ms(n, a, b)
 
 See :mod:`placer.profile.campaign` (isolation, caching), :mod:`placer.profile.store` (schema),
-:mod:`placer.profile.timing` (how a measurement is taken) and :mod:`placer.devices.links`.
+:mod:`placer.profile.timing` (how a measurement is taken), :mod:`placer.profile.links` (measuring
+links and cuts) and :mod:`placer.devices.links` (the link model they are fitted into).
 """
 
 from placer.profile.campaign import (

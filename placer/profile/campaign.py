@@ -36,12 +36,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from placer import zoo
+from placer.devices import make_target, make_targets
+from placer.devices.registry import registered_kinds
 from placer.errors import PlacerError, ProfileError
+from placer.graph import OpGraph
 from placer.profile import keys as K
 from placer.profile.contention import CONTENDED, is_contended
+from placer.profile.links import DEFAULT_LINK_SIZES, fit_cut_points, fit_points
 from placer.profile.store import OVERHEAD_KEY, Measurement, ProfileStore, open_store
 from placer.profile.timing import TimingConfig
 from placer.profile.worker import WorkerCore, write_msg
+from placer.safe_io import printable
 
 FAILED = ("error", "timeout", "crash")
 DEFAULT_TIMEOUT_S = 60.0
@@ -114,12 +120,6 @@ class WorkerDied(Exception):
         self.reason = reason
 
 
-def _plugin_registry() -> dict[str, str]:
-    from placer.devices.registry import _KINDS
-
-    return dict(_KINDS)
-
-
 class WorkerProcess:
     """Parent side of one ``python -m placer.profile.worker`` process serving ``targets``."""
 
@@ -144,6 +144,8 @@ class WorkerProcess:
         threads = max(t.spec.threads for t in self.targets)
         env.setdefault("TVM_NUM_THREADS", str(threads))
         env["PYTHONFAULTHANDLER"] = "1"
+        for t in self.targets:  # configuration a target was given explicitly (tvm-rpc: RpcConfig)
+            env.update(t.worker_env())
         return env
 
     def start(self) -> None:
@@ -166,7 +168,7 @@ class WorkerProcess:
         self.fin = os.fdopen(r_rep, "rb", buffering=0)
         self.starts += 1
         try:
-            reply = self._request({"cmd": "init", "targets": self.names, "registry": _plugin_registry(),
+            reply = self._request({"cmd": "init", "targets": self.names, "registry": registered_kinds(),
                                    "preload": self.preload}, b"",
                                   self.startup_timeout_s, what="starting")
         except WorkerDied as exc:
@@ -527,8 +529,6 @@ class _RichBar(_NoBar):
     def describe(self, text: str) -> None:
         from rich.markup import escape
 
-        from placer.safe_io import printable
-
         self.progress.update(self.task, description=escape(printable(text[:48], newlines=False)))
 
     def advance(self) -> None:
@@ -553,8 +553,6 @@ def _progress(enabled: bool, total: int):
 
 # ---- public API ---------------------------------------------------------------------------------
 def _resolve_targets(targets) -> list:
-    from placer.devices import make_target, make_targets
-
     if targets is None:
         return make_targets(None)
     out = []
@@ -713,10 +711,8 @@ def _fill_totals(st: ProfileStore, graph, tlist, res: CampaignResult, whole_mode
 
 def _run_links(st: ProfileStore, tlist, res: CampaignResult, *, sizes, isolate: bool, timeout_s: float,
                progress: bool) -> None:
-    from placer.devices.links import DEFAULT_LINK_SIZES, fit_cut_points, fit_points
-
     sizes = list(sizes or DEFAULT_LINK_SIZES)
-    # (t, t): the cost of a cut on t itself (placer.devices.links.measure_cut_points), folded into
+    # (t, t): the cost of a cut on t itself (placer.profile.links.measure_cut_points), folded into
     # every boundary t takes part in; measured once there is a boundary to price (two targets)
     pairs = [(a, b) for a in tlist for b in tlist if a.name != b.name or len(tlist) > 1]
     todo = [(a, b) for a, b in pairs if not st.has_link(a, b)]
@@ -887,9 +883,7 @@ def profile_model(
     Returns ``(graph, result)``. ``segments``: False, True (chain windows of 2..3 ops) or the
     max window length.
     """
-    from placer.graph import OpGraph, load_graph
-
-    graph = source if isinstance(source, OpGraph) else load_graph(source, dict(shapes) if shapes else None)
+    graph = source if isinstance(source, OpGraph) else zoo.load_graph(source, dict(shapes) if shapes else None)
     segs = None
     if segments:
         max_len = 3 if segments is True else int(segments)

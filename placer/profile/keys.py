@@ -7,7 +7,7 @@
   plus which member outputs leave the segment. Two op sets with the same key compile to the same
   sub-model up to weight values and tensor names, so they cost the same;
 * whole model: ``model:<model_hash>``;
-* call overhead: :data:`placer.profile.store.OVERHEAD_KEY`.
+* call overhead: :data:`OVERHEAD_KEY`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ import json
 from collections.abc import Iterable, Sequence
 
 from placer.errors import ProfileError
+
+#: key of a target's fixed call cost (the 1-element Add of :func:`overhead_model`)
+OVERHEAD_KEY = "overhead:add1"
 
 
 def _h(obj) -> str:
@@ -140,8 +143,6 @@ def model_signature_row(graph) -> dict:
 
 
 def overhead_signature_row() -> dict:
-    from placer.profile.store import OVERHEAD_KEY
-
     return {
         "key": OVERHEAD_KEY,
         "kind": "overhead",

@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from placer.profile.campaign import CampaignResult
+from placer.devices import make_targets
+from placer.errors import ProfileError
+from placer.profile.campaign import CampaignResult, profile_model
 from placer.profile.store import open_store
+from placer.safe_io import printable
 
 
 def _ms(x: float | None) -> str:
@@ -19,11 +22,8 @@ def _ms(x: float | None) -> str:
 
 def summary_table(graph, res: CampaignResult, title: str | None = None):
     """A rich Table: one row per target (signatures measured/cached/unsupported/failed, op time)."""
-    from rich.table import Table
-
     from rich.markup import escape
-
-    from placer.safe_io import printable
+    from rich.table import Table
 
     title = title or f"{graph.name}: {len(graph.ops)} ops, {res.unique_signatures} unique signatures"
     t = Table(title=escape(printable(title)))
@@ -77,11 +77,6 @@ def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None
                     timeout_s: float, segments: int, links: bool, whole_model: bool, retry_failed: bool,
                     progress: bool, retry_contended: bool = False) -> int:
     """``placer profile``: validate targets and store first (fast errors), then load and profile."""
-    from placer.devices import make_targets
-    from placer.errors import ProfileError
-    from placer.profile.campaign import profile_model
-    from placer.safe_io import printable
-
     if not 0 < timeout_s <= MAX_TIMEOUT_S:
         raise ProfileError(f"--timeout {timeout_s}: must be > 0 and at most {MAX_TIMEOUT_S:g} s (a day)")
     if segments and segments < 2:

@@ -39,12 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from placer.devices import make_target
+from placer.devices.links import LinkFit, LinkModel
 from placer.errors import PlacerError, ProfileError
+from placer.profile.keys import OVERHEAD_KEY
+from placer.safe_io import loads
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "unsupported", "error", "timeout", "crash")
 KINDS = ("op", "segment", "model", "overhead")
-OVERHEAD_KEY = "overhead:add1"
 BUSY_TIMEOUT_MS = 60_000
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -123,8 +126,6 @@ MAX_JSON_COLUMN = 1 << 20
 
 def _json_column(text, what: str):
     """A JSON column (only JSON is ever decoded from a store); ProfileError if it is not JSON."""
-    from placer.safe_io import loads
-
     if not isinstance(text, (str, bytes)):
         raise ProfileError(f"{what} is not valid JSON (a damaged or edited profile store?)")
     if len(text) > MAX_JSON_COLUMN:
@@ -307,8 +308,6 @@ class ProfileStore:
             return self._hash_cache[text]
         if self._conn.execute("SELECT 1 FROM targets WHERE hash=?", (text,)).fetchone():
             return text
-        from placer.devices import make_target
-
         h = self.register_target(make_target(text))
         self._hash_cache[text] = h
         return h
@@ -549,8 +548,6 @@ class ProfileStore:
         ``missing="error"`` raises ProfileError for a pair of distinct targets with no fit;
         ``"skip"`` leaves it out (``transfer_ms`` then raises for that pair).
         """
-        from placer.devices.links import LinkFit, LinkModel
-
         targets = list(targets)
         hashes = [(self.target_hash(t), t.name if hasattr(t, "name") else self.target_name(self.target_hash(t)))
                   for t in targets]
@@ -560,7 +557,7 @@ class ProfileStore:
             m = self.get(OVERHEAD_KEY, h)
             if m is not None and m.ok:
                 overheads[name] = float(m.median_ms)
-        cut = {}  # a boundary's extra cost per byte on each target (placer.devices.links.measure_cut_points)
+        cut = {}  # a boundary's extra cost per byte on each target (placer.profile.links.measure_cut_points)
         for h, name in hashes:
             r = self._conn.execute("SELECT ms_per_byte FROM links WHERE src=? AND dst=?", (h, h)).fetchone()
             cut[name] = float(r[0]) if r is not None and math.isfinite(float(r[0])) else 0.0

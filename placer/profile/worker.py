@@ -17,7 +17,8 @@ Requests (header ``cmd``):
 * ``measure``: ``{"target", "seed", "timing"}`` + model bytes -> compile, warm up, time
   ``CompiledModel.run`` (see :mod:`placer.profile.timing`); answers ``status`` ``ok`` with
   stats, ``unsupported`` (TargetError while compiling, MemoryError) or ``error`` (raised while running);
-* ``link``: ``{"src", "dst", "sizes", "overhead_ms"}`` -> :func:`placer.devices.links.measure_link_points`;
+* ``link``: ``{"src", "dst", "sizes", "overhead_ms"}`` -> :func:`placer.profile.links.measure_link_points`
+  (``src == dst``: :func:`placer.profile.links.measure_cut_points`);
 * ``exit``.
 
 A segfault, ``os.abort``, a hang or an OOM kill simply ends or stalls this process; the parent
@@ -36,6 +37,13 @@ import sys
 import time
 import traceback
 from typing import Any
+
+from placer.devices import make_target
+from placer.devices.registry import register_target
+from placer.errors import PlacerError
+from placer.profile.contention import CpuWindow
+from placer.profile.links import measure_cut_points, measure_link_points
+from placer.profile.timing import TimingConfig, random_feeds, time_compiled
 
 _HDR = struct.Struct(">I")
 _LEN = struct.Struct(">Q")
@@ -93,12 +101,8 @@ class WorkerCore:
         self.targets: dict[str, Any] = {}
 
     def init(self, names: list[str], registry: dict[str, str] | None = None, preload: list[str] | None = None) -> dict:
-        from placer.devices import make_target
-        from placer.devices.registry import _KINDS, register_target
-
-        for kind, path in (registry or {}).items():
-            if _KINDS.get(kind) != path:
-                register_target(kind, path)
+        for kind, path in (registry or {}).items():  # the parent's kinds (plug-ins, test targets) rule
+            register_target(kind, path, overwrite=True)
         for name in preload or ():
             # Import the other targets' runtimes, as the executor process will have them: a loaded
             # runtime can slow another one's calls (onnxruntime imported doubles OpenVINO's
@@ -123,10 +127,6 @@ class WorkerCore:
 
     def measure(self, header: dict, payload: bytes) -> dict:
         import onnx
-
-        from placer.errors import PlacerError
-        from placer.profile.contention import CpuWindow
-        from placer.profile.timing import TimingConfig, random_feeds, time_compiled
 
         target = self.targets[header["target"]]
         cfg = TimingConfig.from_dict(header.get("timing"))
@@ -167,8 +167,6 @@ class WorkerCore:
                 "contention": window.others, "loadavg": window.loadavg}
 
     def link(self, header: dict) -> dict:
-        from placer.devices.links import measure_cut_points, measure_link_points
-
         src, dst = self.targets[header["src"]], self.targets[header["dst"]]
         if src.name == dst.name:  # a target to itself: what cutting a model into partitions costs on it
             try:

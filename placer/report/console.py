@@ -16,6 +16,8 @@ import io
 import shutil
 from typing import Any, Iterable, Sequence
 
+from placer.safe_io import printable
+
 #: console width when the output is not a terminal
 MIN_WIDTH = 160
 
@@ -38,8 +40,6 @@ def make_table(columns: Sequence[str], *, title: str | None = None, justify: Ite
     from rich.markup import escape
     from rich.table import Table
 
-    from placer.safe_io import printable
-
     right = set(justify)
     table = Table(title=escape(printable(title)) if title is not None else None)  # a title is never markup
     for col in columns:
@@ -51,8 +51,6 @@ def add_row(table, cells: Iterable[Any]) -> None:
     """Add ``cells`` to ``table`` as plain text (``None`` -> "-"), never parsed as markup, control
     characters escaped (a name from a model cannot send terminal escape sequences)."""
     from rich.text import Text
-
-    from placer.safe_io import printable
 
     table.add_row(*(c if isinstance(c, Text) else Text("-" if c is None else printable(c)) for c in cells))
 

@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from placer.safe_io import printable
+
 #: minimal style for the HTML report: readable tables (borders, header, zebra rows, numbers on the right)
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;
@@ -115,7 +117,6 @@ class Document:
                 longest = max((len(m) for m in re.findall(r"`+", v)), default=0)
                 fence = "`" * max(3, longest + 1)
                 out += [fence, v, fence, ""]
-        from placer.safe_io import printable
 
         return printable("\n".join(out))  # names from a model cannot drive the terminal of who reads it
 

@@ -8,8 +8,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from placer.errors import PlacerError
+from placer.materialize import Materialized, load_plan_dir
 from placer.run.executors import RunResult, make_executor
 from placer.run.numerics import DEFAULT_ATOL, DEFAULT_RTOL, check_against_reference, load_inputs
+from placer.run.pipeline import PipelineExecutor
 
 
 class NumericsMismatch(PlacerError):
@@ -49,8 +51,6 @@ def run_plan(
     """
     import math
 
-    from placer.materialize import Materialized, load_plan_dir
-
     if requests is not None and not 1 <= requests <= MAX_REQUESTS:
         raise PlacerError(f"requests must be >= 1 and at most {MAX_REQUESTS}, got {requests}")
     if not 0 <= warmup <= MAX_REQUESTS:
@@ -69,8 +69,6 @@ def run_plan(
     if not reqs:
         raise PlacerError("run: no inputs")
     if pipeline:
-        from placer.run.pipeline import PipelineExecutor
-
         with PipelineExecutor(mat, queue_size=queue_size) as pe:
             result = pe.run(reqs, warmup=warmup)
     else:

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from placer.interrupts import raise_if_stopped
+from placer.run.executors import make_executor
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,6 @@ class PlanBench:
 
     def add(self, key: str, materialized) -> Candidate:
         """Compile the hybrid executor of ``materialized`` (once) and keep it under ``key``."""
-        from placer.run.executors import make_executor
-
         if key in self.candidates:
             return self.candidates[key]
         ex = make_executor(materialized, "hybrid")

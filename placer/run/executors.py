@@ -34,7 +34,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from placer.devices import make_target
+from placer.devices.base import TargetSpec
+from placer.devices.cores import conflict_groups, core_sets
 from placer.errors import PlacerError
+from placer.materialize.relax_module import load_compiled
 from placer.run.measurement import Measurement, summarize
 
 _ALL_CORES = tuple(sorted(os.sched_getaffinity(0)))
@@ -150,8 +154,6 @@ class HybridExecutor(_Executor):
         for i, ds in enumerate(self.deps):
             for d in ds:
                 self.succs[d].append(i)
-        from placer.devices.base import TargetSpec
-        from placer.devices.cores import conflict_groups, core_sets
 
         specs = {t: TargetSpec.parse(t) for t in dict.fromkeys(p.target for p in parts)}
         self.cores = core_sets(specs.values())
@@ -172,8 +174,6 @@ class HybridExecutor(_Executor):
         return {"parallel": self.parallel, "has_parallelism": self.has_parallelism}
 
     def _compile_one(self, p) -> Any:
-        from placer.devices import make_target
-
         try:
             return make_target(p.target).compile(self.mat.submodels[p.id])
         except PlacerError as exc:
@@ -181,8 +181,6 @@ class HybridExecutor(_Executor):
                                  p.stage) from exc
 
     def compile(self) -> None:
-        from placer.devices import make_target
-
         if self.compiled_s is not None:
             return
         t0 = time.perf_counter()
@@ -300,8 +298,6 @@ class RelaxExecutor(_Executor):
         t0 = time.perf_counter()
         if self.use_compiled:  # the exported module.so of the plan directory, checked against compiled.json
             import tempfile
-
-            from placer.materialize.relax_module import load_compiled
 
             path, data = self.mat.compiled_module(trust=self.trust)  # checked before any TVM work
             self.program = self.mat.relax_program()

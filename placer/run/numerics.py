@@ -32,7 +32,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from placer.devices import make_target
 from placer.errors import PlacerError
+from placer.graph.inputs import random_inputs as model_random_inputs
 from placer.run.npz_inputs import read_npz
 
 DEFAULT_RTOL = 1e-3
@@ -213,8 +215,6 @@ class ReferenceRunner:
     """The whole model in ONNX Runtime (1 thread), built once, for reference outputs."""
 
     def __init__(self, model, threads: int = 1):
-        from placer.devices import make_target
-
         self.compiled = make_target(f"onnxruntime:t{threads}").compile(model)
         self.output_names = self.compiled.output_names
 
@@ -250,27 +250,8 @@ def check_against_reference(
 
 # ---- inputs -------------------------------------------------------------------------------------
 def random_inputs(graph, seed: int) -> dict[str, np.ndarray]:
-    """Seeded inputs for a model (``placer.zoo.random_inputs`` when available)."""
-    try:
-        from placer.zoo import random_inputs as zoo_random_inputs  # type: ignore[attr-defined]
-    except ImportError:
-        zoo_random_inputs = None
-    if zoo_random_inputs is not None:
-        return dict(zoo_random_inputs(graph.model, seed))
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for x in graph.inputs:
-        name = x if isinstance(x, str) else x.name
-        info = graph.tensors[name]
-        dt = np.dtype(info.dtype)
-        shape = tuple(int(d) for d in info.shape)
-        if dt.kind == "f":
-            feeds[name] = rng.standard_normal(shape).astype(dt)
-        elif dt == np.bool_:
-            feeds[name] = rng.random(shape) > 0.5
-        else:
-            feeds[name] = rng.integers(0, 2, size=shape).astype(dt)
-    return feeds
+    """Seeded inputs for a model (an OpGraph): :func:`placer.graph.random_inputs` of its model."""
+    return dict(model_random_inputs(graph.model, seed))
 
 
 def load_inputs(spec: str, graph, n: int = 1) -> list[dict[str, np.ndarray]]:

@@ -53,6 +53,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from placer.devices import make_target
 from placer.errors import PlacerError
 from placer.run.executors import PartitionError, RunResult
 from placer.run.measurement import summarize
@@ -178,7 +179,6 @@ class PipelineExecutor:
             raise PlacerError("pipeline executor is closed")
         self._started = True
         t0 = time.perf_counter()
-        n = len(self.stages)
         # queue 0: control tokens (batches, stops) for the first stage, one per worker at most in flight;
         # queue i > 0: requests into stage i, at least one slot per worker so every replica can be busy
         sizes = [max(self.queue_size, len(w)) for w in self._workers]
@@ -258,7 +258,6 @@ class PipelineExecutor:
         try:
             if cores:
                 os.sched_setaffinity(0, set(cores))
-            from placer.devices import make_target
 
             for p in st.partitions:
                 compiled[p.id] = make_target(p.target).compile(self.mat.submodels[p.id])

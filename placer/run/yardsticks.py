@@ -30,7 +30,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from placer.devices.openvino_target import cpu_has_bf16
 from placer.errors import PlacerError
+from placer.graph.opaque import OPAQUE_DOMAIN
 from placer.run.yardstick_worker import BF16_KINDS, DESCRIPTIONS, LATENCY_KINDS, THROUGHPUT_KINDS
 
 __all__ = ["DESCRIPTIONS", "LATENCY_KINDS", "THROUGHPUT_KINDS", "Yardstick", "YardstickSet", "label",
@@ -41,8 +43,6 @@ def latency_kinds() -> tuple[str, ...]:
     """The latency yardsticks of this machine: :data:`LATENCY_KINDS`, and where the CPU computes
     bf16 natively (OpenVINO's default there), OpenVINO's LATENCY hint in bf16 too: the best
     latency setting a user of that CPU would try."""
-    from placer.devices.openvino_target import cpu_has_bf16
-
     return LATENCY_KINDS + (BF16_KINDS if cpu_has_bf16() else ())
 
 #: seconds a yardstick may take to load a model and answer its first request
@@ -176,7 +176,6 @@ class Yardstick:
 def _without_opaque_regions(model):
     """The model as a user would run it: placer's opaque regions (model-local functions, see
     placer.graph.opaque) inlined back; OpenVINO's ONNX reader does not call such functions."""
-    from placer.graph.opaque import OPAQUE_DOMAIN
 
     ids = [(f.domain, f.name) for f in model.functions if f.domain == OPAQUE_DOMAIN]
     if not ids:

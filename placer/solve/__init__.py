@@ -46,8 +46,22 @@ from placer.solve import cpsat as _cpsat  # noqa: F401
 from placer.solve import dp as _dp  # noqa: F401
 from placer.solve import ideals as _ideals  # noqa: F401
 from placer.solve.base import MODES, SolveContext, Solver, available_solvers, get_solver, register_solver
+from placer.solve.bounds import latency_bound, pipeline_bound, window_load_bound
 from placer.solve.coarsen import coarsen_problem, expand_assignment, expand_order
-from placer.solve.evaluate import assignment_indices, better, make_latency_plan, make_pipeline_plan
+from placer.solve.cpsat_latency import latency_candidates
+from placer.solve.cpsat_pipeline import pipeline_candidates
+from placer.solve.evaluate import (
+    Costs,
+    assignment_indices,
+    better,
+    latency_schedule,
+    make_latency_plan,
+    make_pipeline_plan,
+    pipeline_eval,
+)
+from placer.solve.heuristics import DynamicListSearch
+from placer.solve.ideals import ideals_bound, ideals_plan_stats, ideals_warm_start, proven_bound
+from placer.solve.lns import LatencyLNS
 
 __all__ = [
     "AUTO_COARSEN_OPS",
@@ -221,13 +235,6 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
     left; the rest goes to CP-SAT window LNS (:mod:`placer.solve.lns`) on the best plan so far
     (after up to half of it lets the dynamic search finish two passes per portfolio member).
     """
-    from placer.solve.bounds import latency_bound, pipeline_bound, window_load_bound
-    from placer.solve.cpsat_latency import latency_candidates
-    from placer.solve.cpsat_pipeline import pipeline_candidates
-    from placer.solve.evaluate import Costs, latency_schedule, pipeline_eval
-    from placer.solve.heuristics import DynamicListSearch
-    from placer.solve.lns import LatencyLNS
-
     t0 = time.monotonic()
     p = problem
     pipeline = ctx.mode == "pipeline"
@@ -242,7 +249,6 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
     search = DynamicListSearch(p) if fine_latency and opts_all.get("dynamic", False) else None
     dp = None
     if pipeline and impl.exact and opts_all.get("ideals", False):  # cpsat: the ideals DP on the fine problem
-        from placer.solve.ideals import ideals_plan_stats, ideals_warm_start
         dp = ideals_warm_start(p, ctx, opts_all, t0)
         if dp is not None:
             fine_best = ("ideals", dp.assign, dp.stage_targets)
@@ -334,7 +340,6 @@ def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext,
     if pipeline:
         bound = pipeline_bound(p, num_stages=k)
         if dp is not None:  # the DP optimum: a bound with communication
-            from placer.solve.ideals import ideals_bound, proven_bound
             bound = proven_bound(plan.bottleneck_ms, [bound, ideals_bound(dp)])
     objective = plan.bottleneck_ms if pipeline else plan.makespan_ms
     gap = 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)

@@ -31,7 +31,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from placer.errors import ProblemError
 from placer.plan import Plan
 from placer.problem import PlacementProblem
 from placer.solve.base import SolveContext, Solver, register_solver

@@ -69,7 +69,6 @@ from placer.plan import Plan, SolverStats
 from placer.problem import PlacementProblem
 from placer.solve.base import SolveContext
 from placer.solve.bounds import pipeline_bound
-from placer.solve.cpsat_latency import latency_candidates
 from placer.solve.cpsat_util import (
     add_first_use_order,
     build_seconds,
@@ -84,42 +83,11 @@ from placer.solve.cpsat_util import (
     status_name,
     to_int,
 )
-from placer.solve.evaluate import Costs, better, is_contiguous, make_pipeline_plan, pipeline_eval, stage_order
-from placer.solve.heuristics import HeuristicError, repair_pipeline, split_pipeline
+from placer.solve.evaluate import Costs, better, make_pipeline_plan, pipeline_eval
 from placer.solve.ideals import ideals_bound, ideals_proven, ideals_warm_start, proven_bound
+from placer.solve.pipeline_candidates import pipeline_candidates
 
-__all__ = ["pipeline_candidates", "solve_pipeline"]
-
-
-def pipeline_candidates(problem: PlacementProblem, num_stages: int, contiguous: bool,
-                        deadline: float | None = None) -> list[tuple[str, np.ndarray, list[int]]]:
-    """Heuristic pipelines ``(name, assign, stage_targets)`` valid for ``num_stages`` / ``contiguous``:
-    balanced contiguous splits, then the latency heuristics' assignments (repaired if needed)."""
-    p = problem
-    out: list[tuple[str, np.ndarray, list[int]]] = []
-    seen: set[bytes] = set()
-
-    def add(name: str, assign: np.ndarray, order: list[int]) -> None:
-        key = np.asarray(assign, dtype=np.int64).tobytes() + np.asarray(order, dtype=np.int64).tobytes()
-        if key not in seen:
-            seen.add(key)
-            out.append((name, assign, order))
-
-    for a, o in split_pipeline(p, num_stages, deadline=deadline):
-        add("split", a, o)
-    for name, assign, _ in latency_candidates(p, deadline):
-        if deadline is not None and len(out) > 1 and time.monotonic() > deadline:
-            break
-        order = stage_order(p, assign)
-        if order is not None and len(order) <= num_stages and (not contiguous or is_contiguous(assign)):
-            add(name, assign, order)
-            continue
-        try:
-            a2, o2 = repair_pipeline(p, assign, num_stages, contiguous)
-            add(name + "+repair", a2, o2)
-        except HeuristicError:
-            pass
-    return out
+__all__ = ["pipeline_candidates", "solve_pipeline"]  # pipeline_candidates: re-exported
 
 
 def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[str, Any]) -> Plan:

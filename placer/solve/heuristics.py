@@ -46,8 +46,8 @@ import numpy as np
 
 from placer.errors import ProblemError
 from placer.problem import PlacementProblem
-from placer.solve.bounds import edge_delays
-from placer.solve.evaluate import Costs, pipeline_eval, stage_order
+from placer.solve.bounds import MinMaxLoadLP, _unit_costs, dual_load, edge_delays, shave
+from placer.solve.evaluate import Costs, latency_schedule, pipeline_eval, resource_busy_ms, stage_order
 
 __all__ = [
     "DynamicList",
@@ -465,8 +465,6 @@ def lp_assign(problem: PlacementProblem, costs: Costs | None = None, num_stages:
     already built :class:`~placer.solve.bounds.MinMaxLoadLP` (with memory caps) to re-solve;
     ``info["lp_value"]`` receives the LP optimum.
     """
-    from placer.solve.bounds import MinMaxLoadLP
-
     p = problem
     c = costs or Costs.of(p)
     t = p.n_targets
@@ -559,9 +557,6 @@ def lp_list(problem: PlacementProblem, costs: Costs | None = None, deadline: flo
     ``(assign, order)`` seen (by makespan); ``info["load_bound"]`` gets the first LP's optimum (a
     lower bound on the makespan).
     """
-
-    from placer.solve.bounds import MinMaxLoadLP, shave
-    from placer.solve.evaluate import latency_schedule, resource_busy_ms
 
     p = problem
     c = costs or Costs.of(p)
@@ -763,8 +758,6 @@ class DynamicListSearch:
     def __init__(self, problem: PlacementProblem, costs: Costs | None = None, lam: np.ndarray | None = None,
                  eta: float = 1.0, who: str = "dynamic", max_passes: int = 96,
                  deadline: float | None = None) -> None:
-        from placer.solve.bounds import _unit_costs, dual_load
-
         p = problem
         self.p = p
         self.c = costs or Costs.of(p)
@@ -787,8 +780,6 @@ class DynamicListSearch:
 
     def step(self) -> float | None:
         """One pass of the next portfolio member; returns its makespan (None if it failed)."""
-        from placer.solve.evaluate import latency_schedule
-
         p = self.p
         k = self.passes % len(self.PORTFOLIO)
         alpha, beta, gamma = self.PORTFOLIO[k]

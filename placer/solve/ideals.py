@@ -74,7 +74,10 @@ from placer.errors import ProblemError
 from placer.plan import Plan
 from placer.problem import PlacementProblem
 from placer.solve.base import SolveContext, Solver, register_solver
+from placer.solve.bounds import pipeline_bound
+from placer.solve.cpsat_util import interchangeable_classes, reported_bound
 from placer.solve.evaluate import Costs, better, make_pipeline_plan
+from placer.solve.pipeline_candidates import pipeline_candidates
 
 __all__ = ["MAX_IDEALS", "IdealsDP", "IdealsResult", "ideals_search", "stage_prices"]
 
@@ -137,7 +140,6 @@ def stage_prices(problem: PlacementProblem, costs: Costs | None = None
 
 
 def _kinds(p: PlacementProblem) -> list[list[int]]:
-    from placer.solve.cpsat_util import interchangeable_classes
 
     classes = interchangeable_classes(p)
     inside = {d for cl in classes for d in cl}
@@ -458,8 +460,6 @@ class IdealsDP(Solver):
 def ideals_plan(problem: PlacementProblem, r: IdealsResult, ctx: SolveContext, t0: float) -> Plan:
     """The plan of an :class:`IdealsResult` (the best heuristic pipeline when the DP has none), with
     its status and lower bound."""
-    from placer.solve.bounds import pipeline_bound
-    from placer.solve.cpsat_pipeline import pipeline_candidates
 
     p = problem
     k = ctx.max_stages(p)
@@ -552,7 +552,6 @@ def ideals_plan_stats(problem: PlacementProblem, r: IdealsResult, ctx: SolveCont
 def proven_bound(objective: float, bounds: list[float]) -> float:
     """The best of ``bounds``; the objective itself when that bound proves it (within relative 1e-9,
     the float noise of pricing one plan two ways), so the gap reads 0."""
-    from placer.solve.cpsat_util import reported_bound
 
     bound, proven = reported_bound(objective, bounds)
     return objective if proven else bound

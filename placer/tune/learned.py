@@ -30,9 +30,14 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from placer.errors import first_line
+from placer.profile.store import default_db
 
-__all__ = ["default_model_dir", "feed", "fit_or_update", "learned_costs", "partition_ratios", "refresh", "save",
-           "tune_records"]
+# costmodels is imported inside the functions that fit or load a model, not here: it pulls in
+# scikit-learn (about 1.5 s), which `placer tune --no-cost-model` and `placer report` never need.
+# placer reaches costmodels only through this module (docs/architecture.md).
+
+__all__ = ["default_model_dir", "feed", "fit_or_update", "fit_store", "learned_costs", "partition_ratios",
+           "refresh", "save", "tune_records"]
 
 #: marks a partition record measured by ``placer tune`` (carried over between runs)
 ORIGIN = "tune"
@@ -43,8 +48,6 @@ MAX_CARRIED = 4000
 
 def default_model_dir(db: str | Path | None) -> Path:
     """The cost model directory that goes with a profile store: ``<store dir>/costmodel``."""
-    from placer.profile.store import default_db
-
     return Path(db or default_db()).resolve().parent / "costmodel"
 
 
@@ -56,7 +59,7 @@ def tune_records(cm) -> list[tuple[dict, float]]:
 def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] = lambda m: None, seed: int = 0):
     """A CostModel for the real targets of ``ctx`` fitted on its profile store, plus the partitions
     earlier tune runs measured (from the model saved in ``model_dir``, if any)."""
-    from costmodels import CostModel
+    from costmodels import CostModel  # scikit-learn: see the note at the top
     from costmodels.store import training_data_from_store
     from costmodels.train import fit_cost_model
 
@@ -80,6 +83,15 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
     say(f"cost model {cm.model_id}: fitted on the profile store ({cm.card.get('fit_seconds', 0):.1f}s), "
         f"{len(carried)} partition(s) measured by earlier tune runs carried over")
     return cm
+
+
+def fit_store(db: str | Path, out_dir: str | Path, *, targets: Sequence[str] | None = None, tune_trials: int = 0,
+              seed: int = 0):
+    """``placer fit``: fit a cost model on the profile store ``db`` and save it to ``out_dir`` (where
+    ``placer tune`` starts from it: :func:`default_model_dir`); :func:`costmodels.train.fit_store`."""
+    from costmodels.train import fit_store as _fit_store  # scikit-learn: see the note at the top
+
+    return _fit_store(db, out_dir, targets=targets, tune_trials=tune_trials, seed=seed)
 
 
 def partition_ratios(cm, targets: Sequence[str]) -> dict[str, float]:

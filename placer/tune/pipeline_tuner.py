@@ -35,6 +35,7 @@ They are the yardstick of the verdict, not candidates (they have no plan).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import os
@@ -44,9 +45,19 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from placer.costing import target_cores_of
 from placer.errors import PlacerError, first_line
 from placer.interrupts import raise_if_stopped
+from placer.materialize import materialize
+from placer.run import bench as run_bench
+from placer.run.numerics import ReferenceRunner, check_against_reference, compare, load_inputs
+from placer.run.pipeline import PipelineExecutor
+from placer.run.yardsticks import DESCRIPTIONS, THROUGHPUT_KINDS, YardstickSet
+from placer.solve import solve
+from placer.tune import space
+from placer.tune.records import TrialRecord, TuneResult, assignment_key, write_outputs
 from placer.tune import shared_study
+from placer.tune.study import GRACE_PERIOD_S, asked_trial, fail_stale, open_study, tell_trial
 
 #: a pipeline candidate's measurement round runs about this long (requests sized from the baselines)
 MEASURE_S = 0.25
@@ -62,8 +73,6 @@ class _PipelineRuns:
     over the same cycled inputs, every output checked against the reference outputs."""
 
     def __init__(self, mat, feeds, refs, n_requests: int, tolerance: Mapping[str, float] | None = None):
-        from placer.run.pipeline import PipelineExecutor
-
         self.mat = mat
         self.refs = refs
         self.tolerance = dict(tolerance or {})
@@ -82,8 +91,6 @@ class _PipelineRuns:
         self.pe.close()
 
     def round(self, warmup: int = 0) -> float:
-        from placer.run.numerics import compare
-
         res = self.pe.run(self.reqs, warmup=warmup)
         res.raise_first()
         if self.numerics is None:  # every output of the first round, in request order
@@ -110,8 +117,6 @@ class _PipelineRuns:
 
 def retarget(problem, names: list[str], source_cols: list[int], link_fallback_ms: list[float]):
     """A problem over new target ``names`` whose column ``k`` copies ``source_cols[k]``."""
-    import dataclasses
-
     src = np.asarray(source_cols)
     lat = np.array(problem.link_latency_ms)[np.ix_(src, src)]
     per_byte = np.array(problem.link_ms_per_byte)[np.ix_(src, src)]
@@ -119,8 +124,6 @@ def retarget(problem, names: list[str], source_cols: list[int], link_fallback_ms
         for b in range(len(names)):
             if a != b and src[a] == src[b]:  # same runtime on two cores: a hand-off = the call cost
                 lat[a, b], per_byte[a, b] = link_fallback_ms[b], 0.0
-    from placer.costing import target_cores_of
-
     return dataclasses.replace(
         problem, targets=tuple(names), target_cores=target_cores_of(names),
         cost_ms=np.array(problem.cost_ms)[:, src], link_latency_ms=lat,
@@ -130,29 +133,7 @@ def retarget(problem, names: list[str], source_cols: list[int], link_fallback_ms
 
 def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | None, seed: int, t_start: float,
                     solver_time_limit: float, say: Callable[[str], None], n_trials: int | None,
-                    stale_after_s: float = 60.0):
-    import dataclasses
-
-    import optuna
-
-    from placer.materialize import materialize
-    from placer.run.bench import PlanBench
-    from placer.run.numerics import ReferenceRunner, check_against_reference, load_inputs
-    from placer.run.yardsticks import DESCRIPTIONS, THROUGHPUT_KINDS, YardstickSet
-    from placer.solve import solve
-    from placer.tune import space
-    from placer.tune.tuner import (
-        TrialRecord,
-        TuneResult,
-        _write_outputs,
-        asked_trial,
-        assignment_key,
-        fail_stale,
-        storage_for,
-        sampler_seed,
-        tell_trial,
-    )
-
+                    stale_after_s: float = GRACE_PERIOD_S):
     graph = ctx.graph
     cores = sorted(os.sched_getaffinity(0))
     n_cores = len(cores)
@@ -166,7 +147,7 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
     rounds_rps: dict[str, list[float]] = {}  # req/s of each first-phase round per pipeline candidate
     final_rps: dict[str, list[float]] = {}  # req/s of each final round per finalist
 
-    bench = PlanBench(feeds, rounds=3, per_round=4)
+    bench = run_bench.PlanBench(feeds, rounds=3, per_round=4)  # looked up when called (tests stand in a bench)
     stack_outer = contextlib.ExitStack()
     try:
         # ---- baselines: each runtime alone on all cores, and at 1 thread for the N-core limit ----
@@ -259,12 +240,9 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
 
         # ---- study over the per-core runtime choice (one pipeline stage per core) ----------------
         storage_url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        sampler = optuna.samplers.TPESampler(seed=sampler_seed(seed, shared=storage is not None),
-                                             n_startup_trials=3)
-        study = optuna.create_study(storage=storage_for(storage_url, stale_after_s),
-                                    study_name=shared_study.study_name(graph.model_hash, ctx.targets, "throughput"),
-                                    direction="maximize", sampler=sampler, load_if_exists=True)
+        study = open_study(storage_url, shared_study.study_name(graph.model_hash, ctx.targets, "throughput"),
+                           direction="maximize", stale_after_s=stale_after_s,
+                           seed=seed, shared=storage is not None, n_startup_trials=3)
         fusion = space.fusion_groups(graph)
         by_key: dict[str, TrialRecord] = {}
         n_done = 0
@@ -403,5 +381,5 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
                                "chosen_layout": mat.summary(),
                                "problem_provenance": dict(ctx.problem.provenance),
                                "n_partitions": len(mat.partitions)})
-    _write_outputs(result, ctx, mat)
+    write_outputs(result, ctx, mat)
     return result

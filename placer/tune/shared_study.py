@@ -18,6 +18,7 @@ import socket
 from typing import Any, Sequence
 
 from placer.errors import PlacerError
+from placer.plan import Plan
 
 #: a plan larger than this (canonical JSON) is not stored with its trial (its key always is)
 MAX_PLAN_CHARS = 2_000_000
@@ -59,7 +60,6 @@ def best_plan(study):
     by another host); PlacerError when no finished trial stored its plan."""
     import optuna
 
-    from placer.plan import Plan
 
     done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
             if isinstance(t.user_attrs.get("plan"), str)]

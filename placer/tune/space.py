@@ -29,7 +29,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from placer.costing import fusion_groups  # noqa: F401  (re-exported: the tuner's fusion knob)
+from placer.costing import build_problem, fusion_groups  # noqa: F401  (fusion_groups re-exported)
+from placer.errors import ProblemError
+from placer.plan import SolverStats
+from placer.solve import solve
+from placer.solve.bounds import latency_bound
+from placer.solve.coarsen import coarsen_problem, expand_assignment, expand_order
+from placer.solve.evaluate import make_latency_plan
 
 #: the granularity levels of the ``coarsen`` knob (0: none; else about that many super-ops)
 COARSEN_LEVELS = (0, 48, 16)
@@ -67,16 +73,6 @@ def solve_trial(problem, knobs: dict[str, Any], *, time_limit: float, seed: int 
     ``solve(coarsen=...)``, which falls back to a finer heuristic plan when that predicts faster,
     the knob exists because cuts cost more when measured than predicted.
     """
-    import dataclasses
-
-    from placer.solve import solve
-    from placer.solve.coarsen import coarsen_problem, expand_assignment, expand_order
-    from placer.solve.evaluate import make_latency_plan
-
-    from placer.errors import ProblemError
-    from placer.plan import SolverStats
-    from placer.solve.bounds import latency_bound
-
     tw = float(knobs.get("transfer_weight", 0.0) or 0.0)
     level = int(knobs.get("coarsen", 0) or 0)
     if level <= 0 or level >= problem.n_ops:
@@ -109,8 +105,6 @@ def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned
     """The problem of ``ctx`` changed by ``knobs`` and what was learned so far: the per-target entry
     cost from measured partitions (``learned_entry_ms``) and, for ``costs="learned"``, the cost
     model's ``(cost_ms, entry_ms)`` (:func:`placer.tune.learned.learned_costs`)."""
-    from placer.costing import build_problem
-
     variant = knobs.get("costs", "calibrated")
     if variant not in COST_VARIANTS:
         raise ValueError(f"costs knob {variant!r}: expected one of {', '.join(COST_VARIANTS)}")

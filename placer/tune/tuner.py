@@ -3,7 +3,7 @@
 The loop
 --------
 1. Profile what is missing (ops, whole model per target, links) and build the problem
-   (:func:`placer.api.prepare`).
+   (:func:`placer.context.prepare`).
 2. Baselines, measured in this session: every single-target plan (the whole model on one
    runtime, run by the same executor) — the yardstick every placement must beat.
 3. An Optuna study (TPE, seeded, persistent SQLite storage by default) over the plan's knobs
@@ -28,132 +28,34 @@ The loop
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import hashlib
-import json
 import math
 import os
 import shutil
 import time
-import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from placer import context
 from placer.costing import segment_ratio_stats
+from placer.devices import make_targets
+from placer.devices.registry import default_target_names
 from placer.errors import PlacerError, first_line
-from placer.interrupts import deferred, raise_if_stopped
+from placer.interrupts import raise_if_stopped
+from placer.materialize import materialize
+from placer.run.bench import PlanBench
+from placer.run.numerics import check_against_reference, load_inputs
+from placer.run.yardsticks import DESCRIPTIONS, YardstickSet, latency_kinds
+from placer.solve import solve
+from placer.tune import learned, space
+from placer.tune.pipeline_tuner import tune_throughput
+from placer.tune.records import TrialRecord, TuneResult, assignment_key, load_tune_result, write_outputs
 from placer.tune import shared_study
+from placer.tune.study import GRACE_PERIOD_S, asked_trial, fail_stale, open_study, storage_for, tell_trial
 
-
-@dataclass
-class TrialRecord:
-    """One measured candidate (a baseline or a trial)."""
-
-    key: str
-    label: str
-    kind: str  # "baseline" | "trial" | "yardstick" (a runtime loaded as a user would, no plan)
-    knobs: dict[str, Any]
-    plan: Any
-    predicted_ms: float
-    measured_ms: float | None = None
-    p10_ms: float | None = None
-    p90_ms: float | None = None
-    throughput_rps: float | None = None
-    n_partitions: int = 0
-    numerics_ok: bool | None = None
-    max_abs_err: float | None = None
-    solve_s: float = 0.0
-    error: str | None = None
-    partitions: list[dict] = field(default_factory=list)
-    #: True when ``measured_ms`` comes from the final interleaved rounds (the ones the verdict uses)
-    final: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["plan"] = self.plan.to_json() if self.plan is not None else None
-        return d
-
-
-@dataclass
-class TuneResult:
-    """What ``tune`` found: the chosen record, every record, and where the outputs went."""
-
-    best: TrialRecord
-    best_single: TrialRecord
-    records: list[TrialRecord]
-    objective: str
-    out_dir: Path
-    fell_back: bool
-    wall_s: float
-    report_path: Path | None = None
-    study_storage: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def speedup_vs_best_single(self) -> float:
-        return self.speedup_vs(self.best_single)
-
-    @property
-    def yardsticks(self) -> list[TrialRecord]:
-        return [r for r in self.records if r.kind == "yardstick" and (r.measured_ms or r.throughput_rps)]
-
-    @property
-    def best_default(self) -> TrialRecord | None:
-        """The fastest yardstick (what a user would run instead), or None if none was measured."""
-        ys = self.yardsticks
-        if not ys:
-            return None
-        if self.objective == "throughput":
-            return max(ys, key=lambda r: r.throughput_rps or 0.0)
-        return min(ys, key=lambda r: r.measured_ms or math.inf)
-
-    def yardstick(self, kind: str) -> TrialRecord | None:
-        from placer.run.yardsticks import label
-
-        return next((r for r in self.yardsticks if r.key == label(kind)), None)
-
-    def verdict(self) -> list[str]:
-        """The result in plain sentences, every figure from the final interleaved rounds."""
-        best, single, default = self.best, self.best_single, self.best_default
-        tp = self.objective == "throughput"
-        fig = (lambda r: f"{r.throughput_rps:.1f} req/s") if tp else (lambda r: f"{r.measured_ms:.3f} ms")
-        lines = []
-        if self.extra.get("n_trials") == 0 and not tp:
-            lines.append("No trial ran: the budget was spent before the search (profiling, baselines). "
-                         "Give it a larger --budget, or run it again now that the profiles are stored.")
-        lines.append(f"Chosen: {best.label}, {fig(best)}"
-                     + (" (no placement measured faster than the best single target)" if self.fell_back else ""))
-        if default is not None:
-            ort = self.yardstick("ort-default")
-            lines.append(f"vs the best runtime default ({default.label}, {fig(default)}): "
-                         f"{self.speedup_vs(default):.2f}x"
-                         + (f"; vs ONNX Runtime at its defaults ({fig(ort)}): {self.speedup_vs(ort):.2f}x"
-                            if ort is not None and ort is not default else ""))
-            if default.numerics_ok is False:
-                prec = default.knobs.get("INFERENCE_PRECISION_HINT")
-                lines.append(f"{default.label} does not pass the numerics check against the f32 reference"
-                             + (f" (it computes in {prec} on this CPU)" if prec else "")
-                             + "; it stays the yardstick all the same: it is what runs by default"
-                             + (" (`--precision bf16` tunes at that precision)." if prec == "bf16" else "."))
-            if self.speedup_vs(default) < 0.97:
-                lines.append(f"{default.label} was faster than every placement measured: "
-                             f"use it ({default.knobs.get('what', '')}), or tune longer.")
-        if single is not best:
-            lines.append(f"vs the best single target ({single.label}, {fig(single)}): "
-                         f"{self.speedup_vs(single):.2f}x")
-        return lines
-
-    def speedup_vs(self, other: TrialRecord | None) -> float:
-        """How many times faster the result is than ``other`` (> 1: the result wins); NaN without it."""
-        if other is None:
-            return math.nan
-        if self.objective == "throughput":
-            return (self.best.throughput_rps or 0.0) / max(other.throughput_rps or 1e-12, 1e-12)
-        return (other.measured_ms or math.nan) / (self.best.measured_ms or math.nan)
+__all__ = ["TrialRecord", "TuneResult", "add_yardsticks", "fill", "final_requests", "learned_entry_ms",
+           "load_tune_result", "tune"]
 
 
 #: single-target baselines predicted this many times slower than the fastest are not measured
@@ -188,9 +90,6 @@ def add_yardsticks(bench, yardsticks, records: list[TrialRecord], model, feeds, 
                    tolerance: Mapping[str, float] | None = None) -> list[str]:
     """Put every yardstick that loaded into ``bench`` and ``records`` (numerics checked against the
     reference at ``tolerance``, as the candidates are); returns their keys."""
-    from placer.run.numerics import check_against_reference
-    from placer.run.yardsticks import DESCRIPTIONS
-
     keys = []
     for kind, y in yardsticks.ready.items():
         rec = TrialRecord(y.key, y.key, "yardstick", {"what": DESCRIPTIONS[kind], **y.info}, None, math.nan,
@@ -211,11 +110,6 @@ def add_yardsticks(bench, yardsticks, records: list[TrialRecord], model, feeds, 
             records.append(TrialRecord(y.key, y.key, "yardstick", {"what": DESCRIPTIONS[kind]}, None, math.nan,
                                        error=f"not available: {y.error}"))
     return keys
-
-
-def assignment_key(plan) -> str:
-    blob = json.dumps([sorted(plan.assignment.items()), sorted((plan.stage or {}).items())], sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _partition_feedback(problem, plan, mat, measured: Mapping[str, float]) -> list[dict]:
@@ -250,166 +144,6 @@ def learned_entry_ms(rows: Sequence[Mapping[str, Any]], targets: Sequence[str], 
         if excess:
             out[j] = max(float(np.median(excess)), 0.0)
     return out
-
-
-def tell_once(study, trial, value: float | None = None, attrs: Mapping[str, Any] | None = None) -> bool:
-    """Store ``attrs`` on ``trial`` and tell Optuna its value (``None``: FAIL); False if another worker
-    already finished it.
-
-    Two workers on one SQLite study can ``ask()`` the same enqueued (WAITING) trial: Optuna's
-    pop of a waiting trial is not atomic there (SQLite has no ``SELECT ... FOR UPDATE``). The
-    second one to finish must not crash ("Cannot tell a COMPLETE trial"): its measurement is
-    dropped and the caller asks for another trial, so no trial is lost or counted twice.
-    """
-    import optuna
-
-    try:
-        for k, v in (attrs or {}).items():
-            trial.set_user_attr(k, v)
-        if value is None:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        else:
-            study.tell(trial, value)
-    except optuna.exceptions.UpdateFinishedTrialError:
-        return False
-    except ValueError as exc:
-        if "Cannot tell" not in str(exc):
-            raise
-        return False
-    return True
-
-
-def tell_trial(study, trial, rec: TrialRecord, value: float | None, say: Callable[[str], None], message: str) -> bool:
-    """Store the trial's plan key and prediction with it, then tell Optuna its measured value (or FAIL).
-
-    Returns False (and says so) when another worker had already finished the same trial (see
-    :func:`tell_once`): the caller then does not count it."""
-    attrs = {"plan_key": rec.key, "predicted": rec.predicted_ms, "n_partitions": rec.n_partitions,
-             **shared_study.plan_attrs(rec.plan)}
-    if not tell_once(study, trial, value, attrs):
-        say(f"trial {trial.number}: another worker finished it first; its result is kept, this one dropped")
-        return False
-    if value is None:
-        say(f"trial {trial.number}: failed ({rec.error})")
-    else:
-        say(f"trial {trial.number}: {message}")
-    return True
-
-
-#: a running trial records a heartbeat this often (s); one silent for GRACE_PERIOD_S is failed
-HEARTBEAT_INTERVAL_S = 10
-GRACE_PERIOD_S = 60
-
-
-def open_storage(url: str, *, heartbeat_interval: int = HEARTBEAT_INTERVAL_S, grace_period: int = GRACE_PERIOD_S):
-    """The Optuna RDB storage at ``url``, safe when several ``placer tune`` workers open a fresh one at once.
-
-    Optuna creates its schema on first use without a lock, so two processes starting on an empty
-    database race ("table ... already exists", "UNIQUE constraint failed: alembic_version";
-    optuna#1092, #4621). The loser retries and then finds the schema. SQLite waits up to 60 s for
-    the write lock instead of the default 5 s (trials of several workers commit concurrently).
-
-    Heartbeats: a worker records one every ``heartbeat_interval`` s while it runs a trial
-    (:func:`trial_heartbeat`); :func:`fail_stale` marks FAIL a RUNNING trial silent for
-    ``grace_period`` s, i.e. one whose worker was killed, so the study does not keep it forever.
-    """
-    import random
-
-    import optuna
-    import sqlalchemy.exc
-
-    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    for attempt in range(8):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_interval,
-                                                  grace_period=grace_period)
-        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
-            # SQLite: "table ... already exists" / locked; PostgreSQL: DuplicateTable, UniqueViolation
-            if attempt == 7:
-                raise
-            time.sleep(0.1 + 0.4 * random.random())
-    raise AssertionError("unreachable")
-
-
-def ask(study):
-    """``study.ask()`` without Optuna's warning that heartbeats are meant for ``optimize``: with
-    ask/tell placer records them itself (:func:`trial_heartbeat`)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed", category=UserWarning)
-        return study.ask()
-
-
-@contextlib.contextmanager
-def trial_heartbeat(study, trial):
-    """Context manager: a thread records the trial's heartbeat while the block runs (ask/tell has
-    none of its own; ``study.optimize`` does this internally). The first heartbeat is recorded
-    before the block starts: Optuna never counts a RUNNING trial without one as stale, so a worker
-    killed before its thread's first beat would leave the trial RUNNING forever."""
-    from optuna.storages._heartbeat import get_heartbeat_thread, is_heartbeat_enabled
-
-    storage = study._storage
-    if is_heartbeat_enabled(storage):
-        storage.record_heartbeat(trial._trial_id)
-    with get_heartbeat_thread(trial._trial_id, storage):
-        yield
-
-
-@contextlib.contextmanager
-def asked_trial(study, on_ask: Callable[[Any], None] = lambda trial: None):
-    """Ask ``study`` for a trial and run the block with it: heartbeats while it runs
-    (:func:`trial_heartbeat`), and if it is interrupted (Ctrl-C, SIGTERM) or fails before telling
-    Optuna, the trial is told FAIL, so the study keeps no RUNNING trial and a later run resumes it
-    cleanly. A stop request arriving while the trial is being asked for (``on_ask`` included) is
-    held until the trial is known (:func:`placer.interrupts.deferred`): the trial is then failed."""
-    trial = heartbeat = None
-    try:
-        with deferred():
-            trial = ask(study)
-            on_ask(trial)
-            heartbeat = trial_heartbeat(study, trial)
-            heartbeat.__enter__()
-        raise_if_stopped()
-        yield trial
-    except BaseException:
-        if trial is not None:
-            tell_once(study, trial, None)
-        raise
-    finally:
-        if heartbeat is not None:
-            heartbeat.__exit__(None, None, None)
-
-
-def storage_for(url: str, stale_after_s: float = GRACE_PERIOD_S):
-    """:func:`open_storage` with heartbeats every sixth of ``stale_after_s`` (at least 1 s) and a
-    trial silent for ``stale_after_s`` counted as its worker's death."""
-    grace = max(2, int(round(stale_after_s)))
-    return open_storage(url, heartbeat_interval=max(1, grace // 6), grace_period=grace)
-
-
-def fail_stale(study, say: Callable[[str], None] = lambda m: None, grace_s: float = GRACE_PERIOD_S) -> int:
-    """Mark FAIL the RUNNING trials whose worker stopped sending heartbeats; returns how many."""
-    import optuna
-
-    before = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
-    if not before:
-        return 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
-    after = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
-    failed = sorted(before - after)
-    if failed:
-        say(f"trial(s) {', '.join(map(str, failed))}: their worker stopped (no heartbeat for "
-            f"{grace_s:.0f} s): marked failed")
-    return len(failed)
-
-
-def sampler_seed(seed: int, *, shared: bool) -> int:
-    """The TPE seed: ``seed`` for a private study (reproducible); for a shared study (``--storage``)
-    mixed with the process id, so concurrent workers do not replay one random startup sequence."""
-    return seed if not shared else (int(seed) * 1_000_003 + os.getpid()) % (2**32)
 
 
 def tune(
@@ -454,9 +188,12 @@ def tune(
     tolerance of the reference) or ``bf16`` (OpenVINO in bf16 where the CPU has it, as OpenVINO's own
     default does there; outputs checked at the bf16 tolerance). Given targets, the precision follows
     them (a ``openvino-bf16`` target makes the plans bf16).
-    """
-    from placer import api
 
+    ``storage``: an Optuna RDB URL shared by several workers (``postgresql://...`` across hosts, see
+    docs/scale-out.md); the study is named per model, hardware and objective
+    (:mod:`placer.tune.shared_study`). A trial whose worker sends no heartbeat for ``stale_after_s``
+    seconds (killed, host down) is marked failed by the next worker that asks for a trial.
+    """
     if budget_s is None and n_trials is None:
         budget_s = DEFAULT_BUDGET_S
     if objective not in ("latency", "throughput"):
@@ -469,13 +206,10 @@ def tune(
     if out.exists() and not out.is_dir():
         raise PlacerError(f"--out {out}: exists and is not a directory")
     # cheap checks before any costly work: the targets parse, the model loads
-    from placer.devices import make_targets
-    from placer.devices.registry import default_target_names
-
     if targets is None:
         targets = default_target_names(precision)
     make_targets(targets)
-    graph = api.load(model, shapes) if not hasattr(model, "ops") else model
+    graph = context.load(model, shapes) if not hasattr(model, "ops") else model
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -494,16 +228,6 @@ def tune(
 def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_trials, seed, solver_time_limit,
              cost_model, cost_model_dir, say, t_start, stale_after_s=GRACE_PERIOD_S) -> TuneResult:
     """:func:`tune` once its arguments are checked and ``out`` exists."""
-    import optuna
-
-    from placer import api
-    from placer.materialize import materialize
-    from placer.run.bench import PlanBench
-    from placer.run.numerics import check_against_reference, load_inputs
-    from placer.run.yardsticks import YardstickSet, latency_kinds
-    from placer.solve import solve
-    from placer.tune import learned, space
-
     storage_url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     try:  # a bad --storage fails now, not after profiling and the baselines
         storage_for(storage_url, stale_after_s)
@@ -513,12 +237,10 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
             from None
 
     say(f"model {graph.name}: {len(graph.ops)} ops, {len(graph.unique_signatures())} unique signatures")
-    ctx = api.prepare(graph, targets=targets, db=db, cost_model=cost_model, progress=False, say=say)
+    ctx = context.prepare(graph, targets=targets, db=db, cost_model=cost_model, progress=False, say=say)
     say(f"profiling done ({time.monotonic() - t_start:.1f} s"
         + (f" of the {budget_s:.0f} s budget)" if budget_s is not None else ")"))
     if objective == "throughput":  # per-core pipeline stages, measured; the learned model is a latency-mode knob
-        from placer.tune.pipeline_tuner import tune_throughput
-
         return tune_throughput(ctx, budget_s=budget_s, out=out, storage=storage, seed=seed, t_start=t_start,
                                solver_time_limit=solver_time_limit, say=say, n_trials=n_trials,
                                stale_after_s=stale_after_s)
@@ -630,18 +352,16 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
         # re-price the problem from the whole-model times just measured (interleaved, same executor);
         # a stored whole-model time these contradict is flagged for re-measurement
         session_ms = {r.label.split(":", 1)[1]: r.measured_ms for r in ok}
-        api.check_store(ctx, session_ms, say)
-        ctx = api.recalibrate(ctx, session_ms)
+        context.check_store(ctx, session_ms, say)
+        ctx = context.recalibrate(ctx, session_ms)
         say(f"best single target: {best_single.label} {best_single.measured_ms:.3f} ms"
             + (f"; best yardstick {best_default_key[0]} {stats[best_default_key[0]].median_ms:.3f} ms"
                if best_default_key else ""))
 
         # ---- the study ---------------------------------------------------------------------
-        sampler = optuna.samplers.TPESampler(seed=sampler_seed(seed, shared=storage is not None), n_startup_trials=4)
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(storage=storage_for(storage_url, stale_after_s),
-                                    study_name=shared_study.study_name(graph.model_hash, ctx.targets, "latency"),
-                                    direction="minimize", sampler=sampler, load_if_exists=True)
+        study = open_study(storage_url, shared_study.study_name(graph.model_hash, ctx.targets, "latency"),
+                           direction="minimize", seed=seed, shared=storage is not None, n_startup_trials=4,
+                           stale_after_s=stale_after_s)
         fusion = space.fusion_groups(graph)
         default_knobs = space.default_knobs(names)
         study.enqueue_trial(default_knobs, skip_if_exists=True)
@@ -738,63 +458,5 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
                         extra={"problem_provenance": dict(ctx.problem.provenance), "n_partitions": len(mat.partitions),
                                "cost_model": cm_info, "segment_ratios": segment_ratio_stats(ctx.table),
                                "n_trials": n_done, "final_rounds": FINAL_ROUNDS})
-    _write_outputs(result, ctx, mat)
+    write_outputs(result, ctx, mat)
     return result
-
-
-def _write_outputs(result: TuneResult, ctx, mat) -> None:
-    from placer.report import write_tune_report
-
-    out = result.out_dir
-    try:  # the deployable artifact: the Relax module compiled (placer run --executor relax --compiled)
-        result.extra["compiled_module"] = mat.export_compiled(out).name
-    except PlacerError as exc:
-        result.extra["compiled_module_error"] = first_line(exc, 300)
-    (out / "trials.json").write_text(json.dumps([r.to_dict() for r in result.records], indent=1, default=str))
-    summary = {"format": "placer.tune", "version": 1, "objective": result.objective, "best": result.best.key,
-               "best_label": result.best.label, "best_single": result.best_single.key, "fell_back": result.fell_back,
-               "wall_s": result.wall_s, "study_storage": result.study_storage, "extra": result.extra,
-               "targets": [t.name for t in ctx.targets], "model": ctx.graph.source}
-    (out / "tune.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str))
-    result.report_path = write_tune_report(result, ctx)
-
-
-def load_tune_result(out_dir: str | os.PathLike):
-    """A finished tune directory back as ``(TuneResult, context)`` for re-rendering its report."""
-    from types import SimpleNamespace
-
-    from placer.errors import PlanError
-    from placer.graph import load_graph
-    from placer.plan import Plan
-    from placer.safe_io import load_json
-    from placer.tune.saved import check_summary, checked_record
-
-    out = Path(out_dir)
-    if not out.is_dir():
-        raise PlacerError(f"{out}: not a placer tune output directory (not a directory)")
-    for name in ("tune.json", "trials.json"):
-        if not (out / name).exists():
-            raise PlacerError(f"{out}: not a placer tune output directory ({name} is missing)")
-    summary = load_json(out / "tune.json", "the tune summary")
-    rows = load_json(out / "trials.json", "the tune trials")
-    check_summary(summary, out / "tune.json")
-    if not isinstance(rows, list):
-        raise PlacerError(f"{out / 'trials.json'}: expected a list of trial records")
-    records = []
-    for i, r in enumerate(rows):
-        r = checked_record(r, f"{out / 'trials.json'}: record {i}")
-        try:
-            r["plan"] = Plan.from_json(r["plan"]) if r.get("plan") else None
-        except PlanError as exc:
-            raise PlacerError(f"{out / 'trials.json'}: record {i}: {exc}") from None
-        records.append(TrialRecord(**r))
-    by_key = {r.key: r for r in records}
-    if summary.get("best") not in by_key or summary.get("best_single") not in by_key:
-        raise PlacerError(f"{out}/tune.json names a candidate that trials.json does not hold")
-    graph = load_graph(out / "model.onnx")
-    graph.source = summary.get("model") or graph.source
-    result = TuneResult(best=by_key[summary["best"]], best_single=by_key[summary["best_single"]], records=records,
-                        objective=summary["objective"], out_dir=out, fell_back=summary["fell_back"],
-                        wall_s=summary["wall_s"], study_storage=summary.get("study_storage"),
-                        extra=summary.get("extra", {}))
-    return result, SimpleNamespace(graph=graph, targets=summary.get("targets", []))

@@ -6,7 +6,6 @@ import itertools
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ from placer.problem import PlacementProblem, Tensor
 from placer.report.plots import (
     gantt,
     gantt_figure,
-    predicted_vs_measured,
     predicted_vs_measured_figure,
     scatter_predicted_measured,
     stage_utilization_figure,

@@ -12,6 +12,7 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 
 from placer import zoo
+from placer.errors import GraphError
 from placer.graph import (
     Edge,
     Signature,
@@ -189,7 +190,9 @@ def test_zoo_resolve_available_and_random_inputs(tmp_path):
     p = tmp_path / "t.onnx"
     onnx.save(zoo.tiny_branchy(), str(p))
     assert len(zoo.resolve(str(p)).graph.node) == 8
-    assert load_graph("zoo:tiny").source == "zoo:tiny"
+    assert zoo.load_graph("zoo:tiny").source == "zoo:tiny"
+    with pytest.raises(GraphError, match="zoo reference.*placer.zoo.load_graph"):  # resolved above graph/
+        load_graph("zoo:tiny")
     feeds = zoo.random_inputs(zoo.tiny_branchy(), seed=5)
     assert list(feeds) == ["x"] and feeds["x"].shape == (1, 3, 8, 8) and feeds["x"].dtype == np.float32
     np.testing.assert_array_equal(feeds["x"], zoo.random_inputs(zoo.tiny_branchy(), seed=5)["x"])
@@ -208,7 +211,7 @@ def test_zoo_dir_fixture_holds_loadable_models(zoo_dir):
 
 
 def test_model_with_op_tvm_rejects_and_write(tmp_path):
-    g = load_graph("zoo:lpnorm")
+    g = zoo.load_graph("zoo:lpnorm")
     assert [op.op_type for op in g.ops] == ["Conv", "Relu", "LpNormalization", "Conv", "Add", "Relu"]
     y = run(g.model, zoo.random_inputs(g.model))["y"]
     assert y.shape == (1, 8, 16, 16) and np.isfinite(y).all() and y.max() > 0

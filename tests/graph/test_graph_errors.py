@@ -162,7 +162,7 @@ def test_unknown_op_id_and_empty_subgraph():
 
 def test_unknown_zoo_name_lists_the_available_ones():
     with pytest.raises(GraphError, match="zoo:resnet50"):
-        load_graph("zoo:resnet51")
+        zoo.load_graph("zoo:resnet51")
     with pytest.raises(GraphError, match="unknown light model"):
         zoo.light_model_path("alexnet_v9")
 

@@ -29,7 +29,7 @@ def run_py(code: str, *, env: dict | None = None, timeout: float = 300, check: b
 def campaign_code(db: str, model: str, targets: list[str], *, extra: str = "") -> str:
     """Source of a script that profiles ``model`` into ``db`` with the fast timing config."""
     return (
-        "from placer.graph import load_graph\n"
+        "from placer.zoo import load_graph\n"
         "from placer.profile import profile_graph, TimingConfig\n"
         f"cfg = TimingConfig(**{FAST.to_dict()!r})\n"
         f"g = load_graph({model!r})\n"

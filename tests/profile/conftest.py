@@ -15,13 +15,13 @@ def fast_timing() -> TimingConfig:
 
 @pytest.fixture(scope="session")
 def squeezenet():
-    from placer.graph import load_graph
+    from placer.zoo import load_graph
 
     return load_graph("zoo:squeezenet")
 
 
 @pytest.fixture(scope="session")
 def tiny():
-    from placer.graph import load_graph
+    from placer.zoo import load_graph
 
     return load_graph("zoo:tiny")

@@ -13,7 +13,7 @@ import math
 import pytest
 
 from placer.devices import make_target
-from placer.devices.links import fit_cut_points, measure_cut_points
+from placer.profile.links import fit_cut_points, measure_cut_points
 from placer.profile import ProfileStore
 
 

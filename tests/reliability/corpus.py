@@ -468,7 +468,7 @@ def build_corpus(root: Path, base: Base, seed: int = SEED) -> list[Case]:
     add(CONTROL, "store-fits", ["fit", "--db", str(base.store), "--out", str(c / "control-cm")], accept=True)
 
     def load_cm(d):
-        from costmodels.persistence import load_cost_model
+        from costmodels.cost_model import load_cost_model
 
         return lambda: load_cost_model(d)
 

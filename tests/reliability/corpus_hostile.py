@@ -134,7 +134,7 @@ def hostile_cases(root: Path, base, add: Callable, rng) -> None:
         return _copy_dir(base.costmodel, c / "costmodels" / name)
 
     def load_cm(d: Path) -> Callable[[], Any]:
-        from costmodels.persistence import load_cost_model
+        from costmodels.cost_model import load_cost_model
 
         return lambda: load_cost_model(d)
 

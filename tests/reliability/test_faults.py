@@ -32,7 +32,7 @@ def _oom_kinds(monkeypatch):
 
 @pytest.fixture(scope="module")
 def tiny():
-    from placer.graph import load_graph
+    from placer.zoo import load_graph
 
     return load_graph("zoo:tiny")
 

@@ -48,14 +48,14 @@ def rpc_cluster():
     this process while the module runs; on teardown every helper process must be gone."""
     import psutil
 
-    from placer.devices.rpc import LocalRpcCluster, _helper_pid, _tree, configure_rpc
+    from placer.devices.rpc import LocalRpcCluster, _helper_pid, _tree
 
     saved = {k: os.environ.get(k) for k in RPC_ENV}
     cluster = LocalRpcCluster("placer-test", n_servers=1).start()
     helpers = [p for h in cluster.servers + [cluster.tracker_obj] for p in _tree(_helper_pid(h))]
     assert len(helpers) >= 2
     try:
-        configure_rpc(cluster.tracker, cluster.key)
+        os.environ.update(cluster.config.to_env())  # for this process, as a user's shell would set it
         yield cluster
     finally:
         for k, v in saved.items():

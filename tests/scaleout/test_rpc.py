@@ -73,6 +73,32 @@ def test_unconfigured(monkeypatch):
         make_target("tvm-rpc").runtime_version()
 
 
+def test_rpc_config_is_passed_not_written_to_the_environment(monkeypatch):
+    """An explicit RpcConfig: nothing lands in this process's environment, and a profiling worker,
+    which rebuilds the target by name, gets it in its own environment (Target.worker_env)."""
+    from placer.devices import TargetSpec
+    from placer.profile.campaign import WorkerProcess
+
+    for k in ("PLACER_RPC_TRACKER", "PLACER_RPC_KEY", "PLACER_RPC_TARGET", "PLACER_RPC_CC",
+              "PLACER_RPC_SESSION_TIMEOUT"):
+        monkeypatch.delenv(k, raising=False)
+    before = dict(os.environ)
+    cfg = rpc_config("127.0.0.1:9", "board", target={"kind": "llvm"}, session_timeout_s=30)
+    assert (cfg.tracker, cfg.key, cfg.target_json, cfg.session_timeout_s) == \
+        ("127.0.0.1:9", "board", '{"kind": "llvm"}', 30.0)
+    env = cfg.to_env()
+    assert env == {"PLACER_RPC_TRACKER": "127.0.0.1:9", "PLACER_RPC_KEY": "board",
+                   "PLACER_RPC_TARGET": '{"kind": "llvm"}', "PLACER_RPC_SESSION_TIMEOUT": "30.0"}
+    assert rpc_config(environ=env) == cfg  # the round trip a worker makes
+    t = RpcTarget(TargetSpec.parse("tvm-rpc"), config=cfg)
+    assert t.config is cfg and t.key == "board" and t.worker_env() == env
+    assert RpcTarget(TargetSpec.parse("tvm-rpc")).worker_env() == {}  # from the environment: inherited
+    assert {k: v for k, v in WorkerProcess([t])._env().items() if k.startswith("PLACER_RPC")} == env
+    assert dict(os.environ) == before
+    with pytest.raises(TargetError, match="no tracker configured"):
+        rpc_config(key="board", environ={})
+
+
 def test_profile_campaign_through_rpc(rpc_cluster, run_placer, tmp_path, tiny_graph):
     """`placer profile --rpc-tracker --rpc-key` profiles every op on the remote device (worker
     subprocess, config through the environment) into a fresh store.

@@ -93,6 +93,24 @@ def test_roofline(tmp_path, monkeypatch):
     assert fp["simulated"] and fp["spec"] == "testsoc" and fp["device"] == "cpu" and len(fp["spec_sha"]) == 64
 
 
+def test_register_spec_is_a_registry_not_the_environment(tmp_path, monkeypatch):
+    import os
+
+    from placer.devices.sim import registered_specs
+
+    monkeypatch.delenv("PLACER_SPECS", raising=False)
+    path = tmp_path / "regsoc.toml"
+    path.write_text(SPEC)
+    assert register_spec(path) == "regsoc" and register_spec(path) == "regsoc"  # the same file again: fine
+    assert "PLACER_SPECS" not in os.environ and registered_specs()["regsoc"] == path.resolve()
+    assert make_target("sim:regsoc/cpu").specfile.path == str(path.resolve())
+    other = tmp_path / "other" / "regsoc.toml"
+    other.parent.mkdir()
+    other.write_text(SPEC)
+    with pytest.raises(TargetError, match="'regsoc' is already registered as"):
+        register_spec(other)
+
+
 @pytest.mark.parametrize("old,new,needle", [
     ("peak_gflops = { fp32 = 100 }", "", "needs peak_gflops"),
     ("mem_bandwidth_gbs = 10\nmemory_gb = 1", "", "needs mem_bandwidth_gbs"),

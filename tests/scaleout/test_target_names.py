@@ -40,3 +40,20 @@ def test_names_with_an_argument(text, kind, arg, threads, canonical):
 def test_malformed(bad):
     with pytest.raises(TargetError, match="malformed target name"):
         TargetSpec.parse(bad)
+
+
+def test_register_target_refuses_another_class_for_a_kind_and_lists_kinds():
+    from placer.devices.registry import register_target, registered_kinds
+
+    kinds = registered_kinds()
+    assert kinds["onnxruntime"] == "placer.devices.onnxruntime_target:OnnxRuntimeTarget"
+    kinds["onnxruntime"] = "elsewhere:Nothing"  # a copy: the registry is untouched
+    assert registered_kinds()["onnxruntime"] == "placer.devices.onnxruntime_target:OnnxRuntimeTarget"
+    register_target("onnxruntime", "placer.devices.onnxruntime_target:OnnxRuntimeTarget")  # same: no-op
+    with pytest.raises(TargetError, match="'onnxruntime' is already registered as .*OnnxRuntimeTarget"):
+        register_target("onnxruntime", "placer.devices.testing:CrashTarget")
+    with pytest.raises(TargetError, match="invalid target kind"):
+        register_target("Bad Kind", "placer.devices.testing:CrashTarget")
+    with pytest.raises(TargetError, match="not 'module:Class'"):
+        register_target("test-nocolon", "placer.devices.testing.CrashTarget")
+    assert registered_kinds()["onnxruntime"] == "placer.devices.onnxruntime_target:OnnxRuntimeTarget"

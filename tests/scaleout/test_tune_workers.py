@@ -60,7 +60,7 @@ def test_open_storage_race(tmp_path):
     url = f"sqlite:///{tmp_path / 'race.db'}"
     code = textwrap.dedent(f"""
         import sys, time, optuna
-        from placer.tune.tuner import open_storage, tell_once
+        from placer.tune.study import open_storage, tell_once
         t0 = float(sys.argv[1])
         time.sleep(max(t0 - time.time(), 0))
         storage = open_storage({url!r})
@@ -93,7 +93,7 @@ def test_tell_once_refuses_a_finished_trial(tmp_path):
     with False instead of crashing, and the first value is kept."""
     import optuna
 
-    from placer.tune.tuner import tell_once
+    from placer.tune.study import tell_once
 
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s")
     trial = study.ask({"x": optuna.distributions.FloatDistribution(0, 2)})
@@ -106,7 +106,7 @@ def test_tell_once_refuses_a_finished_trial(tmp_path):
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_sampler_seed(shared):
-    from placer.tune.tuner import sampler_seed
+    from placer.tune.study import sampler_seed
 
     s = sampler_seed(7, shared=shared)
     assert (s == 7) is (not shared)
@@ -120,12 +120,12 @@ def test_a_killed_workers_running_trial_is_failed_after_its_heartbeat_stops(tmp_
 
     import optuna
 
-    from placer.tune.tuner import ask, fail_stale, open_storage, trial_heartbeat
+    from placer.tune.study import ask, fail_stale, open_storage, trial_heartbeat
 
     url = f"sqlite:///{tmp_path / 'hb.db'}"
     code = textwrap.dedent(f"""
         import os, time, optuna
-        from placer.tune.tuner import open_storage, trial_heartbeat
+        from placer.tune.study import open_storage, trial_heartbeat
         study = optuna.create_study(storage=open_storage({url!r}, heartbeat_interval=1, grace_period=2),
                                     study_name="hb")
         trial = study.ask()

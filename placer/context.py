@@ -1,0 +1,222 @@
+"""The planning context: a model loaded, profiled where the store lacks it, and priced as a problem.
+
+:func:`prepare` composes the layers below it (graph and zoo -> profile -> costing -> problem) into
+a :class:`PlanningContext`; :func:`recalibrate` re-prices it from whole-model times measured in a
+session and :func:`check_store` flags the store rows those times contradict. The plan API
+(:mod:`placer.api`, which re-exports these) and the tuner (:mod:`placer.tune`) both start here, so
+the tuner does not import the API above it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from placer import zoo
+from placer.costing import build_problem, cost_table_from_store, fusion_groups
+from placer.devices import make_targets
+from placer.devices.links import LinkModel
+from placer.devices.sim import spec_link_fits
+from placer.errors import TargetError
+from placer.graph.opaque import describe_members, is_opaque
+from placer.profile import profile_graph, profile_links, profile_whole_model
+from placer.profile.contention import quiet_now
+from placer.profile.keys import model_key
+from placer.profile.store import open_store as _open_store
+from placer.run.numerics import tolerance_for
+
+__all__ = ["STORE_DISAGREES", "PlanningContext", "check_store", "load", "open_store", "prepare",
+           "recalibrate"]
+
+
+@dataclass
+class PlanningContext:
+    """What planning produced besides the plan: reused by tune, run and the reports."""
+
+    graph: Any
+    targets: list
+    store: Any
+    table: Any
+    links: Any
+    problem: Any
+
+    @property
+    def precision(self) -> str:
+        """``bf16`` if a target computes in bf16 (``openvino-bf16``), else ``f32``: what the plans'
+        outputs are checked at (:data:`placer.run.numerics.TOLERANCES`)."""
+        return "bf16" if any(getattr(t, "precision", "f32") == "bf16" for t in self.targets) else "f32"
+
+    @property
+    def tolerance(self) -> dict[str, float]:
+        """``{"rtol": ..., "atol": ...}`` for numerics checks of this context's plans."""
+        rtol, atol = tolerance_for(self.precision)
+        return {"rtol": rtol, "atol": atol}
+
+
+def load(model, shapes: Mapping[str, Sequence[int]] | None = None):
+    """An OpGraph from a path, a ModelProto or a zoo reference (``zoo:squeezenet``):
+    :func:`placer.zoo.load_graph`."""
+    return zoo.load_graph(model, shapes)
+
+
+def open_store(db: str | os.PathLike | None):
+    """The profile store at ``db`` (None: the default store, ``$PLACER_DB`` or
+    ``~/.cache/placer/profiles.db``)."""
+    return _open_store(db)[0]
+
+
+def prepare(
+    model,
+    *,
+    targets: Sequence[str] | None = None,
+    db: str | os.PathLike | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    cost_model=None,
+    profile: bool = True,
+    whole_models: bool = True,
+    calibrate: bool = True,
+    segments: bool | Sequence[Sequence[str]] = True,
+    progress: bool = False,
+    timeout_s: float = 60.0,
+    memory_cap_bytes: Mapping[str, float] | None = None,
+    pinned: Mapping[str, str] | None = None,
+    colocate: Sequence[Sequence[str]] = (),
+    say: Callable[[str], None] | None = None,
+) -> PlanningContext:
+    """Load, profile what is missing (ops, whole model per target, links), build the problem.
+
+    ``say``: called with one line per profiling phase (what it does, then how long it took)."""
+    graph = model if hasattr(model, "ops") else load(model, shapes)
+    tgts = make_targets(targets)
+    real = [t for t in tgts if not getattr(t, "simulated", False)]  # simulated targets are never profiled
+    store = open_store(db)
+    # runtime fusion groups are profiled as segments and priced whole (issue 9)
+    segments = fusion_groups(graph) if segments is True else [list(s) for s in (segments or [])]
+    say = say or (lambda msg: None)
+    if profile and real:
+        # rows flagged as measured on a busy machine are taken again, if the machine is quiet now
+        refresh = quiet_now()
+        names = ", ".join(t.name for t in real)
+        with _phase(say, f"profile ops: {len(graph.unique_signatures())} signatures"
+                         f"{f' + {len(segments)} fusion segments' if segments else ''} on {names}"):
+            res = profile_graph(graph, real, store, timeout_s=timeout_s, progress=progress, segments=segments,
+                                retry_contended=refresh)
+        if res.remeasured or res.contended:
+            say(f"measurement conditions: other processes kept the machine busy during {res.remeasured} "
+                f"measurement(s), taken again; {res.contended} stayed contended (flagged; measured again next time)")
+        if whole_models:
+            with _phase(say, f"profile the whole model on {names}"):
+                profile_whole_model(graph, real, store, timeout_s=max(timeout_s, 120.0), retry_contended=refresh)
+        if len(real) > 1:
+            with _phase(say, "profile the links between targets"):
+                profile_links(real, store)
+    table = cost_table_from_store(graph, tgts, store, cost_model=cost_model, segments=segments)
+    _check_runnable(graph, table, store, tgts)
+    links = store.link_model(tgts, missing="skip") if len(tgts) > 1 and len(real) == len(tgts) else None
+    provenance = {
+        "profile_store": store.store_id,
+        "cost_model": getattr(cost_model, "model_id", None) if cost_model is not None else "measured",
+        "target_fingerprints": {t.name: t.fingerprint_hash() for t in tgts},
+    }
+    if len(real) < len(tgts):
+        links, memory_cap_bytes = _with_simulated(tgts, real, store, memory_cap_bytes, provenance)
+    problem = build_problem(
+        graph, table, links, calibrate=calibrate, memory_cap_bytes=memory_cap_bytes, pinned=pinned,
+        colocate=colocate, provenance=provenance,
+    )
+    return PlanningContext(graph, tgts, store, table, links, problem)
+
+
+@contextlib.contextmanager
+def _phase(say: Callable[[str], None], what: str):
+    """Say what a phase does and, when it ends, how long it took."""
+    say(f"{what} ...")
+    t0 = time.monotonic()
+    yield
+    say(f"{what}: done in {time.monotonic() - t0:.1f} s")
+
+
+def _check_runnable(graph, table, store, targets) -> None:
+    """An op that no target runs (a custom-domain op, a dtype no runtime has kernels for, ...) is a
+    user error: name the op, its type and each target's reason instead of an infeasible problem."""
+    bad = np.flatnonzero(~np.isfinite(np.asarray(table.cost_ms, dtype=float)).any(axis=1))
+    if not bad.size:
+        return
+    op = graph.ops[int(bad[0])]
+    reasons = []
+    for t in targets:
+        m = None if getattr(t, "simulated", False) else store.get(op.signature.hash, t)
+        why = ((m.reason or m.status) if m is not None else "not supported").strip().splitlines() or ["?"]
+        reasons.append(why[0][:200] if why[0].startswith(t.name) else f"{t.name}: {why[0][:200]}")
+    kind = f"{op.domain}::{op.op_type}" if op.domain else op.op_type
+    if is_opaque(op.domain):
+        kind = f"the opaque region of nodes {describe_members(graph, op)}"
+    more = f" (and {bad.size - 1} more op(s))" if bad.size > 1 else ""
+    raise TargetError(f"op {op.id!r} ({kind}) of {graph.source or graph.name} runs on no target{more}: "
+                      + "; ".join(reasons))
+
+
+def _with_simulated(tgts, real, store, memory_cap_bytes, provenance: dict):
+    """Simulated targets (``placer.devices.sim``, issue 6): links from their specs next to the
+    measured ones, their spec memory as the default cap, and the provenance says which costs are
+    simulated. Returns ``(links, memory_cap_bytes)``; updates ``provenance`` in place."""
+    measured = store.link_model(real, missing="skip") if len(real) > 1 else LinkModel({})
+    fits = dict(measured.fits)
+    fits.update({(f.src, f.dst): f for f in spec_link_fits(tgts)})
+    links = LinkModel(fits, measured.overhead_ms) if len(tgts) > 1 else None
+    caps = dict(memory_cap_bytes or {})
+    for t in tgts:
+        if getattr(t, "simulated", False) and t.name not in caps and math.isfinite(t.memory_cap_bytes):
+            caps[t.name] = float(t.memory_cap_bytes)
+    sims = [t for t in tgts if getattr(t, "simulated", False)]
+    provenance["simulated_targets"] = [t.name for t in sims]
+    provenance["simulated_specs"] = {t.name: {"spec": t.specfile.path, "sha256": t.specfile.sha} for t in sims}
+    return links, (caps or None)
+
+
+#: a stored whole-model time off by more than this factor from one measured in the session is distrusted
+STORE_DISAGREES = 1.25
+
+
+def check_store(ctx: PlanningContext, whole_model_ms: Mapping[str, float],
+                say: Callable[[str], None] = lambda m: None) -> list[str]:
+    """Compare the store's whole-model times with ones just measured in this session; a stored row off
+    by more than :data:`STORE_DISAGREES` either way (taken under other load, or on another day) is
+    flagged in the store, so the next campaign measures it again. Returns the targets flagged."""
+    flagged = []
+    for t in ctx.targets:
+        stored, now = ctx.table.whole_model_ms.get(t.name), whole_model_ms.get(t.name)
+        if not stored or not now or not math.isfinite(stored) or not math.isfinite(now):
+            continue
+        ratio = stored / now
+        if ratio > STORE_DISAGREES or ratio < 1 / STORE_DISAGREES:
+            why = f"whole model stored {stored:.3f} ms, measured {now:.3f} ms in a later session"
+            if ctx.store.flag_contended(model_key(ctx.graph), t, why):
+                flagged.append(t.name)
+                say(f"the store's whole-model time on {t.name} ({stored:.3f} ms) disagrees with this session's "
+                    f"({now:.3f} ms, {ratio:.2f}x): priced from this session's; the store row is flagged and will "
+                    "be measured again")
+    return flagged
+
+
+def recalibrate(ctx: PlanningContext, whole_model_ms: Mapping[str, float]) -> PlanningContext:
+    """The same context with its problem re-priced from whole-model times measured in this session.
+
+    A whole-model profile taken earlier (or while the machine was loaded) can be far off; the
+    tuner and the experiments measure every single-target plan interleaved with the candidates,
+    and those figures are the better yardstick for the whole-model calibration
+    (:func:`placer.costing.fusion_scales`).
+    """
+    table = dataclasses.replace(ctx.table, whole_model_ms={**dict(ctx.table.whole_model_ms), **dict(whole_model_ms)})
+    old = ctx.problem
+    problem = build_problem(ctx.graph, table, ctx.links, memory_cap_bytes=None, pinned=dict(old.pinned),
+                            colocate=[tuple(g) for g in old.colocate], provenance=dict(old.provenance))
+    problem = dataclasses.replace(problem, memory_cap_bytes=old.memory_cap_bytes)
+    return dataclasses.replace(ctx, table=table, problem=problem)
