@@ -325,8 +325,8 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
         stats = bench.measure([r.key for r in ok] + ys_keys)
         # the final rounds measure the same kind of list again, fresh, then the outputs are written:
         # the search leaves them twice this measurement's time, three Relax builds, half TVM's import
-        # and a second (at least 15 % of the budget, at most half), so the whole command ends near its
-        # budget
+        # and two seconds (closing the yardsticks' processes, writing the outputs: at least 15 % of the
+        # budget, at most half), so the whole command ends near its budget
         guard_s = time.monotonic() - t_guard
         # after the final rounds the best plan's Relax program is built and compiled, the outputs
         # written, and TVM's teardown ends the process (about half its import time): TVM imported now
@@ -341,7 +341,7 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
         except PlacerError:
             pass  # the final build reports it, where it matters
         build_s = time.monotonic() - t_build
-        tail_s = 2 * guard_s + 3 * build_s + 0.5 * (t_build - t_import) + 1.0
+        tail_s = 2 * guard_s + 3 * build_s + 0.5 * (t_build - t_import) + 2.0
         reserve_holder.append(min(0.5, max(0.15, tail_s / budget_s)) if budget_s else 0.15)
         for r in ok + [r for r in records if r.key in ys_keys]:
             fill(r, stats[r.key])
