@@ -37,12 +37,13 @@ def _run(argv: list[str], cap_gib: float = 8.0) -> tuple[int, float, float, str]
     under an address-space cap (a runaway allocation fails instead of exhausting the machine)."""
     cap = int(cap_gib * 2**30)
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (%d, %d)); "
-            "from placer.cli import main; sys.exit(main(sys.argv[1:]))" % (cap, cap))
+            "from placer.cli import main; sys.exit(main())" % (cap, cap))  # main(): the command itself
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.monotonic()
+    # cwd: ``python -c`` imports from the working directory first (another checkout's placer, else)
     p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env,
-                       check=False)
+                       check=False, cwd=ROOT)
     wall = time.monotonic() - t0
     peak = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     return p.returncode, wall, peak, (p.stderr.strip().splitlines() or [""])[-1][:300]

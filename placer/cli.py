@@ -17,11 +17,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
 from placer.errors import PlacerError
 from placer.safe_io import printable
+
+#: when this module was imported (before the commands' heavy imports): the process's start where
+#: /proc does not tell it
+IMPORTED_AT = time.monotonic()
 
 DB_HELP = "profile store (SQLite); default $PLACER_DB, else ~/.cache/placer/profiles.db"
 TARGETS_HELP = ("comma-separated targets, e.g. onnxruntime,openvino:t1,tvm-llvm "
@@ -272,7 +277,7 @@ def cmd_tune(args) -> int:
                   shapes=parse_shapes(args.shape), n_trials=args.trials, seed=args.seed,
                   cost_model_dir=False if args.no_cost_model else (args.cost_model or True),
                   precision=args.precision, stale_after_s=args.stale_after,
-                  progress=say_plain(console))
+                  progress=say_plain(console), started=getattr(args, "started", None))
     tp = result.objective == "throughput"
     default = result.best_default
     table = make_table(("candidate", "kind", "partitions", "predicted ms", "measured ms" if not tp else "req/s",
@@ -560,10 +565,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def process_started() -> float:
+    """The ``time.monotonic()`` at which this process started: its start time in ``/proc/self/stat``
+    (clock ticks since boot) against ``CLOCK_BOOTTIME``, so that the interpreter's start and the
+    imports count; where that is not available (not Linux) or not plausible, when this module was
+    imported."""
+    now = time.monotonic()
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, after the command name
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return IMPORTED_AT
+    # a clock tick (10 ms) of rounding either way; an age far beyond the import is not this run's start
+    if not 0.0 <= age <= now - IMPORTED_AT + 60.0:
+        return IMPORTED_AT
+    return min(now - age, IMPORTED_AT)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``placer`` command line ``argv`` (default ``sys.argv[1:]``: the process's own command,
+    whose time budgets then count from the process's start, imports included)."""
     from placer import interrupts
 
+    started = process_started() if argv is None else time.monotonic()
     args = build_parser().parse_args(argv)
+    args.started = started
     # SIGTERM stops placer like Ctrl-C: the same clean stop (stores consistent, exit 130)
     interrupts.install()
     try:

@@ -30,6 +30,10 @@ class ProblemError(PlacerError):
     """A placement problem is malformed or infeasible."""
 
 
+class TimeLimitError(ProblemError):
+    """A solve's time limit ran out before a solver that cannot stop midway (a heuristic) could start."""
+
+
 class PlanError(PlacerError):
     """A plan or stage config is malformed or does not match its model/problem."""
 

@@ -136,6 +136,14 @@ class Tensor:
         object.__setattr__(self, "consumers", tuple(dict.fromkeys(self.consumers)))
 
 
+def _trusted_tensor(name: str, producer: str | None, consumers: tuple[str, ...], nbytes: int) -> Tensor:
+    """``Tensor(name, producer, consumers, nbytes)`` for fields known valid (``consumers`` distinct):
+    no ``__post_init__`` (a relisting builds 100,000 of them)."""
+    tt = object.__new__(Tensor)
+    tt.__dict__.update(name=name, producer=producer, consumers=consumers, nbytes=nbytes)
+    return tt
+
+
 def _float_array(value: Any, shape: tuple[int, ...], what: str, default: float) -> np.ndarray:
     """Broadcast ``value`` (None, scalar or array-like) to a read-only float array of ``shape``."""
     if value is None:
@@ -331,7 +339,9 @@ class PlacementProblem:
             if int(nbytes) > MAX_NBYTES:
                 raise ProblemError(f"tensor {tensor.name!r}: nbytes {nbytes:.6g} is out of range "
                                    f"(at most 2**62)")
-            tensors.append(Tensor(tensor.name, tensor.producer, tuple(tensor.consumers), int(nbytes)))
+            if type(tensor) is not Tensor or type(nbytes) is not int:  # else already in its stored form
+                tensor = Tensor(tensor.name, tensor.producer, tuple(tensor.consumers), int(nbytes))
+            tensors.append(tensor)
 
         # topological order (stable: ties by listed position); name a cycle if there is one
         preds: list[set[int]] = [set() for _ in range(n)]
@@ -552,26 +562,31 @@ class PlacementProblem:
         return s
 
     @cached_property
+    def _edge_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """:attr:`edges` as two index arrays ``(u, v)``, sorted by ``u`` then ``v``."""
+        n = self.n_ops
+        _, us, vs = self.consumer_arrays
+        code = np.unique(us * n + vs)
+        return code // n, code % n
+
+    @cached_property
     def edges(self) -> tuple[tuple[int, int], ...]:
         """Unique precedence edges ``(u, v)`` as op indices, sorted."""
-        es = {(u, v) for u, cs in zip(self.tensor_producer, self.tensor_consumers) if u >= 0 for v in cs}
-        return tuple(sorted(es))
+        us, vs = self._edge_arrays
+        return tuple(zip(us.tolist(), vs.tolist()))
 
     @cached_property
     def preds(self) -> tuple[tuple[int, ...], ...]:
         """Predecessor op indices of each op."""
-        p: list[list[int]] = [[] for _ in self.ops]
-        for u, v in self.edges:
-            p[v].append(u)
-        return tuple(tuple(x) for x in p)
+        us, vs = self._edge_arrays
+        by_v = np.lexsort((us, vs))  # by v, then u
+        return _group_by(vs[by_v], us[by_v], self.n_ops)
 
     @cached_property
     def succs(self) -> tuple[tuple[int, ...], ...]:
         """Successor op indices of each op."""
-        s: list[list[int]] = [[] for _ in self.ops]
-        for u, v in self.edges:
-            s[u].append(v)
-        return tuple(tuple(x) for x in s)
+        us, vs = self._edge_arrays
+        return _group_by(us, vs, self.n_ops)
 
     @cached_property
     def tensor_producer(self) -> tuple[int, ...]:
@@ -660,21 +675,42 @@ class PlacementProblem:
     @cached_property
     def in_tensors(self) -> tuple[tuple[int, ...], ...]:
         """For each op, the produced (non-input) tensors it reads."""
-        r: list[list[int]] = [[] for _ in self.ops]
-        for k, (u, cs) in enumerate(zip(self.tensor_producer, self.tensor_consumers)):
-            if u >= 0:
-                for v in cs:
-                    r[v].append(k)
-        return tuple(tuple(x) for x in r)
+        ptr, flat = self.in_tensor_arrays
+        ptr_l, flat_l = ptr.tolist(), flat.tolist()
+        return tuple([tuple(flat_l[ptr_l[v]:ptr_l[v + 1]]) for v in range(self.n_ops)])
+
+    @cached_property
+    def in_tensor_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """:attr:`in_tensors` flattened: ``(ptr, tensors)``, op ``v`` reads ``tensors[ptr[v]:ptr[v + 1]]``."""
+        ks, _, vs = self.consumer_arrays
+        by_v = np.lexsort((ks, vs))  # by reader, then tensor
+        ptr = np.searchsorted(vs[by_v], np.arange(self.n_ops + 1))
+        flat = ks[by_v]
+        for a in (ptr, flat):
+            a.setflags(write=False)
+        return ptr, flat
+
+    @cached_property
+    def consumer_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every (produced tensor, consumer) pair as arrays ``(tensor, producer, consumer)``, by tensor
+        then consumer index (model inputs left out)."""
+        prod = self.tensor_producer
+        ks = np.fromiter((k for k, cs in enumerate(self.tensor_consumers) if prod[k] >= 0 for _ in cs),
+                         dtype=np.int64)
+        vs = np.fromiter((v for k, cs in enumerate(self.tensor_consumers) if prod[k] >= 0 for v in cs),
+                         dtype=np.int64, count=len(ks))
+        us = np.asarray(prod, dtype=np.int64)[ks] if len(ks) else np.zeros(0, dtype=np.int64)
+        for a in (ks, us, vs):
+            a.setflags(write=False)
+        return ks, us, vs
 
     @cached_property
     def out_tensors(self) -> tuple[tuple[int, ...], ...]:
         """For each op, the tensors it produces that some op reads."""
-        r: list[list[int]] = [[] for _ in self.ops]
-        for k, (u, cs) in enumerate(zip(self.tensor_producer, self.tensor_consumers)):
-            if u >= 0 and cs:
-                r[u].append(k)
-        return tuple(tuple(x) for x in r)
+        ks, us, _ = self.consumer_arrays
+        m = max(len(self.tensors), 1)
+        code = np.unique(us * m + ks)  # by producer, then tensor
+        return _group_by(code // m, code % m, self.n_ops)
 
     @cached_property
     def group_of(self) -> np.ndarray:
@@ -757,32 +793,73 @@ class PlacementProblem:
 
     @cached_property
     def _canonical(self) -> PlacementProblem:
+        n = self.n_ops
         order = list(self.canonical_order)
-        pos = np.empty(self.n_ops, dtype=int)
-        pos[order] = np.arange(self.n_ops)
-
-        def tkey(tt: Tensor) -> tuple:
-            u = -1 if tt.producer is None else int(pos[self.op_index[tt.producer]])
-            return (u, _natural_key(tt.name))
-
-        def ckey(o: str) -> int:
-            return int(pos[self.op_index[o]])
-
-        tensors = [Tensor(tt.name, tt.producer, tuple(sorted(tt.consumers, key=ckey)), tt.nbytes)
-                   for tt in sorted(self.tensors, key=tkey)]
-        if order == list(range(self.n_ops)) and tuple(tensors) == self.tensors:
+        pos = [0] * n
+        for r, i in enumerate(order):
+            pos[i] = r
+        ops = tuple(self.ops[i] for i in order)
+        # tensors by (producer position, natural key of the name): the key only where positions tie
+        prod = [-1 if u < 0 else pos[u] for u in self.tensor_producer]
+        seen: dict[int, int] = {}
+        for u in prod:
+            seen[u] = seen.get(u, 0) + 1
+        names = [tt.name for tt in self.tensors]
+        keys = [(u, _natural_key(name) if seen[u] > 1 else ()) for u, name in zip(prod, names)]
+        torder = sorted(range(len(keys)), key=keys.__getitem__)
+        consumers = [tuple(sorted(pos[c] for c in cs)) for cs in self.tensor_consumers]
+        tensors = []
+        same = order == list(range(n)) and torder == list(range(len(torder)))
+        for k in torder:
+            tt = self.tensors[k]
+            cs = tuple(ops[j] for j in consumers[k])
+            if cs != tt.consumers:
+                same = False
+                tt = _trusted_tensor(tt.name, tt.producer, cs, tt.nbytes)
+            tensors.append(tt)
+        if same:
             return self
-        ops = [self.ops[i] for i in order]
+        new = self._relisted(order, ops, tuple(tensors))
+        # what the copy would compute from scratch, known already (mapped by position)
+        cache = new.__dict__
+        cache["tensor_producer"] = tuple(prod[k] for k in torder)
+        cache["tensor_consumers"] = tuple(consumers[k] for k in torder)
+        cache["pipeline_units"] = tuple(tuple(pos[i] for i in unit) for unit in self.pipeline_units)
+        cache["_canonical"] = new  # listed canonically already
+        return new
+
+    def _relisted(self, order: Sequence[int], ops: tuple[str, ...], tensors: tuple[Tensor, ...]
+                  ) -> PlacementProblem:
+        """This (validated) problem listed in ``order`` (a topological order of the op indices; ``ops``
+        the names in that order) with ``tensors`` (its own tensors, reordered, their consumers
+        possibly reordered): the problem ``PlacementProblem(...)`` would build from that listing,
+        without validating again what this one's construction checked (linear, not ~25 us per op)."""
+        new = object.__new__(PlacementProblem)
+        set_ = object.__setattr__
         rank = {o: r for r, o in enumerate(ops)}
-        return PlacementProblem(
-            ops=ops, targets=self.targets, cost_ms=self.cost_ms[order], tensors=tensors,
-            link_latency_ms=self.link_latency_ms, link_ms_per_byte=self.link_ms_per_byte,
-            link_charge=self.link_charge, memory_cap_bytes=self.memory_cap_bytes,
-            weight_bytes=self.weight_bytes[order], pinned=dict(self.pinned),
-            colocate=[tuple(sorted(g, key=rank.__getitem__)) for g in self.colocate],
-            partition_overhead_ms=self.partition_overhead_ms, provenance=self.provenance,
-            target_cores={d: list(c) for d, c in self.target_cores.items()},
-            link_broadcast=self.link_broadcast)
+        cost = self.cost_ms[order]
+        cost.setflags(write=False)
+        weights = self.weight_bytes[order]
+        weights.setflags(write=False)
+        # colocation groups as the constructor lists them: members by position, groups by first member
+        groups = sorted(sorted(rank[o] for o in g) for g in self.colocate)
+        set_(new, "ops", ops)
+        set_(new, "targets", self.targets)
+        set_(new, "cost_ms", cost)
+        set_(new, "tensors", tensors)
+        set_(new, "link_latency_ms", self.link_latency_ms)
+        set_(new, "link_ms_per_byte", self.link_ms_per_byte)
+        set_(new, "link_charge", self.link_charge)
+        set_(new, "memory_cap_bytes", self.memory_cap_bytes)
+        set_(new, "weight_bytes", weights)
+        set_(new, "pinned", {o: self.pinned[o] for o in ops if o in self.pinned})
+        set_(new, "colocate", tuple(tuple(ops[i] for i in g) for g in groups))
+        set_(new, "partition_overhead_ms", self.partition_overhead_ms)
+        set_(new, "provenance", dict(self.provenance))
+        set_(new, "target_cores", dict(self.target_cores))
+        set_(new, "link_broadcast", self.link_broadcast)
+        new.__dict__["op_index"] = rank
+        return new
 
     @cached_property
     def units(self) -> tuple[tuple[int, ...], ...]:
@@ -1019,6 +1096,13 @@ def _natural_key(name: str) -> tuple:
     return (parts, name)
 
 
+def _group_by(keys: np.ndarray, values: np.ndarray, n: int) -> tuple[tuple[int, ...], ...]:
+    """``out[i]`` = the ``values`` whose key is ``i``, in their order (``keys`` sorted, in ``[0, n)``)."""
+    ptr = np.searchsorted(keys, np.arange(n + 1)).tolist()
+    vals = values.tolist()
+    return tuple([tuple(vals[ptr[i]:ptr[i + 1]]) for i in range(n)])
+
+
 def _longest_from_sources(n: int, preds: Sequence[Sequence[int]], order: Sequence[int]) -> list[int]:
     """Longest path (in nodes, minus one) from a source to each node; ``order`` is topological."""
     depth = [0] * n
@@ -1079,6 +1163,8 @@ def _pipeline_units(p: PlacementProblem) -> tuple[tuple[int, ...], ...]:
     n = p.n_ops
     keys = [_natural_key(o) for o in p.ops]
     op_depth = _longest_from_sources(n, p.preds, range(n))  # ops are stored in a topological order
+    if not p.colocate:  # every op is a unit of its own (a DAG's components are single nodes): the same order
+        return tuple((i,) for i in sorted(range(n), key=lambda i: (op_depth[i], keys[i])))
     # quotient by colocation groups: node of each op
     node = [-1] * n
     n_nodes = len(p.colocate)

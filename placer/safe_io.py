@@ -145,16 +145,17 @@ def _float(text: str) -> float:
 
 
 def _depth_ok(data: Any, max_depth: int) -> bool:
-    stack = [(data, 1)]
-    while stack:
-        x, d = stack.pop()
-        if isinstance(x, dict):
-            x = x.values()
-        elif not isinstance(x, list):
-            continue
-        if d > max_depth:
+    """No dict or list nested deeper than ``max_depth`` (the top one is at depth 1); level by level."""
+    level = [data] if isinstance(data, (dict, list)) else []
+    depth = 1
+    while level:
+        if depth > max_depth:
             return False
-        stack.extend((v, d + 1) for v in x if isinstance(v, (dict, list)))
+        below: list[Any] = []
+        for x in level:
+            below += [v for v in (x.values() if isinstance(x, dict) else x) if isinstance(v, (dict, list))]
+        level = below
+        depth += 1
     return True
 
 

@@ -93,16 +93,21 @@ def arrival_ms(problem: PlacementProblem, k: int, end_u: float, a: int, b: int,
 
 def needed_transfers(problem: PlacementProblem, assign: np.ndarray,
                      costs: Costs | None = None) -> list[tuple[int, int, int, float, float]]:
-    """All copies ``(tensor, src, dst, link_ms, entry_ms)``: one per (tensor, destination target)."""
+    """All copies ``(tensor, src, dst, link_ms, entry_ms)``: one per (tensor, destination target),
+    sorted by tensor then destination."""
     c = costs or Costs.of(problem)
-    out = []
-    for k, (u, cs) in enumerate(zip(problem.tensor_producer, problem.tensor_consumers)):
-        if u < 0 or not cs:
-            continue
-        a = int(assign[u])
-        for b in sorted({int(assign[v]) for v in cs} - {a}):
-            out.append((k, a, b, float(c.link[k, a, b]), float(c.entry[b])))
-    return out
+    assign = np.asarray(assign, dtype=np.int64)
+    ks, us, vs = problem.consumer_arrays
+    src, dst = assign[us], assign[vs]
+    cross = src != dst
+    # one copy per (tensor, destination): unique codes, sorted by tensor then target
+    t = problem.n_targets
+    code = np.unique(ks[cross] * t + dst[cross])
+    k, b = code // t, code % t
+    a = assign[np.asarray(problem.tensor_producer, dtype=np.int64)[k]] if len(k) else k
+    link = np.asarray(c.link)[k, a, b] if len(k) else np.zeros(0)
+    entry = np.asarray(c.entry)[b] if len(k) else np.zeros(0)
+    return list(zip(k.tolist(), a.tolist(), b.tolist(), link.tolist(), entry.tolist()))
 
 
 def target_busy_ms(problem: PlacementProblem, assign: np.ndarray, costs: Costs | None = None) -> np.ndarray:
@@ -156,38 +161,45 @@ def latency_schedule(problem: PlacementProblem, assign: np.ndarray, order: Any =
     c = costs or Costs.of(problem)
     n = p.n_ops
     order = range(n) if order is None else order
-    start = np.zeros(n)
-    end = np.full(n, np.nan)
+    assign = np.asarray(assign).astype(np.int64, copy=False)
+    d_of = assign.tolist()
+    cost_v = np.asarray(c.cost)[np.arange(n), assign].tolist()  # each op's cost on its target
+    # every (op, tensor it reads) pair: producer, and link + entry times when the copy is needed
+    ptr_a, ks = p.in_tensor_arrays
+    ptr = ptr_a.tolist()
+    us = np.asarray(p.tensor_producer, dtype=np.int64)[ks] if len(ks) else ks
+    vs = np.repeat(np.arange(n), np.diff(ptr_a))
+    a_in, d_in = assign[us], assign[vs]
+    link_in = np.asarray(c.link)[ks, a_in, d_in].tolist() if len(ks) else []
+    entry_in = np.asarray(c.entry)[d_in].tolist() if len(ks) else []
+    local = (a_in == d_in).tolist()
+    us_l = us.tolist()
+    start = [0.0] * n
+    end: list[float | None] = [None] * n
     avail = [0.0] * p.n_targets  # when each target may start its next op
     conf = p.conflicts if p.shares_resources else None
-    prod, in_t = p.tensor_producer, p.in_tensors
-    cost, link, entry = c.cost, c.link, c.entry
     for v in order:
-        d = int(assign[v])
+        d = d_of[v]
         t0 = 0.0  # inputs ready
-        for k in in_t[v]:
-            u = prod[k]
-            eu = end[u]
-            if np.isnan(eu):  # producer not scheduled yet
-                raise ProblemError(f"priority order is not topological: {p.ops[v]!r} before {p.ops[u]!r}")
-            a = int(assign[u])
-            r = eu if a == d else eu + link[k, a, d] + entry[d]
-            t0 = max(t0, r)
-        c_v = cost[v, d]
+        for j in range(ptr[v], ptr[v + 1]):
+            eu = end[us_l[j]]
+            if eu is None:  # producer not scheduled yet
+                raise ProblemError(f"priority order is not topological: {p.ops[v]!r} before {p.ops[us_l[j]]!r}")
+            t0 = max(t0, eu if local[j] else eu + link_in[j] + entry_in[j])
+        c_v = cost_v[v]
         if c_v > 0:
-            start[v] = max(t0, avail[d])
-            end[v] = start[v] + c_v
+            s_v = start[v] = max(t0, avail[d])
+            e_v = end[v] = s_v + c_v
             if conf is None:
-                avail[d] = end[v]
+                avail[d] = e_v
             else:  # every target sharing a resource with d waits for this op too
                 for d2 in conf[d]:
-                    if avail[d2] < end[v]:
-                        avail[d2] = end[v]
+                    avail[d2] = max(avail[d2], e_v)
         else:  # an instantaneous op neither waits for nor occupies its target
             start[v] = end[v] = t0
-    if np.isnan(end).any():
+    if None in end:
         raise ProblemError("priority order does not list every op")
-    return start, end
+    return np.array(start, dtype=float), np.array(end, dtype=float)
 
 
 def order_by_start(problem: PlacementProblem, start: np.ndarray) -> list[int]:

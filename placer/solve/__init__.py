@@ -35,7 +35,9 @@ import math
 import time
 from typing import Any, Mapping, Sequence
 
-from placer.errors import ProblemError
+import numpy as np
+
+from placer.errors import ProblemError, TimeLimitError
 from placer.plan import Plan, SolverStats
 from placer.problem import PlacementProblem, resolve_target_name
 from placer.solve import baselines as _baselines  # noqa: F401  (registers single, greedy, heft)
@@ -67,6 +69,7 @@ __all__ = [
     "COARSE_OPS",
     "SolveContext",
     "Solver",
+    "TimeLimitError",
     "available_solvers",
     "check_request",
     "register_solver",
@@ -149,6 +152,9 @@ def solve(problem: PlacementProblem, mode: str = "latency", solver: str = "cpsat
     ------
     ProblemError
         Unknown solver / mode / option, a mode the solver does not handle, or an infeasible problem.
+    TimeLimitError
+        (a ProblemError) The time limit ran out preparing the problem (listing it canonically),
+        before a heuristic (a solver that is not ``exact``: it cannot stop midway) could start.
     """
     t0 = time.monotonic()
     if not isinstance(problem, PlacementProblem):
@@ -169,6 +175,13 @@ def solve(problem: PlacementProblem, mode: str = "latency", solver: str = "cpsat
                        deadline=t0 + float(time_limit))
 
     canon = problem.canonical()
+    if not impl.exact and time.monotonic() >= ctx.deadline:
+        # a heuristic has no search to cut short: started now, it would run past the limit by all of its
+        # (linear) work; an exact solver stops at the deadline with the best plan it has
+        raise TimeLimitError(
+            f"time limit of {time_limit:g} s spent before solver {solver!r} could start: preparing the "
+            f"problem ({problem.n_ops} ops: canonical order, relisting) took {time.monotonic() - t0:.2f} s; "
+            f"{solver!r} cannot stop midway, so it was not started: give a longer time limit")
     target = _coarse_size(coarsen, impl, canon)
     if target is None:
         plan = impl.solve(canon, ctx)
@@ -191,10 +204,11 @@ def _relabel_plan(problem: PlacementProblem, canon: PlacementProblem, plan: Plan
     if plan.mode == "pipeline":
         order = [problem.target_index[d] for d in plan.stage_targets]
         return make_pipeline_plan(problem, assign, plan.solver, order=order, **kw)
-    pos = canon.op_index
-    ops = problem.ops
-    order = sorted(range(problem.n_ops),
-                   key=lambda i: (plan.start_ms[ops[i]], plan.end_ms[ops[i]], pos[ops[i]]))
+    pos, ops = canon.op_index, problem.ops
+    start = np.fromiter((plan.start_ms[o] for o in ops), dtype=float, count=problem.n_ops)
+    end = np.fromiter((plan.end_ms[o] for o in ops), dtype=float, count=problem.n_ops)
+    rank = np.fromiter((pos[o] for o in ops), dtype=np.int64, count=problem.n_ops)
+    order = np.lexsort((rank, end, start)).tolist()  # by (start, end, canonical position)
     return make_latency_plan(problem, assign, plan.solver, order=order, **kw)
 
 

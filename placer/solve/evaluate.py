@@ -86,17 +86,19 @@ def make_latency_plan(problem: PlacementProblem, assign: np.ndarray, solver: str
     check_assignment(p, assign)
     start, end = latency_schedule(p, assign, order)
     names = p.ops
-    transfers = tuple(Transfer(p.tensors[k].name, p.targets[a], p.targets[b], ms, en,
-                               float(end[p.tensor_producer[k]]), float(end[p.tensor_producer[k]] + ms + en))
+    end_l = end.tolist()
+    prod, tensors, targets = p.tensor_producer, p.tensors, p.targets
+    transfers = tuple(Transfer(tensors[k].name, targets[a], targets[b], ms, en,
+                               end_l[prod[k]], end_l[prod[k]] + ms + en)
                       for k, a, b, ms, en in needed_transfers(p, assign))
     makespan = float(end.max())
     busy = resource_busy_ms(p, assign)
     return Plan(
         mode="latency", solver=solver, targets=tuple(p.targets),
-        assignment={o: p.targets[assign[i]] for i, o in enumerate(names)},
-        start_ms={o: float(start[i]) for i, o in enumerate(names)},
-        end_ms={o: float(end[i]) for i, o in enumerate(names)},
-        op_cost_ms={o: float(p.cost_ms[i, assign[i]]) for i, o in enumerate(names)},
+        assignment=dict(zip(names, [targets[d] for d in assign.tolist()])),
+        start_ms=dict(zip(names, start.tolist())),
+        end_ms=dict(zip(names, end_l)),
+        op_cost_ms=dict(zip(names, p.cost_ms[np.arange(p.n_ops), assign].tolist())),
         transfers=transfers, makespan_ms=makespan, bottleneck_ms=float(busy.max()),
         stats=_stats(stats, makespan), provenance=dict(p.provenance), coarsening=coarsening,
         options=dict(options or {}),
@@ -124,12 +126,12 @@ def make_pipeline_plan(problem: PlacementProblem, assign: np.ndarray, solver: st
                              float(ev.total[d])) for d in order)
     return Plan(
         mode="pipeline", solver=solver, targets=tuple(p.targets),
-        assignment={o: p.targets[assign[i]] for i, o in enumerate(names)},
-        start_ms={o: float(ev.start[i]) for i, o in enumerate(names)},
-        end_ms={o: float(ev.end[i]) for i, o in enumerate(names)},
-        op_cost_ms={o: float(p.cost_ms[i, assign[i]]) for i, o in enumerate(names)},
+        assignment=dict(zip(names, [p.targets[d] for d in assign.tolist()])),
+        start_ms=dict(zip(names, ev.start.tolist())),
+        end_ms=dict(zip(names, ev.end.tolist())),
+        op_cost_ms=dict(zip(names, p.cost_ms[np.arange(p.n_ops), assign].tolist())),
         transfers=transfers, makespan_ms=ev.latency, bottleneck_ms=ev.bottleneck,
-        stats=_stats(stats, ev.bottleneck), stage={o: pos[int(assign[i])] for i, o in enumerate(names)},
+        stats=_stats(stats, ev.bottleneck), stage=dict(zip(names, [pos[d] for d in assign.tolist()])),
         stage_targets=tuple(p.targets[d] for d in order), stages=stages,
         provenance=dict(p.provenance), coarsening=coarsening, options=dict(options or {}),
     )
