@@ -306,8 +306,9 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
             singles[name] = plan
         fastest = min((p.makespan_ms for p in singles.values()), default=math.inf)
         for name, plan in singles.items():
-            if plan.makespan_ms > SKIP_BASELINE_FACTOR * fastest:
-                # e.g. untuned TVM, 15-100x slower here: measuring it would eat the budget
+            if fastest > 0 and plan.makespan_ms > SKIP_BASELINE_FACTOR * fastest:
+                # e.g. untuned TVM, 15-100x slower here: measuring it would eat the budget (a target
+                # priced at 0 ms, ops all below its call overhead, gives no ratio: everything is measured)
                 records.append(TrialRecord(assignment_key(plan), f"single:{name}", "baseline", {}, plan,
                                            plan.makespan_ms, n_partitions=1,
                                            error=f"not measured: predicted {plan.makespan_ms / fastest:.0f}x "
@@ -377,7 +378,8 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
             plan = space.solve_trial(problem, knobs, time_limit=solver_time_limit, seed=seed)
             solve_s = time.monotonic() - t0
             cached = by_key.get(assignment_key(plan))
-            if cached is None and plan.makespan_ms > SKIP_BASELINE_FACTOR * best_single.measured_ms:
+            if cached is None and best_single.measured_ms > 0 \
+                    and plan.makespan_ms > SKIP_BASELINE_FACTOR * best_single.measured_ms:
                 # e.g. everything on untuned TVM: measuring it would eat the budget; tell TPE the prediction
                 cached = TrialRecord(assignment_key(plan), f"trial {trial.number}", "trial", knobs, plan,
                                      plan.makespan_ms, solve_s=solve_s,
