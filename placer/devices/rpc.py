@@ -273,6 +273,18 @@ class RpcTarget(TvmLlvmTarget):
         self.close()  # the session died with its server: the next call requests a new one
         return TargetUnavailable(f"{error} (no RPC server is registered under key {self.key!r} any more)")
 
+    def _wait_free_server(self, cfg: RpcConfig) -> bool:
+        """Whether a server under the key is free at the tracker within :attr:`request_timeout_s`
+        (polled: a request sent while every server is busy would wait without a timeout)."""
+        deadline = time.monotonic() + self.request_timeout_s
+        while True:
+            summary = tracker_summary(cfg.tracker_host, cfg.tracker_port)
+            if summary.get("queue_info", {}).get(self.key, {}).get("free", 0) > 0:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
     def _request_session(self):
         import threading
 
@@ -282,6 +294,10 @@ class RpcTarget(TvmLlvmTarget):
         if not self.reachable():
             raise TargetUnavailable(f"{self.name}: no RPC server is registered under key {self.key!r} at the "
                                     f"tracker {cfg.tracker}")
+        if not self._wait_free_server(cfg):  # no request left waiting at the tracker for nothing
+            raise TargetUnavailable(f"{self.name}: no RPC server under key {self.key!r} became free within "
+                                    f"{self.request_timeout_s:.0f} s (tracker {cfg.tracker}): every one is held by "
+                                    "another session (another process, or a session not closed)")
         box: dict[str, Any] = {}
         try:
             tc = rpc.connect_tracker(cfg.tracker_host, cfg.tracker_port)
@@ -298,8 +314,8 @@ class RpcTarget(TvmLlvmTarget):
         waiter.start()
         waiter.join(self.request_timeout_s)
         timed_out = waiter.is_alive()
-        tc.close()  # ends a request still waiting (its recv fails), else just the tracker connection
-        waiter.join(10.0)
+        tc.close()  # the tracker connection (a request still waiting is dropped with its thread)
+        waiter.join(1.0)
         if "session" in box and not timed_out:
             return box["session"]
         if timed_out:
