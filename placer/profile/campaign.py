@@ -109,7 +109,7 @@ class CampaignResult:
 
 
 #: a measurement taken while other processes kept the machine busy is tried this many times in all
-CONTENDED_ATTEMPTS = 3
+CONTENDED_ATTEMPTS = TimingConfig().contended_attempts  # the default (TimingConfig.contended_attempts)
 
 
 # ---- worker processes ---------------------------------------------------------------------------
@@ -370,10 +370,10 @@ class _Engine:
 
     def _measure_quietly(self, worker, header: dict, payload: bytes, task: _Task) -> dict:
         """Measure; while other processes keep the machine busy (:data:`CONTENDED`), wait a moment and
-        measure again, up to :data:`CONTENDED_ATTEMPTS` times, and keep the least contended reply
+        measure again, up to ``timing.contended_attempts`` times, and keep the least contended reply
         (flagged ``contended`` if even that one was)."""
         best = None
-        for attempt in range(1, CONTENDED_ATTEMPTS + 1):
+        for attempt in range(1, max(1, int(self.timing.contended_attempts)) + 1):
             reply = worker.request(header, payload, task.timeout_s,
                                    what=f"while measuring {task.label} on {task.target.name}")
             if reply.get("status") != "ok":

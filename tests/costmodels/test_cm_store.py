@@ -25,7 +25,7 @@ def tiny_store(tmp_path_factory):
 
     db = tmp_path_factory.mktemp("store") / "p.db"
     g = build_graph(load_model(zoo.tiny_branchy()))
-    quick = TimingConfig(max_time_s=0.05, min_time_s=0.01, rel_tol=0.1)
+    quick = TimingConfig(max_time_s=0.05, min_time_s=0.01, rel_tol=0.1, contended_attempts=1)
     profile_graph(g, TARGETS, db, isolate=False, progress=False, segments=chain_segments(g, max_len=2)[:4],
                   timing=quick, link_sizes=[1 << 10, 1 << 16, 1 << 20])
     return db, g
@@ -100,7 +100,7 @@ def test_variants_build_and_profile(tmp_path):
 
     db = tmp_path / "v.db"
     res = profile_variants(["onnxruntime"], db, n=6, seed=2, isolate=False, progress=False,
-                           timing=TimingConfig(max_time_s=0.03, min_time_s=0.01, rel_tol=0.2))
+                           timing=TimingConfig(max_time_s=0.03, min_time_s=0.01, rel_tol=0.2, contended_attempts=1))
     assert sum(r.measured for _, r in res) >= 6
     graphs = [g for g, _ in res]
     assert [g.name for g in graphs] == ["variants-0"]

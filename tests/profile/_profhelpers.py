@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Fewer samples than the default (0.4 s cap per op): enough for stable medians of test models.
 FAST = TimingConfig(warmup_s=0.005, min_samples=5, hard_min_samples=3, batch_s=0.005, rel_tol=0.05,
-                    min_time_s=0.005, max_time_s=0.08, max_samples=500)
+                    min_time_s=0.005, max_time_s=0.08, max_samples=500,
+                    contended_attempts=1)  # the suite may run beside itself (pytest -n 2): no re-takes
 THREE = ["onnxruntime", "openvino", "tvm-llvm"]
 def run_py(code: str, *, env: dict | None = None, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``python -c code`` from the repo root (a separate process: a real campaign)."""

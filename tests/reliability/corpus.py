@@ -60,7 +60,7 @@ OUTCOMES = ("clear", "ok", "unclear", "crash", "hang", "accepted", "escape")
 #: control characters that must never reach the terminal raw (tab and newline are fine)
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x9b]")
 FAST_TIMING = {"warmup_s": 0.002, "min_samples": 3, "hard_min_samples": 3, "batch_s": 0.002, "rel_tol": 0.2,
-               "min_time_s": 0.002, "max_time_s": 0.02, "max_samples": 50}
+               "min_time_s": 0.002, "max_time_s": 0.02, "max_samples": 50, "contended_attempts": 1}
 
 
 @dataclass
