@@ -133,6 +133,10 @@ def honest(ctx: PlanningContext, solved, *, measure: bool = False, say: Callable
     if not singles:
         return solved, ""
     best = min(singles, key=lambda p: p.makespan_ms)
+    if best.makespan_ms <= 0:  # every op below the target's call overhead (a tiny model): nothing beats it
+        note = f"{best.solver} is priced at 0 ms (every op below its call overhead): kept the single target"
+        say(note)
+        return best, note
     gain = 1.0 - solved.makespan_ms / best.makespan_ms
     if gain < CUT_MARGIN:
         note = (f"the {solved.solver} plan cuts the model across {len(set(solved.assignment.values()))} targets for a "

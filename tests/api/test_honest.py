@@ -1,0 +1,38 @@
+"""`placer plan`'s honesty check (`api.honest`) on synthetic costs: a cut plan must be predicted
+clearly faster than the best single target, and a single target priced at 0 ms is never beaten."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from placer.api import CUT_MARGIN, honest
+from placer.problem import PlacementProblem, Tensor
+from placer.solve.evaluate import make_latency_plan
+
+
+def _chain(cost_a: float, cost_b: tuple[float, float]) -> PlacementProblem:
+    """Two ops in a chain on targets a, b: a costs ``cost_a`` per op, b ``cost_b``; free links."""
+    return PlacementProblem(ops=["x", "y"], targets=["a", "b"],
+                            cost_ms=np.array([[cost_a, cost_b[0]], [cost_a, cost_b[1]]]),
+                            tensors=[Tensor("t", "x", ("y",), 4)])
+
+
+def test_a_single_target_priced_at_zero_is_kept_not_divided_by():
+    p = _chain(0.0, (0.0, 0.0))
+    cut = make_latency_plan(p, np.array([0, 1]), "greedy")
+    plan, note = honest(SimpleNamespace(problem=p), cut)
+    assert len(set(plan.assignment.values())) == 1
+    assert "priced at 0 ms" in note
+
+
+def test_a_cut_within_the_pricing_error_keeps_the_single_target_and_a_clear_gain_keeps_the_cut():
+    slight = _chain(1.0, (1.0, 0.999))  # cutting saves 0.05%: within the error
+    plan, note = honest(SimpleNamespace(problem=slight), make_latency_plan(slight, np.array([0, 1]), "greedy"))
+    assert len(set(plan.assignment.values())) == 1 and "within the pricing's error" in note
+    clear = _chain(1.0, (5.0, 0.1))  # a then b: 1.1 ms against 2 ms on a alone
+    cut = make_latency_plan(clear, np.array([0, 1]), "greedy")
+    assert 1.0 - cut.makespan_ms / 2.0 > CUT_MARGIN
+    plan, note = honest(SimpleNamespace(problem=clear), cut)
+    assert plan is cut and note == ""
