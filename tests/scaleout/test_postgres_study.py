@@ -59,12 +59,12 @@ def _running_trial_of(url, pid):
     return None
 
 
-def _freeze_mid_trial(url, proc, hang_guard_s=240):
-    """Stop ``proc`` (SIGSTOP) at a moment it holds a RUNNING trial; returns that trial's number."""
+def _freeze_mid_trial(url, proc):
+    """Stop ``proc`` (SIGSTOP) at a moment it holds a RUNNING trial; returns that trial's number.
+    Bounded by the worker's own work (its --trials): a worker that ends first fails the test."""
     import optuna
 
-    deadline = time.monotonic() + hang_guard_s
-    while time.monotonic() < deadline:
+    while True:
         assert proc.poll() is None, proc.communicate()[0][-3000:]
         number = _running_trial_of(url, proc.pid)
         if number is not None:
@@ -74,7 +74,6 @@ def _freeze_mid_trial(url, proc, hang_guard_s=240):
                 return number
             os.kill(proc.pid, signal.SIGCONT)  # it finished the trial meanwhile: catch the next one
         time.sleep(0.05)
-    raise AssertionError("worker never held a RUNNING trial (hang guard)")
 
 
 def test_sigkilled_worker_loses_nothing_and_the_best_plan_comes_back(pg, placer_cmd, cli_env, tmp_path):

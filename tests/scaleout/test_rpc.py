@@ -183,8 +183,7 @@ def test_two_devices_one_store_and_a_device_lost_mid_campaign(rpc_cluster, tiny_
     killed = threading.Event()
 
     def kill_b_once_it_measured() -> None:
-        deadline = time.monotonic() + 600  # hang guard only
-        while time.monotonic() < deadline and not killed.is_set():
+        while not killed.is_set():  # until the server is killed or the campaign is over
             if rows_of_b() >= 1:
                 rpc_cluster.stop_server(server_b)
                 killed.set()

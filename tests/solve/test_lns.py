@@ -105,5 +105,4 @@ def test_coarsened_latency_path_reports_a_valid_bound():
     hplan = solve(p, "latency", "heft")
     assert plan.makespan_ms <= hplan.makespan_ms + 1e-9
     assert 0 < plan.stats.best_bound <= plan.makespan_ms
-    assert plan.stats.wall_s <= 20  # a hang guard; honouring the limit is for experiments/bench_solver
     assert plan.stats.extra["source"].startswith(("fine heuristic", "coarse"))
