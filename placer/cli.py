@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from placer.errors import PlacerError
 from placer.safe_io import printable
@@ -54,36 +54,32 @@ MAX_BUDGET_S = 30 * 24 * 3600.0
 MAX_SEGMENT_LEN = 64
 
 
-def int_in(lo: int, hi: int) -> Callable[[str], int]:
-    """An argparse ``type``: an integer in ``[lo, hi]`` (argparse prints "argument --X: ..." and exits 2)."""
-    def parse(text: str) -> int:
+def _ranged(convert: Callable[[str], Any], name: str, invalid: str, lo, hi, show: Callable[[Any], str]):
+    """An argparse ``type``: ``convert(text)`` within ``[lo, hi]`` (argparse prints "argument --X: ..."
+    and exits 2); ``show`` writes the bounds (and an integer value) in the error."""
+    def parse(text: str):
         try:
-            value = int(text)
+            value = convert(text)
         except ValueError:
             shown = printable(text[:40], newlines=False)
-            raise argparse.ArgumentTypeError(f"invalid int value: {shown!r}") from None
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"{value} is out of range: expected {lo} to {hi}")
+            raise argparse.ArgumentTypeError(f"{invalid}: {shown!r}") from None
+        if not lo <= value <= hi:  # NaN fails both comparisons
+            what = show(value) if name == "int" else text[:40]
+            raise argparse.ArgumentTypeError(f"{what} is out of range: expected {show(lo)} to {show(hi)}")
         return value
 
-    parse.__name__ = "int"
+    parse.__name__ = name
     return parse
+
+
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in ``[lo, hi]``."""
+    return _ranged(int, "int", "invalid int value", lo, hi, str)
 
 
 def float_in(lo: float, hi: float) -> Callable[[str], float]:
     """An argparse ``type``: a finite number in ``[lo, hi]``."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            shown = printable(text[:40], newlines=False)
-            raise argparse.ArgumentTypeError(f"invalid number: {shown!r}") from None
-        if not lo <= value <= hi:  # NaN fails both comparisons
-            raise argparse.ArgumentTypeError(f"{text[:40]} is out of range: expected {lo:g} to {hi:g}")
-        return value
-
-    parse.__name__ = "float"
-    return parse
+    return _ranged(float, "float", "invalid number", lo, hi, lambda x: f"{x:g}")
 
 
 def db_path(text: str) -> str:
