@@ -20,20 +20,21 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from placer import zoo
-from placer.costing import build_problem, cost_table_from_store, fusion_groups
+from placer.costing import build_problem, cost_table_from_store, entry_from_partitions, fusion_groups
 from placer.devices import make_targets
 from placer.devices.links import LinkModel
 from placer.devices.sim import spec_link_fits
 from placer.errors import TargetError
 from placer.graph.opaque import describe_members, is_opaque
 from placer.profile import profile_graph, profile_links, profile_whole_model
-from placer.profile.contention import quiet_now
-from placer.profile.keys import model_key
+from placer.profile.contention import CONTENDED, CpuWindow, quiet_now
+from placer.profile.keys import model_key, partition_key, partition_prefix
 from placer.profile.store import open_store as _open_store
-from placer.run.numerics import tolerance_for
+from placer.run.numerics import load_inputs, tolerance_for
+from placer.run.partition_probe import measure_probes, probe_pairs
 
 __all__ = ["STORE_DISAGREES", "PlanningContext", "check_store", "load", "open_store", "prepare",
-           "recalibrate"]
+           "recalibrate", "with_entry"]
 
 
 @dataclass
@@ -46,6 +47,9 @@ class PlanningContext:
     table: Any
     links: Any
     problem: Any
+    #: partitions timed as they ran (probe plans, measured plans): what the problem's per-target
+    #: entry cost (``partition_overhead_ms``) was learned from (:func:`placer.costing.entry_from_partitions`)
+    partition_rows: list = dataclasses.field(default_factory=list)
 
     @property
     def precision(self) -> str:
@@ -83,6 +87,7 @@ def prepare(
     whole_models: bool = True,
     calibrate: bool = True,
     segments: bool | Sequence[Sequence[str]] = True,
+    probe_partitions: bool = True,
     progress: bool = False,
     timeout_s: float = 60.0,
     memory_cap_bytes: Mapping[str, float] | None = None,
@@ -92,6 +97,9 @@ def prepare(
 ) -> PlanningContext:
     """Load, profile what is missing (ops, whole model per target, links), build the problem.
 
+    ``probe_partitions``: with several real targets, time probe plans that alternate them
+    (:mod:`placer.run.partition_probe`) unless the store has them, and charge what a partition
+    costs beyond its ops' prices as the problem's per-target entry cost.
     ``say``: called with one line per profiling phase (what it does, then how long it took)."""
     graph = model if hasattr(model, "ops") else load(model, shapes)
     tgts = make_targets(targets)
@@ -131,7 +139,54 @@ def prepare(
         graph, table, links, calibrate=calibrate, memory_cap_bytes=memory_cap_bytes, pinned=pinned,
         colocate=colocate, provenance=provenance,
     )
-    return PlanningContext(graph, tgts, store, table, links, problem)
+    rows: list[dict] = []
+    if probe_partitions and len(real) > 1 and len(real) == len(tgts):
+        rows = _partition_rows(graph, problem, real, store, measure=profile, say=say)
+    return PlanningContext(graph, tgts, store, table, links, with_entry(problem, rows), rows)
+
+
+def with_entry(problem, rows: Sequence[Mapping[str, Any]]):
+    """``problem`` charging the per-target entry cost learned from ``rows`` (partitions timed as
+    they ran); unchanged without rows."""
+    if not rows:
+        return problem
+    entry = entry_from_partitions(problem, rows)
+    prov = {**dict(problem.provenance), "entry_ms": {t: float(e) for t, e in zip(problem.targets, entry)},
+            "entry_rows": len(rows)}
+    return dataclasses.replace(problem, partition_overhead_ms=entry, provenance=prov)
+
+
+def _partition_rows(graph, problem, targets, store, *, measure: bool, say) -> list[dict]:
+    """The store's partitions of ``graph`` timed in context on these targets (same fingerprints).
+    When ``measure``, probe plans are timed first for the pairs the store lacks, and again for
+    pairs timed while other processes kept the machine busy if it is quiet now."""
+    hashes = {t.name: store.target_hash(t) for t in targets}
+
+    def stored() -> list[dict]:
+        return [r for r in store.partition_runs(partition_prefix(graph)) if hashes.get(r["target"]) == r["target_hash"]]
+
+    rows = stored()
+    have = {r.get("probe") for r in rows}
+    busy = {r.get("probe") for r in rows if r.get("contended")}
+    pairs = probe_pairs(problem, list(hashes))
+    missing = [p for p in pairs if f"probe:{p[0]}|{p[1]}" not in have]
+    if busy and measure and quiet_now():
+        missing += [p for p in pairs if f"probe:{p[0]}|{p[1]}" in busy]
+    if not (measure and missing):
+        return rows
+    with _phase(say, f"time {len(missing)} probe plan(s) cutting the model between targets"):
+        with CpuWindow() as window:
+            new = measure_probes(graph, problem, load_inputs("seed:0", graph, 2), pairs=missing)
+    contended = window.others is not None and window.others >= CONTENDED
+    if contended:
+        say(f"measurement conditions: other processes used {window.others:.0%} of the CPU while the probe plans "
+            "ran: their partition costs are kept but flagged, and taken again when the machine is quiet")
+    for r in new:
+        store.put(partition_key(graph, r["ops"], r["prev"]), hashes[r["target"]], kind="partition", status="ok",
+                  median_ms=r["median_ms"], net_ms=r["median_ms"], p10_ms=r["p10_ms"], p90_ms=r["p90_ms"], n=r["n"],
+                  meta={"ops": r["ops"], "prev": r["prev"], "n_inputs": r["n_inputs"], "probe": r["probe"],
+                        "source": "probe", "contention": window.others, "contended": contended})
+    return stored()
 
 
 @contextlib.contextmanager
@@ -219,4 +274,4 @@ def recalibrate(ctx: PlanningContext, whole_model_ms: Mapping[str, float]) -> Pl
     problem = build_problem(ctx.graph, table, ctx.links, memory_cap_bytes=None, pinned=dict(old.pinned),
                             colocate=[tuple(g) for g in old.colocate], provenance=dict(old.provenance))
     problem = dataclasses.replace(problem, memory_cap_bytes=old.memory_cap_bytes)
-    return dataclasses.replace(ctx, table=table, problem=problem)
+    return dataclasses.replace(ctx, table=table, problem=with_entry(problem, ctx.partition_rows))

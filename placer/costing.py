@@ -335,3 +335,37 @@ def fusion_groups(graph) -> list[list[str]]:
             groups.append(chain)
             in_group.update(chain)
     return groups
+
+
+def entry_from_partitions(problem: PlacementProblem, rows: Iterable[Mapping[str, Any]]) -> np.ndarray:
+    """Per target of ``problem``: what entering a partition there costs beyond the problem's own
+    price, per tensor received, learned from partitions timed as they ran
+    (:mod:`placer.run.partition_probe`, or the tuner's measured plans).
+
+    For each row with a predecessor (``prev`` not None): ``excess = measured - sum of its ops'
+    costs in problem``, divided by its inputs; the entry cost of a target is the median excess
+    of its rows minus the mean link latency the problem already charges into it, clipped at 0.
+    Rows whose ops the problem does not know (another graph), or cannot run there, are skipped;
+    a target without rows gets 0.
+    """
+    idx = {o: i for i, o in enumerate(problem.ops)}
+    cost = np.asarray(problem.cost_ms, dtype=float)
+    lat = np.asarray(problem.link_latency_ms, dtype=float)
+    excess: dict[int, list[float]] = {}
+    for r in rows:
+        if r.get("prev") is None or r.get("target") not in problem.targets or r.get("median_ms") is None:
+            continue
+        ops = list(r.get("ops") or ())
+        if not ops or any(o not in idx for o in ops):
+            continue
+        j = problem.targets.index(r["target"])
+        predicted = float(cost[[idx[o] for o in ops], j].sum())
+        if not math.isfinite(predicted) or not math.isfinite(float(r["median_ms"])):
+            continue
+        excess.setdefault(j, []).append((float(r["median_ms"]) - predicted) / max(int(r.get("n_inputs") or 1), 1))
+    out = np.zeros(len(problem.targets))
+    for j, xs in excess.items():
+        into = [lat[a, j] for a in range(len(problem.targets)) if a != j]
+        charged = float(np.mean(into)) if into else 0.0
+        out[j] = max(float(np.median(xs)) - charged, 0.0)
+    return out

@@ -22,7 +22,7 @@ from placer.profile.campaign import (
     profile_segment,
     profile_whole_model,
 )
-from placer.profile.keys import chain_segments, model_key, segment_key
+from placer.profile.keys import chain_segments, model_key, partition_key, partition_prefix, segment_key
 from placer.profile.store import OVERHEAD_KEY, SCHEMA_VERSION, Measurement, ProfileStore
 from placer.profile.timing import TimingConfig, TimingStats
 
@@ -37,6 +37,8 @@ __all__ = [
     "TimingStats",
     "chain_segments",
     "model_key",
+    "partition_key",
+    "partition_prefix",
     "profile_graph",
     "profile_links",
     "profile_model",

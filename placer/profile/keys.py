@@ -7,6 +7,8 @@
   plus which member outputs leave the segment. Two op sets with the same key compile to the same
   sub-model up to weight values and tensor names, so they cost the same;
 * whole model: ``model:<model_hash>``;
+* a partition timed as it runs in a plan (:mod:`placer.run.partition_probe`):
+  ``part:<model_hash>:`` + hash of its op ids and the target that ran just before it;
 * call overhead: :data:`OVERHEAD_KEY`.
 """
 
@@ -80,6 +82,17 @@ def segment_structure(graph, op_ids: Iterable[str]) -> dict:
             if outside:
                 exposed.append([i, k])
     return {"sigs": [op.signature.hash for op in ops], "wiring": wiring, "exposed": exposed}
+
+
+def partition_prefix(graph) -> str:
+    """Prefix of the keys of every partition of ``graph`` timed in context (:func:`partition_key`)."""
+    return f"part:{graph.model_hash}:"
+
+
+def partition_key(graph, op_ids: Iterable[str], prev_target: str | None) -> str:
+    """Key of a partition of ``graph`` timed in a running plan right after ``prev_target`` ran
+    (None: the plan's first partition). Stored per (key, target) like every measurement."""
+    return partition_prefix(graph) + _h({"ops": sorted(op_ids), "prev": prev_target})
 
 
 def segment_key(graph, op_ids: Iterable[str]) -> str:

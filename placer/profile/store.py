@@ -47,7 +47,7 @@ from placer.safe_io import loads
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "unsupported", "error", "timeout", "crash")
-KINDS = ("op", "segment", "model", "overhead")
+KINDS = ("op", "segment", "model", "overhead", "partition")
 BUSY_TIMEOUT_MS = 60_000
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -510,6 +510,22 @@ class ProfileStore:
                      flops=r[15], bytes=r[16], weight_bytes=r[17],
                      fingerprint=_json_column(r[18], f"target {r[3]!r} fingerprint") if r[18] else None)
             out.append(d)
+        return out
+
+    def partition_runs(self, prefix: str) -> list[dict]:
+        """Partitions timed in context whose key starts with ``prefix``
+        (:func:`placer.profile.keys.partition_prefix`): ``target`` (name), ``median_ms``, ``n`` and
+        the stored ``meta`` (``ops``, ``prev``, ``n_inputs``, ``source``), oldest first."""
+        like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self._conn.execute(
+            f"SELECT {_M_COLS} FROM measurements m LEFT JOIN targets t ON t.hash = m.target "
+            "WHERE m.kind = 'partition' AND m.status = 'ok' AND m.key LIKE ? ESCAPE '\\' ORDER BY m.id", (like,))
+        out = []
+        for r in rows:
+            m = _row_to_measurement(r)
+            out.append({"key": m.key, "target": m.target_name, "target_hash": m.target, "median_ms": m.median_ms,
+                        "n": m.n,
+                        "timestamp": m.timestamp, **dict(m.meta)})
         return out
 
     def count(self, kind: str | None = None) -> int:

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from placer.costing import build_problem, fusion_groups  # noqa: F401  (fusion_groups re-exported)
+from placer.costing import build_problem, entry_from_partitions, fusion_groups  # noqa: F401  (fusion_groups re-exported)
 from placer.errors import ProblemError
 from placer.plan import SolverStats
 from placer.solve import solve
@@ -100,11 +100,15 @@ def solve_trial(problem, knobs: dict[str, Any], *, time_limit: float, seed: int 
     return dataclasses.replace(plan, stats=stats)
 
 
-def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned_entry_ms: np.ndarray,
-                    learned: tuple[np.ndarray, np.ndarray] | None = None):
+def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned_entry_ms: np.ndarray | None = None,
+                    learned: tuple[np.ndarray, np.ndarray] | None = None, *,
+                    partition_rows: Sequence[dict] | None = None):
     """The problem of ``ctx`` changed by ``knobs`` and what was learned so far: the per-target entry
-    cost from measured partitions (``learned_entry_ms``) and, for ``costs="learned"``, the cost
-    model's ``(cost_ms, entry_ms)`` (:func:`placer.tune.learned.learned_costs`)."""
+    cost from partitions timed as they ran (``partition_rows``: the context's probe plans and the
+    plans measured in this session, priced on this variant's costs by
+    :func:`placer.costing.entry_from_partitions`; or a ready ``learned_entry_ms``) and, for
+    ``costs="learned"``, the cost model's ``(cost_ms, entry_ms)``
+    (:func:`placer.tune.learned.learned_costs`)."""
     variant = knobs.get("costs", "calibrated")
     if variant not in COST_VARIANTS:
         raise ValueError(f"costs knob {variant!r}: expected one of {', '.join(COST_VARIANTS)}")
@@ -117,6 +121,10 @@ def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned
                              use_segments=variant == "calibrated" and bool(knobs.get("fuse", True)),
                              provenance=ctx.problem.provenance)
     cost = np.array(base.cost_ms, dtype=float)
+    if partition_rows is not None:
+        learned_entry_ms = entry_from_partitions(base, partition_rows)
+    elif learned_entry_ms is None:
+        learned_entry_ms = np.zeros(len(base.targets))
     entry = np.asarray(learned_entry_ms, dtype=float) + float(knobs.get("boundary_ms", 0.0))
     if variant == "learned":
         cost = np.array(learned[0], dtype=float)

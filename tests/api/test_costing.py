@@ -149,3 +149,25 @@ def test_segment_ratio_statistic_per_target(squeezenet_model):
     assert set(stats) == {"x", "y"}  # z measured no segment
     assert stats["x"]["n"] == len(groups) and stats["x"]["median"] == pytest.approx(0.5)
     assert stats["y"]["p10"] == pytest.approx(1.5) and stats["y"]["p90"] == pytest.approx(1.5)
+
+
+def test_entry_from_partitions_is_the_median_excess_per_input_beyond_the_charged_link():
+    from placer.costing import entry_from_partitions
+
+    tensors = [Tensor("t0", None, ("a",), 4), Tensor("t1", "a", ("b",), 4), Tensor("t2", "b", ("c",), 4),
+               Tensor("t3", "c", (), 4)]
+    cost = np.array([[1.0, 2.0], [1.0, 0.5], [1.0, 2.0]])
+    p = PlacementProblem(ops=["a", "b", "c"], targets=["x", "y"], cost_ms=cost, tensors=tensors,
+                         link_latency_ms=0.1)
+    rows = [
+        {"target": "y", "prev": "x", "ops": ["b"], "n_inputs": 1, "median_ms": 0.9},       # excess 0.4
+        {"target": "y", "prev": "x", "ops": ["b", "c"], "n_inputs": 2, "median_ms": 3.5},  # (3.5 - 2.5) / 2
+        {"target": "y", "prev": "x", "ops": ["b"], "n_inputs": 1, "median_ms": 1.5},       # excess 1.0
+        {"target": "y", "prev": None, "ops": ["b"], "n_inputs": 1, "median_ms": 9.0},      # first: not a boundary
+        {"target": "y", "prev": "x", "ops": ["zz"], "n_inputs": 1, "median_ms": 9.0},      # another graph's op
+        {"target": "x", "prev": "y", "ops": ["c"], "n_inputs": 1, "median_ms": 0.95},      # faster than priced
+    ]
+    entry = entry_from_partitions(p, rows)
+    assert entry[1] == pytest.approx(0.5 - 0.1)  # median of 0.4, 0.5, 1.0, minus the link latency into y
+    assert entry[0] == 0.0                       # clipped at 0
+    assert not entry_from_partitions(p, []).any()

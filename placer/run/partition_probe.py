@@ -1,0 +1,155 @@
+"""What a partition costs as it runs in a plan: probe plans that alternate two targets.
+
+Op profiles time each op alone, in a warm loop of its own runtime, and the whole-model calibration
+scales them to the fused whole. A partition of a hybrid plan runs differently: right after another
+runtime's partition (whose thread pool may still be waking down), on a small piece of the model
+(fusion lost at both ends), with its own call, input binding and output copy. Measured in the
+session-4 zoo comparison, small partitions took 2-4x their op-sum prediction, about 0.1 ms more
+per partition, so cut plans measured 1.4-2.9x what the solver predicted for them.
+
+This module measures that the way it happens: for each pair of targets a *probe plan* cuts the
+model's topological order into ``chunks`` contiguous pieces of about equal work and places them
+alternately on the two targets (``a b a b ...``); the probes are compiled once and run in the
+sequential hybrid executor, in interleaved rounds, timing every partition. Each partition's time
+(plus its share of the executor's own time between partitions) is one row: its target, the
+target that ran just before it, its ops and its inputs. :func:`placer.costing.entry_from_partitions`
+turns the rows into the per-target entry cost the solver charges for each tensor a partition
+receives, i.e. measured minus predicted, so partitions are priced as they measure.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from placer.interrupts import raise_if_stopped
+from placer.materialize import materialize
+from placer.run.executors import HybridExecutor
+
+__all__ = ["DEFAULT_CHUNKS", "measure_probes", "probe_assignments", "probe_pairs"]
+
+#: pieces each probe plan cuts the model into (``chunks - 1`` boundaries per probe)
+DEFAULT_CHUNKS = 6
+#: a target whose single-target prediction is this many times the fastest is not probed (untuned
+#: TVM on a CPU: no plan would give it more than a few ops)
+MAX_SLOWDOWN = 3.0
+
+
+def _single_target_ms(problem) -> np.ndarray:
+    cost = np.asarray(problem.cost_ms, dtype=float)
+    out = np.full(cost.shape[1], math.inf)
+    for j in range(cost.shape[1]):
+        col = cost[:, j]
+        if np.isfinite(col).mean() >= 0.5:  # most ops run there: the rest fall back in a probe
+            fallback = np.where(np.isfinite(col), col, np.nanmin(np.where(np.isfinite(cost), cost, np.nan), axis=1))
+            out[j] = float(np.nansum(fallback))
+    return out
+
+
+def probe_pairs(problem, targets: Sequence[str] | None = None, max_slowdown: float = MAX_SLOWDOWN
+                ) -> list[tuple[str, str]]:
+    """Unordered pairs of ``targets`` (default: all of the problem's) worth probing: each runs most
+    ops and is predicted within ``max_slowdown`` of the fastest single target."""
+    names = list(problem.targets)
+    single = _single_target_ms(problem)
+    best = float(np.min(single)) if np.isfinite(single).any() else math.inf
+    keep = [n for n in (targets or names)
+            if n in names and math.isfinite(single[names.index(n)]) and single[names.index(n)] <= max_slowdown * best]
+    return list(itertools.combinations(keep, 2))
+
+
+def probe_assignments(problem, pairs: Sequence[tuple[str, str]], chunks: int = DEFAULT_CHUNKS
+                      ) -> dict[str, dict[str, str]]:
+    """``{probe name: {op: target}}``: per pair ``(a, b)``, the problem's (topological) op order cut
+    into ``chunks`` pieces of about equal work, placed ``a b a b ...``. An op the chunk's target
+    cannot run goes to the pair's other target, else to its cheapest target; pinned ops stay pinned
+    and each colocated group follows its first member."""
+    if chunks < 2:
+        raise ValueError(f"chunks: expected at least 2, got {chunks}")
+    cost = np.asarray(problem.cost_ms, dtype=float)
+    names = list(problem.targets)
+    finite = np.where(np.isfinite(cost), cost, np.nan)
+    work = np.nan_to_num(np.nanmean(finite, axis=1), nan=0.0) + 1e-6  # every op counts a little
+    edges = np.cumsum(work) / float(np.sum(work))
+    chunk_of = np.minimum((edges * chunks - 1e-9).astype(int), chunks - 1)
+    out = {}
+    for a, b in pairs:
+        ja, jb = names.index(a), names.index(b)
+        asg = {}
+        for i, op in enumerate(problem.ops):
+            j, other = (ja, jb) if chunk_of[i] % 2 == 0 else (jb, ja)
+            if not math.isfinite(cost[i, j]):
+                j = other if math.isfinite(cost[i, other]) else int(np.nanargmin(finite[i]))
+            asg[op] = names[j]
+        asg.update(dict(problem.pinned))
+        for group in problem.colocate:
+            first = asg[group[0]]
+            for op in group:
+                asg[op] = first
+        out[f"probe:{a}|{b}"] = asg
+    return out
+
+
+def measure_probes(graph, problem, feeds: Sequence[Mapping[str, np.ndarray]], *, chunks: int = DEFAULT_CHUNKS,
+                   pairs: Sequence[tuple[str, str]] | None = None, rounds: int = 5, per_round: int = 3,
+                   time_limit_s: float | None = None, say: Callable[[str], None] | None = None) -> list[dict]:
+    """Compile the probe plans of ``problem`` (:func:`probe_assignments`) and time their partitions
+    in the sequential hybrid executor, interleaved over ``rounds`` rounds of ``per_round`` requests.
+
+    Returns one row per partition: ``probe``, ``partition``, ``target``, ``prev`` (the target of
+    the partition run just before it; None for the first), ``ops``, ``n_inputs``, ``median_ms`` /
+    ``p10_ms`` / ``p90_ms`` / ``n`` (its time in context plus an equal share of the executor's time
+    between partitions). ``time_limit_s`` bounds compiling (probes left are skipped, said).
+    """
+    say = say or (lambda msg: None)
+    pairs = probe_pairs(problem) if pairs is None else list(pairs)
+    assignments = probe_assignments(problem, pairs, chunks)
+    t0 = time.monotonic()
+    probes: dict[str, Any] = {}
+    try:
+        for name, asg in assignments.items():
+            if time_limit_s is not None and time.monotonic() - t0 > time_limit_s:
+                say(f"partition probes: time limit reached after {len(probes)} of {len(assignments)}")
+                break
+            raise_if_stopped()
+            ex = HybridExecutor(materialize(graph, asg), parallel=False)
+            ex.compile()
+            for f in feeds[:2]:
+                ex.run(f)
+            probes[name] = ex
+        return _time_probes(probes, feeds, rounds, per_round)
+    finally:
+        for ex in probes.values():
+            ex.close()
+
+
+def _time_probes(probes: Mapping[str, HybridExecutor], feeds, rounds: int, per_round: int) -> list[dict]:
+    part_ms: dict[str, dict[str, list[float]]] = {k: {} for k in probes}
+    total_ms: dict[str, list[float]] = {k: [] for k in probes}
+    keys = list(probes)
+    for r in range(rounds):
+        raise_if_stopped()
+        for k in keys if r % 2 == 0 else keys[::-1]:
+            for i in range(per_round):
+                s = time.perf_counter_ns()
+                _, times = probes[k].run_timed(feeds[(r * per_round + i) % len(feeds)])
+                total_ms[k].append((time.perf_counter_ns() - s) / 1e6)
+                for pid, ms in times.items():
+                    part_ms[k].setdefault(pid, []).append(ms)
+    rows = []
+    for k, ex in probes.items():
+        med = {pid: float(np.median(v)) for pid, v in part_ms[k].items()}
+        between = max(float(np.median(total_ms[k])) - sum(med.values()), 0.0) / max(len(med), 1)
+        prev = None
+        for p in ex.partitions:  # the sequential executor runs them in this order
+            v = np.asarray(part_ms[k][p.id]) + between
+            rows.append({"probe": k, "partition": p.id, "target": p.target, "prev": prev, "ops": list(p.ops),
+                         "n_inputs": len(p.inputs), "median_ms": float(np.median(v)),
+                         "p10_ms": float(np.percentile(v, 10)), "p90_ms": float(np.percentile(v, 90)),
+                         "n": int(v.size)})
+            prev = p.target
+    return rows

@@ -1,0 +1,84 @@
+"""Probe plans: partitions timed as they run between other targets' partitions (issue 15)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from placer.context import prepare
+from placer.problem import PlacementProblem, Tensor
+from placer.run.numerics import load_inputs
+from placer.run.partition_probe import measure_probes, probe_assignments, probe_pairs
+
+
+def _chain(n: int, cost: np.ndarray, **kw) -> PlacementProblem:
+    ops = [f"o{i}" for i in range(n)]
+    tensors = [Tensor("in", None, ("o0",), 4)] + [
+        Tensor(f"t{i}", ops[i], (ops[i + 1],) if i + 1 < n else (), 4) for i in range(n)]
+    return PlacementProblem(ops=ops, targets=["a", "b", "c"][:cost.shape[1]], cost_ms=cost, tensors=tensors, **kw)
+
+
+def test_probe_plans_alternate_equal_work_chunks_and_respect_support_pins_and_groups():
+    cost = np.ones((12, 3))
+    cost[4, 0] = math.inf  # o4 cannot run on a
+    p = _chain(12, cost, pinned={"o0": "c"}, colocate=[("o6", "o7")])
+    asg = probe_assignments(p, [("a", "b")], chunks=4)["probe:a|b"]
+    # 12 ops of equal work in 4 chunks: o0-o2 a, o3-o5 b, o6-o8 a, o9-o11 b
+    want = ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3
+    want[0] = "c"  # pinned
+    assert [asg[f"o{i}"] for i in range(12)] == want
+    cost[7, 0] = math.inf  # the group's first member's target wins; o4 falls back to b whatever its chunk
+    cost[4, 1] = math.inf
+    p2 = _chain(12, cost, colocate=[("o6", "o8")])
+    asg2 = probe_assignments(p2, [("a", "b")], chunks=3)["probe:a|b"]  # o4 in chunk 1 (b): unsupported on both
+    assert asg2["o4"] == "c" and asg2["o8"] == asg2["o6"]
+    with pytest.raises(ValueError, match="chunks"):
+        probe_assignments(p, [("a", "b")], chunks=1)
+
+
+def test_probe_pairs_leave_out_targets_far_slower_or_running_few_ops():
+    cost = np.ones((10, 3))
+    cost[:, 2] = 5.0  # c: 5x the fastest single target
+    assert probe_pairs(_chain(10, cost)) == [("a", "b")]
+    cost[:, 2] = 1.0
+    cost[:6, 1] = math.inf  # b runs 4 of 10 ops
+    assert probe_pairs(_chain(10, cost)) == [("a", "c")]
+
+
+@pytest.fixture
+def two_target_context(tiny_model, tmp_path):
+    return prepare(tiny_model, targets=["onnxruntime:t1", "openvino:t1"], db=tmp_path / "p.db",
+                   probe_partitions=False)
+
+
+def test_measured_probe_rows_follow_the_run_order_and_cover_the_model(two_target_context):
+    ctx = two_target_context
+    rows = measure_probes(ctx.graph, ctx.problem, load_inputs("seed:0", ctx.graph, 2), chunks=3, rounds=2,
+                          per_round=2)
+    assert {r["probe"] for r in rows} == {"probe:onnxruntime@cpu:t1|openvino@cpu:t1"}
+    assert rows[0]["prev"] is None
+    assert all(r["prev"] == q["target"] for q, r in zip(rows, rows[1:]))
+    assert sorted(o for r in rows for o in r["ops"]) == sorted(op.id for op in ctx.graph.ops)
+    assert len({r["target"] for r in rows}) == 2  # both targets ran a piece
+    for r in rows:
+        assert r["n"] == 4 and 0 < r["p10_ms"] <= r["median_ms"] <= r["p90_ms"] < math.inf
+        assert r["n_inputs"] >= 1
+
+
+def test_prepare_stores_probe_rows_once_and_charges_what_they_learned(tiny_model, tmp_path):
+    from placer.costing import entry_from_partitions
+
+    db = tmp_path / "p.db"
+    targets = ["onnxruntime:t1", "openvino:t1"]
+    ctx = prepare(tiny_model, targets=targets, db=db)
+    assert ctx.partition_rows and {r["source"] for r in ctx.partition_rows} == {"probe"}
+    keys = sorted(r["key"] for r in ctx.partition_rows)
+    entry = entry_from_partitions(ctx.problem, ctx.partition_rows)
+    assert np.array_equal(np.asarray(ctx.problem.partition_overhead_ms), entry)
+    assert ctx.problem.provenance["entry_rows"] == len(keys)
+    again = prepare(tiny_model, targets=targets, db=db)  # measured again only if flagged busy: same keys
+    assert sorted(r["key"] for r in again.partition_rows) == keys
+    none = prepare(tiny_model, targets=targets, db=tmp_path / "q.db", probe_partitions=False)
+    assert none.partition_rows == [] and not np.any(np.asarray(none.problem.partition_overhead_ms))
