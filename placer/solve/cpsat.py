@@ -1,8 +1,9 @@
 """``cpsat``: the exact solver (OR-Tools CP-SAT), both modes.
 
 The models are documented in :mod:`placer.solve.cpsat_latency` and
-:mod:`placer.solve.cpsat_pipeline`; time units and symmetry breaking in
-:mod:`placer.solve.cpsat_util`.
+:mod:`placer.solve.cpsat_pipeline` (each built and solved in named phases by
+:class:`~placer.solve.cpsat_latency.LatencyModel` / :class:`~placer.solve.cpsat_pipeline.PipelineModel`);
+time units and symmetry breaking in :mod:`placer.solve.cpsat_util`.
 
 Options
 -------

@@ -75,12 +75,14 @@ from placer.solve.bounds import critical_path_bound, edge_delays, heads_tails, l
 from placer.solve.bounds_comm import comm_heads_tails, path_bound, shaved_bound
 from placer.solve.cpsat_util import (
     add_first_use_order,
+    add_memory_caps,
     build_seconds,
     canonical_assign,
     choose_resolution,
     first_use_values,
     interchangeable_classes,
     make_solver,
+    read_assign,
     reported_bound,
     rounding_slack,
     skipped_stats_plan,
@@ -90,7 +92,7 @@ from placer.solve.cpsat_util import (
 from placer.solve.evaluate import Costs, latency_schedule, make_latency_plan, needed_transfers, order_by_start
 from placer.solve.heuristics import DynamicListSearch, HeuristicError, heft, lp_list, priority_assign
 
-__all__ = ["latency_candidates", "solve_latency"]
+__all__ = ["LatencyModel", "latency_candidates", "solve_latency"]
 
 
 def _transfer_total(problem: PlacementProblem, assign: np.ndarray, costs: Costs) -> float:
@@ -154,310 +156,413 @@ def latency_candidates(problem: PlacementProblem, deadline: float | None = None,
 
 
 def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[str, Any]) -> Plan:
-    """Solve latency mode with CP-SAT (see the module docstring)."""
-    p = problem
-    t0 = time.monotonic()
-    n, t = p.n_ops, p.n_targets
-    tw = float(options.get("transfer_weight", 0.0) or 0.0)
-    r = choose_resolution(p, options.get("time_resolution_ms", "auto"))
-    ci = Costs.rounded(p, r)
-    fc = Costs.of(p)
+    """Solve latency mode with CP-SAT (see the module docstring): a short driver of the phases of
+    :class:`LatencyModel`."""
+    m = LatencyModel(problem, ctx, options)
+    m.run_heuristics()
+    m.lower_bound()
+    if m.best_plan is not None and ctx.remaining() < 2 * build_seconds(problem, "latency") + 0.2:
+        return skipped_stats_plan(m.best_plan, ctx, m.t0, m.lb_ms, m.r, m.best_name,
+                                  "not enough time left to build the model")
+    m.upper_bound()
+    m.symmetry()
+    m.add_variables()
+    m.add_constraints()
+    m.add_objective()
+    m.add_hints()
+    m.solve()
+    plan, source = m.final_plan()
+    return _replace_stats(plan, m.stats(plan, source), ctx)
 
-    def float_obj(plan: Plan) -> float:
-        return plan.makespan_ms + tw * sum(x.ms + x.entry_ms for x in plan.transfers)
+
+class LatencyModel:
+    """The latency-mode CP-SAT model of the module docstring, built and solved in named phases that
+    must run in this order: :meth:`run_heuristics` (hint and fallback), :meth:`lower_bound`,
+    :meth:`upper_bound` (and the horizon), :meth:`symmetry` (interchangeable targets and pools),
+    :meth:`add_variables`, :meth:`add_constraints`, :meth:`add_objective`, :meth:`add_hints`,
+    :meth:`solve`, :meth:`final_plan` and :meth:`stats`. CP-SAT's search depends on the order in
+    which variables and constraints are created, so each phase creates them in a fixed order.
+    Times are in the integer units of ``ci`` (see :mod:`placer.solve.cpsat_util`)."""
+
+    def __init__(self, problem: PlacementProblem, ctx: SolveContext, options: dict[str, Any]) -> None:
+        p = self.p = problem
+        self.ctx, self.options = ctx, options
+        self.t0 = time.monotonic()
+        self.n, self.t = p.n_ops, p.n_targets
+        self.tw = float(options.get("transfer_weight", 0.0) or 0.0)
+        self.r = choose_resolution(p, options.get("time_resolution_ms", "auto"))
+        self.ci = Costs.rounded(p, self.r)
+        self.fc = Costs.of(p)
+        self.model = cp_model.CpModel()
+
+    def objective_ms(self, plan: Plan) -> float:
+        """The float objective of ``plan``: makespan + ``transfer_weight`` * transfer ms."""
+        return plan.makespan_ms + self.tw * sum(x.ms + x.entry_ms for x in plan.transfers)
 
     # ---------------------------------------------------------------- heuristics: hint and fallback
-    share = float(options.get("heuristic_fraction", 0.3))
-    comm = bool(options.get("comm_bound", True)) and t > 1
-    ht_f = comm_heads_tails(p, fc) if comm else None  # float ms: HEFT's lookahead and the float bound
-    cands = []
-    if options.get("hint", True):
-        span = share * max(0.0, ctx.deadline - t0)
-        search = (DynamicListSearch(p, fc, deadline=t0 + 0.5 * span) if options.get("dynamic", True) and t > 1
-                  else None)
-        cands = latency_candidates(p, t0 + span, search=search, search_dtime=0.8 * span,
-                                   tails=None if ht_f is None else ht_f[1])
-    best_plan: Plan | None = None
-    best_name = ""
-    best_val = math.inf
-    hint = None
-    hint_obj = math.inf
-    for name, assign, order in cands:
-        _, f_end = latency_schedule(p, assign, order, fc)
-        val = float(f_end.max()) + tw * _transfer_total(p, assign, fc)
-        if val < best_val - 1e-12:
-            best_val, best_name = val, name
-            best_plan = make_latency_plan(p, assign, ctx.name, order=order, options=ctx.plan_options())
-        s_i, e_i = latency_schedule(p, assign, order, ci)
-        obj_i = float(e_i.max()) + tw * _transfer_total(p, assign, ci)
-        if obj_i < hint_obj:
-            hint_obj, hint = obj_i, (assign, s_i, e_i)
+    def run_heuristics(self) -> None:
+        """The heuristic candidates: the best by the float objective is the fallback
+        (``best_plan``), the best by the rounded one the hint (``hint`` = assign, starts, ends)."""
+        p, ctx, options, t0, tw, ci, fc = self.p, self.ctx, self.options, self.t0, self.tw, self.ci, self.fc
+        share = float(options.get("heuristic_fraction", 0.3))
+        self.comm = bool(options.get("comm_bound", True)) and self.t > 1
+        # float ms: HEFT's lookahead and the float bound
+        self.ht_f = comm_heads_tails(p, fc) if self.comm else None
+        cands = []
+        if options.get("hint", True):
+            span = share * max(0.0, ctx.deadline - t0)
+            search = (DynamicListSearch(p, fc, deadline=t0 + 0.5 * span)
+                      if options.get("dynamic", True) and self.t > 1 else None)
+            cands = latency_candidates(p, t0 + span, search=search, search_dtime=0.8 * span,
+                                       tails=None if self.ht_f is None else self.ht_f[1])
+        self.best_plan: Plan | None = None
+        self.best_name = ""
+        best_val = math.inf
+        self.hint: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        hint_obj = math.inf
+        for name, assign, order in cands:
+            _, f_end = latency_schedule(p, assign, order, fc)
+            val = float(f_end.max()) + tw * _transfer_total(p, assign, fc)
+            if val < best_val - 1e-12:
+                best_val, self.best_name = val, name
+                self.best_plan = make_latency_plan(p, assign, ctx.name, order=order,
+                                                   options=ctx.plan_options())
+            s_i, e_i = latency_schedule(p, assign, order, ci)
+            obj_i = float(e_i.max()) + tw * _transfer_total(p, assign, ci)
+            if obj_i < hint_obj:
+                hint_obj, self.hint = obj_i, (assign, s_i, e_i)
 
     # ---------------------------------------------------------------- bounds
-    head, tail = heads_tails(p, ci)
-    minc = np.where(p.allowed, ci.cost, np.inf).min(axis=1)
-    h_dt = q_dt = None  # per-target heads / tails with communication (rounded units)
-    if comm:
-        h_dt, q_dt = comm_heads_tails(p, ci)
-        head = np.maximum(head, h_dt.min(axis=1))
-    # s[v] + c[v,d] + Q[v,d] <= makespan on the target d of v: s[v] <= UB - s_tail[v]
-    s_tail = tail
-    if h_dt is not None:
-        s_tail = np.maximum(tail, (q_dt + np.where(p.allowed, ci.cost, np.inf)).min(axis=1))
-    # the load bound's iterations stop at 60 % of the limit (many targets: milliseconds each)
-    lb = max(float((head + s_tail).max()), math.ceil(load_bound(p, ci, deadline=t0 + 0.6 * ctx.time_limit)
-                                                     - 1e-6))
-    if options.get("window_bound", True) and t > 1:
-        lb = max(lb, math.ceil(window_load_bound(p, ci, lb, deadline=time.monotonic() + 0.1 * ctx.remaining(),
-                                                 heads_tails=None if h_dt is None else (h_dt, q_dt))
-                               - 1e-6))
-    lb = round(lb)
-    # lb (rounded units) bounds the rounded makespan; for the floats: lb * r - slack, or the
-    # critical path on the float numbers (cheap)
-    chain_slack = rounding_slack(p, ci, "latency")
-    lb_ms = max(lb * r - chain_slack, critical_path_bound(p, fc), path_bound(p, fc, *ht_f) if ht_f else 0.0)
-    if best_plan is not None and ctx.remaining() < 2 * build_seconds(p, "latency") + 0.2:
-        return skipped_stats_plan(best_plan, ctx, t0, lb_ms, r, best_name,
-                                  "not enough time left to build the model")
-    if hint is not None:
-        ub = round(float(hint[2].max()))
-    else:
-        ub = int(np.where(p.allowed, ci.cost, 0).max(axis=1).sum()
-                 + sum(float(ci.link[k].max()) + float(ci.entry.max()) for k in range(len(p.tensors))))
-    frac = float(options.get("shave_fraction", 0.0) or 0.0)
-    if comm and hint is not None and frac > 0 and ub > lb:  # bisection over "no schedule below L"
-        shaved = shaved_bound(p, ci, lb, ub, deadline=time.monotonic() + frac * ctx.remaining(), steps=6)
-        lb = max(lb, math.ceil(shaved - 1e-6))
-        lb_ms = max(lb_ms, lb * r - chain_slack)
-    ub = max(ub, lb)
-    horizon = ub if tw == 0 else int(np.where(p.allowed, ci.cost, 0).max(axis=1).sum()
-                                     + sum(float(ci.link[k].max()) + float(ci.entry.max())
-                                           for k in range(len(p.tensors))))
-    horizon = max(horizon, ub)
+    def lower_bound(self) -> None:
+        """Heads and tails, ``lb`` (rounded units) and ``lb_ms`` (valid for the float objective)."""
+        p, ctx, ci, t0 = self.p, self.ctx, self.ci, self.t0
+        head, tail = heads_tails(p, ci)
+        self.minc = np.where(p.allowed, ci.cost, np.inf).min(axis=1)
+        h_dt = q_dt = None  # per-target heads / tails with communication (rounded units)
+        if self.comm:
+            h_dt, q_dt = comm_heads_tails(p, ci)
+            head = np.maximum(head, h_dt.min(axis=1))
+        # s[v] + c[v,d] + Q[v,d] <= makespan on the target d of v: s[v] <= UB - s_tail[v]
+        s_tail = tail
+        if h_dt is not None:
+            s_tail = np.maximum(tail, (q_dt + np.where(p.allowed, ci.cost, np.inf)).min(axis=1))
+        self.head, self.tail, self.s_tail, self.h_dt, self.q_dt = head, tail, s_tail, h_dt, q_dt
+        # the load bound's iterations stop at 60 % of the limit (many targets: milliseconds each)
+        lb = max(float((head + s_tail).max()), math.ceil(load_bound(p, ci, deadline=t0 + 0.6 * ctx.time_limit)
+                                                         - 1e-6))
+        if self.options.get("window_bound", True) and self.t > 1:
+            window = window_load_bound(p, ci, lb, deadline=time.monotonic() + 0.1 * ctx.remaining(),
+                                       heads_tails=None if h_dt is None else (h_dt, q_dt))
+            lb = max(lb, math.ceil(window - 1e-6))
+        self.lb = round(lb)
+        # lb (rounded units) bounds the rounded makespan; for the floats: lb * r - slack, or the
+        # critical path on the float numbers (cheap)
+        self.chain_slack = rounding_slack(p, ci, "latency")
+        self.lb_ms = max(self.lb * self.r - self.chain_slack, critical_path_bound(p, self.fc),
+                         path_bound(p, self.fc, *self.ht_f) if self.ht_f else 0.0)
 
-    classes = interchangeable_classes(p) if options.get("symmetry_breaking", True) else []
-    pools = _pools(p, classes) if options.get("pool_identical", True) else []
-    classes = [cl for cl in classes if cl not in pools]
-    rep = list(range(t))  # representative target of each target's pool
-    capacity = [1] * t
-    for cl in pools:
-        for d in cl:
-            rep[d] = cl[0]
-        capacity[cl[0]] = len(cl)
-    model = cp_model.CpModel()
+    def _serial_horizon(self) -> int:
+        """Every op on its slowest allowed target and every tensor copied at its slowest, in turn."""
+        p, ci = self.p, self.ci
+        return int(np.where(p.allowed, ci.cost, 0).max(axis=1).sum()
+                   + sum(float(ci.link[k].max()) + float(ci.entry.max()) for k in range(len(p.tensors))))
+
+    def upper_bound(self) -> None:
+        """``ub`` (the hint's makespan), the optional shaved lower bound, and the ``horizon`` of the
+        time variables."""
+        if self.hint is not None:
+            ub = round(float(self.hint[2].max()))
+        else:
+            ub = self._serial_horizon()
+        frac = float(self.options.get("shave_fraction", 0.0) or 0.0)
+        # bisection over "no schedule below L"
+        if self.comm and self.hint is not None and frac > 0 and ub > self.lb:
+            shaved = shaved_bound(self.p, self.ci, self.lb, ub,
+                                  deadline=time.monotonic() + frac * self.ctx.remaining(), steps=6)
+            self.lb = max(self.lb, math.ceil(shaved - 1e-6))
+            self.lb_ms = max(self.lb_ms, self.lb * self.r - self.chain_slack)
+        self.ub = ub = max(ub, self.lb)
+        horizon = ub if self.tw == 0 else self._serial_horizon()
+        self.horizon = max(horizon, ub)
+
+    def symmetry(self) -> None:
+        """Classes of interchangeable targets (symmetry breaking) and pools (one resource each);
+        ``rep[d]`` is the pool representative of ``d``, ``capacity[d]`` its pool size."""
+        p, options = self.p, self.options
+        classes = interchangeable_classes(p) if options.get("symmetry_breaking", True) else []
+        self.pools = _pools(p, classes) if options.get("pool_identical", True) else []
+        self.classes = [cl for cl in classes if cl not in self.pools]
+        self.rep = list(range(self.t))  # representative target of each target's pool
+        self.capacity = [1] * self.t
+        for cl in self.pools:
+            for d in cl:
+                self.rep[d] = cl[0]
+            self.capacity[cl[0]] = len(cl)
 
     # ---------------------------------------------------------------- variables
-    unit_lits: list[dict[int, Any]] = []
-    x: list[dict[int, Any]] = [{} for _ in range(n)]
-    for ui, unit in enumerate(p.units):
-        lits = {}
-        for d in np.flatnonzero(p.allowed[unit[0]]):
-            if rep[d] == d:
-                lits[int(d)] = model.new_bool_var(f"x{unit[0]}_{d}")
-        unit_lits.append(lits)
-        for v in unit:
-            x[v] = lits
-    s = [model.new_int_var(int(head[v]), max(int(head[v]), int(horizon - s_tail[v])), f"s{v}")
-         for v in range(n)]
-    e, dur = [], []
-    for v in range(n):
-        lo = int(head[v] + minc[v])
-        e_v = model.new_int_var(lo, max(lo, int(horizon - tail[v] + minc[v])), f"e{v}")
-        cs_v = [to_int(ci.cost[v, d]) for d in x[v]]
-        d_v = model.new_int_var(min(cs_v), max(cs_v), f"dur{v}")
-        model.add(d_v == sum(c_ * lit for c_, lit in zip(cs_v, x[v].values())))
-        model.add(e_v == s[v] + d_v)
-        e.append(e_v)
-        dur.append(d_v)
-    makespan = model.new_int_var(lb, horizon, "makespan")
+    def add_variables(self) -> None:
+        """``x`` (one literal dict per colocation unit, shared by its members), ``s``, ``e``, ``dur``
+        and ``makespan``."""
+        p, model, ci, n, horizon = self.p, self.model, self.ci, self.n, self.horizon
+        head, tail, s_tail, minc = self.head, self.tail, self.s_tail, self.minc
+        self.unit_lits: list[dict[int, Any]] = []
+        x: list[dict[int, Any]] = [{} for _ in range(n)]
+        for unit in p.units:
+            lits = {}
+            for d in np.flatnonzero(p.allowed[unit[0]]):
+                if self.rep[d] == d:
+                    lits[int(d)] = model.new_bool_var(f"x{unit[0]}_{d}")
+            self.unit_lits.append(lits)
+            for v in unit:
+                x[v] = lits
+        self.x = x
+        self.s = [model.new_int_var(int(head[v]), max(int(head[v]), int(horizon - s_tail[v])), f"s{v}")
+                  for v in range(n)]
+        self.e, self.dur = [], []
+        for v in range(n):
+            lo = int(head[v] + minc[v])
+            e_v = model.new_int_var(lo, max(lo, int(horizon - tail[v] + minc[v])), f"e{v}")
+            cs_v = [to_int(ci.cost[v, d]) for d in x[v]]
+            d_v = model.new_int_var(min(cs_v), max(cs_v), f"dur{v}")
+            model.add(d_v == sum(c_ * lit for c_, lit in zip(cs_v, x[v].values())))
+            model.add(e_v == self.s[v] + d_v)
+            self.e.append(e_v)
+            self.dur.append(d_v)
+        self.makespan = model.new_int_var(self.lb, horizon, "makespan")
 
     # ---------------------------------------------------------------- constraints
-    for lits in unit_lits:
-        model.add_exactly_one(lits.values())
-    per_target: list[list[Any]] = [[] for _ in range(t)]
-    for v in range(n):
-        for d, lit in x[v].items():
-            size = to_int(ci.cost[v, d])
-            if len(x[v]) == 1:
-                model.add(lit == 1)
-            if size == 0:  # instantaneous: occupies no time on its target (see placer.plan)
-                continue
-            if len(x[v]) == 1:
-                iv = model.new_fixed_size_interval_var(s[v], size, f"I{v}_{d}")
-            else:
-                iv = model.new_optional_fixed_size_interval_var(s[v], size, lit, f"I{v}_{d}")
-            per_target[d].append(iv)
-    for users in p.resource_users:  # one per target unless targets share cores
-        if len(users) > 1:  # a shared core (pools never share one): ops of all its targets in turn
-            ivs = [iv for d in users for iv in per_target[d]]
-            if len(ivs) > 1:
-                model.add_no_overlap(ivs)
-            continue
-        d = users[0]
-        if capacity[d] > 1 and len(per_target[d]) > capacity[d]:
-            model.add_cumulative(per_target[d], [1] * len(per_target[d]), capacity[d])
-        elif capacity[d] == 1 and len(per_target[d]) > 1:
-            model.add_no_overlap(per_target[d])
+    def add_constraints(self) -> None:
+        """Every constraint of the module docstring, in a fixed order."""
+        for lits in self.unit_lits:
+            self.model.add_exactly_one(lits.values())
+        self._add_resources()
+        self._add_precedences()
+        add_memory_caps(self.model, self.p, self.unit_lits)
+        for v in range(self.n):
+            if not self.p.succs[v]:
+                self.model.add(self.makespan >= self.e[v])
+        if self.h_dt is not None:
+            self._add_target_heads_tails()
+        if self.options.get("redundant", True):
+            self._add_redundant()
+        self.y = add_first_use_order(self.model, self.p, self.unit_lits, self.classes) if self.classes else {}
 
-    # edge delays: max over the edge's tensors of link + entry, per target pair (a != b used below)
-    delays = edge_delays(p, ci)
-    for (u, v), dm in sorted(delays.items()):
-        model.add(s[v] >= e[u])
-        if x[u] is x[v]:  # same colocation group: never a transfer
-            continue
-        au, av = list(x[u]), list(x[v])
-        for b in av:
-            ds = {a: to_int(dm[a, b]) for a in au if a != b}
-            if not ds:
-                continue
-            m = min(ds.values())
-            if m > 0:
-                enf = [x[v][b]] + ([x[u][b].Not()] if b in x[u] else [])
-                model.add(s[v] >= e[u] + m).only_enforce_if(enf)
-            for a, dl in ds.items():
-                if dl > m:
-                    model.add(s[v] >= e[u] + dl).only_enforce_if([x[u][a], x[v][b]])
-    for d in range(t):
-        if np.isfinite(p.memory_cap_bytes[d]):
-            terms = [(round(p.weight_bytes[list(unit)].sum()), lits[d])
-                     for unit, lits in zip(p.units, unit_lits) if d in lits]
-            terms = [(w_, lit) for w_, lit in terms if w_ > 0]
-            if terms and sum(w_ for w_, _ in terms) > p.memory_cap_bytes[d]:
-                model.add(sum(w_ * lit for w_, lit in terms) <= math.floor(p.memory_cap_bytes[d]))
-    for v in range(n):
-        if not p.succs[v]:
-            model.add(makespan >= e[v])
-    if h_dt is not None:  # per target: x[v,d] => s[v] >= H[v,d] and e[v] + Q[v,d] <= makespan
-        for v in range(n):
-            if len(x[v]) < 2:
-                continue
+    def _add_resources(self) -> None:
+        """Intervals, and one NoOverlap (or a Cumulative for a pool) per resource."""
+        p, model, x, s = self.p, self.model, self.x, self.s
+        per_target: list[list[Any]] = [[] for _ in range(self.t)]
+        for v in range(self.n):
             for d, lit in x[v].items():
-                if h_dt[v, d] + ci.cost[v, d] + q_dt[v, d] > horizon:
+                size = to_int(self.ci.cost[v, d])
+                if len(x[v]) == 1:
+                    model.add(lit == 1)
+                if size == 0:  # instantaneous: occupies no time on its target (see placer.plan)
+                    continue
+                if len(x[v]) == 1:
+                    iv = model.new_fixed_size_interval_var(s[v], size, f"I{v}_{d}")
+                else:
+                    iv = model.new_optional_fixed_size_interval_var(s[v], size, lit, f"I{v}_{d}")
+                per_target[d].append(iv)
+        capacity = self.capacity
+        for users in p.resource_users:  # one per target unless targets share cores
+            if len(users) > 1:  # a shared core (pools never share one): ops of all its targets in turn
+                ivs = [iv for d in users for iv in per_target[d]]
+                if len(ivs) > 1:
+                    model.add_no_overlap(ivs)
+                continue
+            d = users[0]
+            if capacity[d] > 1 and len(per_target[d]) > capacity[d]:
+                model.add_cumulative(per_target[d], [1] * len(per_target[d]), capacity[d])
+            elif capacity[d] == 1 and len(per_target[d]) > 1:
+                model.add_no_overlap(per_target[d])
+
+    def _add_precedences(self) -> None:
+        """Every edge: ``s[v] >= e[u]``, plus the copy delays between distinct targets."""
+        model, x, s, e = self.model, self.x, self.s, self.e
+        # edge delays: max over the edge's tensors of link + entry, per target pair (a != b used below)
+        delays = edge_delays(self.p, self.ci)
+        for (u, v), dm in sorted(delays.items()):
+            model.add(s[v] >= e[u])
+            if x[u] is x[v]:  # same colocation group: never a transfer
+                continue
+            au, av = list(x[u]), list(x[v])
+            for b in av:
+                ds = {a: to_int(dm[a, b]) for a in au if a != b}
+                if not ds:
+                    continue
+                m = min(ds.values())
+                if m > 0:
+                    enf = [x[v][b]] + ([x[u][b].Not()] if b in x[u] else [])
+                    model.add(s[v] >= e[u] + m).only_enforce_if(enf)
+                for a, dl in ds.items():
+                    if dl > m:
+                        model.add(s[v] >= e[u] + dl).only_enforce_if([x[u][a], x[v][b]])
+
+    def _add_target_heads_tails(self) -> None:
+        """Per target: ``x[v,d] => s[v] >= H[v,d]`` and ``e[v] + Q[v,d] <= makespan``; a pair that
+        cannot beat the horizon is out."""
+        model, ci, h_dt, q_dt = self.model, self.ci, self.h_dt, self.q_dt
+        for v in range(self.n):
+            if len(self.x[v]) < 2:
+                continue
+            for d, lit in self.x[v].items():
+                if h_dt[v, d] + ci.cost[v, d] + q_dt[v, d] > self.horizon:
                     model.add(lit == 0)
                     continue
-                if h_dt[v, d] > head[v]:
-                    model.add(s[v] >= int(h_dt[v, d])).only_enforce_if(lit)
-                if q_dt[v, d] + ci.cost[v, d] > s_tail[v]:
-                    model.add(makespan >= e[v] + int(q_dt[v, d])).only_enforce_if(lit)
-    if options.get("redundant", True):
+                if h_dt[v, d] > self.head[v]:
+                    model.add(self.s[v] >= int(h_dt[v, d])).only_enforce_if(lit)
+                if q_dt[v, d] + ci.cost[v, d] > self.s_tail[v]:
+                    model.add(self.makespan >= self.e[v] + int(q_dt[v, d])).only_enforce_if(lit)
+
+    def _add_redundant(self) -> None:
+        """Load per resource below capacity * makespan; one Cumulative of all ops (option
+        ``cumulative_max_ops``)."""
+        p, model, x, n = self.p, self.model, self.x, self.n
         for users in p.resource_users:
-            terms = [(to_int(ci.cost[v, d]), x[v][d]) for d in users for v in range(n) if d in x[v]]
+            terms = [(to_int(self.ci.cost[v, d]), x[v][d]) for d in users for v in range(n) if d in x[v]]
             terms = [(c_, lit) for c_, lit in terms if c_ > 0]
             if terms:
-                model.add(capacity[users[0]] * makespan >= sum(c_ * lit for c_, lit in terms))
+                model.add(self.capacity[users[0]] * self.makespan >= sum(c_ * lit for c_, lit in terms))
         width = _max_parallel(p)
-        if width > 1 and n <= int(options.get("cumulative_max_ops", 3000)):
-            mains = [model.new_interval_var(s[v], dur[v], e[v], f"J{v}") for v in range(n)]
+        if width > 1 and n <= int(self.options.get("cumulative_max_ops", 3000)):
+            mains = [model.new_interval_var(self.s[v], self.dur[v], self.e[v], f"J{v}") for v in range(n)]
             model.add_cumulative(mains, [1] * n, width)
-    y = add_first_use_order(model, p, unit_lits, classes) if classes else {}
 
     # ---------------------------------------------------------------- objective
-    transfer_terms: list[tuple[int, Any]] = []
-    need: dict[tuple[int, int], Any] = {}
-    zvars: dict[tuple[int, int, int], Any] = {}
-    if tw > 0:
-        for k, (u, cs) in enumerate(zip(p.tensor_producer, p.tensor_consumers)):
-            if u < 0 or not cs:
-                continue
-            for b in range(t):
-                readers = [x[v][b] for v in cs if b in x[v] and x[v] is not x[u]]
-                if not readers:
+    def add_objective(self) -> None:
+        """``minimize makespan``; with ``transfer_weight`` > 0 also the copy literals ``need`` and
+        ``z``, and the objective scaled by 1000 to keep the weight integral."""
+        p, model, x, tw = self.p, self.model, self.x, self.tw
+        transfer_terms: list[tuple[int, Any]] = []
+        self.need: dict[tuple[int, int], Any] = {}
+        self.zvars: dict[tuple[int, int, int], Any] = {}
+        if tw > 0:
+            for k, (u, cs) in enumerate(zip(p.tensor_producer, p.tensor_consumers)):
+                if u < 0 or not cs:
                     continue
-                nk = model.new_bool_var(f"need{k}_{b}")
-                for lit in readers:
-                    model.add_implication(lit, nk)
-                need[(k, b)] = nk
-                for a, xa in x[u].items():
-                    if a == b:
+                for b in range(self.t):
+                    readers = [x[v][b] for v in cs if b in x[v] and x[v] is not x[u]]
+                    if not readers:
                         continue
-                    c_ = to_int(ci.link[k, a, b] + ci.entry[b])
-                    if c_ <= 0:
-                        continue
-                    z = model.new_bool_var(f"z{k}_{a}_{b}")
-                    model.add_bool_or([xa.Not(), nk.Not(), z])
-                    zvars[(k, a, b)] = z
-                    transfer_terms.append((c_, z))
-        scale = 1000
-        wt = round(tw * scale)
-        model.minimize(scale * makespan + wt * sum(c_ * z for c_, z in transfer_terms))
-    else:
-        scale, wt = 1, 0
-        model.minimize(makespan)
+                    nk = model.new_bool_var(f"need{k}_{b}")
+                    for lit in readers:
+                        model.add_implication(lit, nk)
+                    self.need[(k, b)] = nk
+                    for a, xa in x[u].items():
+                        if a == b:
+                            continue
+                        c_ = to_int(self.ci.link[k, a, b] + self.ci.entry[b])
+                        if c_ <= 0:
+                            continue
+                        z = model.new_bool_var(f"z{k}_{a}_{b}")
+                        model.add_bool_or([xa.Not(), nk.Not(), z])
+                        self.zvars[(k, a, b)] = z
+                        transfer_terms.append((c_, z))
+            self.scale = 1000
+            self.wt = round(tw * self.scale)
+            model.minimize(self.scale * self.makespan + self.wt * sum(c_ * z for c_, z in transfer_terms))
+        else:
+            self.scale, self.wt = 1, 0
+            model.minimize(self.makespan)
 
     # ---------------------------------------------------------------- hint
-    if hint is not None:
+    def add_hints(self) -> None:
+        """Hint every variable with the heuristic hint, re-timed on the rounded costs after the
+        symmetry relabelling and pooling."""
+        if self.hint is None:
+            return
+        p, model, hint, classes = self.p, self.model, self.hint, self.classes
         h_assign = canonical_assign(p, hint[0], classes) if classes else hint[0]
-        hs, he = latency_schedule(p, h_assign, order_by_start(p, hint[1]), ci)
-        h_assign = np.array([rep[d] for d in h_assign])
-        for v in range(n):
-            model.add_hint(s[v], round(hs[v]))
-            model.add_hint(e[v], round(he[v]))
-            model.add_hint(dur[v], round(he[v] - hs[v]))
-        for lits, unit in zip(unit_lits, p.units):
+        hs, he = latency_schedule(p, h_assign, order_by_start(p, hint[1]), self.ci)
+        h_assign = np.array([self.rep[d] for d in h_assign])
+        for v in range(self.n):
+            model.add_hint(self.s[v], round(hs[v]))
+            model.add_hint(self.e[v], round(he[v]))
+            model.add_hint(self.dur[v], round(he[v] - hs[v]))
+        for lits, unit in zip(self.unit_lits, p.units):
             for d, lit in lits.items():
                 model.add_hint(lit, int(h_assign[unit[0]] == d))
-        model.add_hint(makespan, round(float(he.max())))
+        model.add_hint(self.makespan, round(float(he.max())))
         for key, val in first_use_values(p, h_assign, classes).items():
-            if key in y:
-                model.add_hint(y[key], val)
-        if tw > 0:
-            for (k, b), nk in need.items():
+            if key in self.y:
+                model.add_hint(self.y[key], val)
+        if self.tw > 0:
+            for (k, b), nk in self.need.items():
                 model.add_hint(nk, int(any(h_assign[v] == b for v in p.tensor_consumers[k])))
-            for (k, a, b), z in zvars.items():
+            for (k, a, b), z in self.zvars.items():
                 u = p.tensor_producer[k]
-                model.add_hint(z, int(h_assign[u] == a and any(h_assign[v] == b for v in p.tensor_consumers[k])))
+                read = any(h_assign[v] == b for v in p.tensor_consumers[k])
+                model.add_hint(z, int(h_assign[u] == a and read))
 
     # ---------------------------------------------------------------- solve
-    margin = 0.1 + 5e-5 * n  # model hand-over, CP-SAT overrunning on a loaded machine, re-timing
-    size = int(p.allowed.sum())
-    solver = make_solver(options, ctx.remaining() - margin, ctx.seed, size)
-    status = solver.solve(model)
-    name = status_name(status)
-    if status == cp_model.INFEASIBLE:
-        if best_plan is not None:  # cannot happen with a correct model; keep the heuristic rather than fail
-            name = "FEASIBLE"
-        else:
-            raise ProblemError("cpsat: the problem is infeasible (memory caps, colocation, pins)")
-    if status == cp_model.MODEL_INVALID:  # pragma: no cover - a bug, not a user error
-        raise RuntimeError(f"cpsat: invalid model: {model.validate()}")
+    def solve(self) -> None:
+        """Run CP-SAT on the time left; ``plan`` is its solution re-timed in floats (pools
+        coloured), or None."""
+        p, ctx, model, n = self.p, self.ctx, self.model, self.n
+        margin = 0.1 + 5e-5 * n  # model hand-over, CP-SAT overrunning on a loaded machine, re-timing
+        size = int(p.allowed.sum())
+        solver = self.solver = make_solver(self.options, ctx.remaining() - margin, ctx.seed, size)
+        status = self.status = solver.solve(model)
+        self.name = status_name(status)
+        if status == cp_model.INFEASIBLE:
+            # cannot happen with a correct model; keep the heuristic rather than fail
+            if self.best_plan is not None:
+                self.name = "FEASIBLE"
+            else:
+                raise ProblemError("cpsat: the problem is infeasible (memory caps, colocation, pins)")
+        if status == cp_model.MODEL_INVALID:  # pragma: no cover - a bug, not a user error
+            raise RuntimeError(f"cpsat: invalid model: {model.validate()}")
+        self.plan: Plan | None = None
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            assign = read_assign(p, self.unit_lits, solver.boolean_value)
+            starts = np.array([solver.value(self.s[v]) for v in range(n)], dtype=float)
+            ends = np.array([solver.value(self.e[v]) for v in range(n)], dtype=float)
+            for cl in self.pools:
+                _color_pool(assign, starts, ends, cl)
+            self.plan = make_latency_plan(p, assign, ctx.name, order=order_by_start(p, starts),
+                                          options=ctx.plan_options())
 
-    plan = None
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        assign = np.empty(n, dtype=int)
-        for lits, unit in zip(unit_lits, p.units):
-            d = next(d for d, lit in lits.items() if solver.boolean_value(lit))
-            assign[list(unit)] = d
-        starts = np.array([solver.value(s[v]) for v in range(n)], dtype=float)
-        ends = np.array([solver.value(e[v]) for v in range(n)], dtype=float)
-        for cl in pools:
-            _color_pool(assign, starts, ends, cl)
-        plan = make_latency_plan(p, assign, ctx.name, order=order_by_start(p, starts), options=ctx.plan_options())
-    source = "cpsat"
-    if plan is None or (best_plan is not None and float_obj(best_plan) < float_obj(plan) - 1e-9):
-        if best_plan is None:
-            raise ProblemError(f"cpsat: no solution within the time limit (status {name})")
-        plan, source = best_plan, best_name
-        if name == "OPTIMAL" or name == "UNKNOWN":  # the rounded optimum re-timed in floats lost to a heuristic: no proof
-            name = "FEASIBLE"
+    def final_plan(self) -> tuple[Plan, str]:
+        """The better (float objective) of CP-SAT's plan and the heuristic fallback, and its source;
+        a heuristic win takes back an ``OPTIMAL`` status."""
+        plan, best_plan = self.plan, self.best_plan
+        if plan is None or (best_plan is not None
+                            and self.objective_ms(best_plan) < self.objective_ms(plan) - 1e-9):
+            if best_plan is None:
+                raise ProblemError(f"cpsat: no solution within the time limit (status {self.name})")
+            # the rounded optimum re-timed in floats lost to a heuristic: no proof
+            if self.name == "OPTIMAL" or self.name == "UNKNOWN":
+                self.name = "FEASIBLE"
+            return best_plan, self.best_name
+        return plan, "cpsat"
+
     # ---------------------------------------------------------------- stats
-    bound_units = solver.best_objective_bound if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
-    cp_bound = 0.0
-    if bound_units is not None and math.isfinite(bound_units):
-        cp_bound = _float_objective_bound(p, ci, bound_units / scale * r, tw, wt / scale)
-    objective = float_obj(plan)
-    bound_ms, proven = reported_bound(objective, [lb_ms, cp_bound])
-    if name == "OPTIMAL" and not proven:
-        name = "FEASIBLE"  # optimal for the rounded numbers only
-    gap = 0.0 if objective <= 0 else max(0.0, (objective - bound_ms) / objective)
-    stats = SolverStats(status=name, objective=objective, best_bound=bound_ms, gap=gap,
-                        wall_s=time.monotonic() - t0,
-                        extra={"resolution_ms": r, "source": source, "hint": best_name,
-                               "hint_objective": float_obj(best_plan) if best_plan else None,
-                               "cpsat_wall_s": solver.wall_time, "lower_bound_ms": lb_ms,
-                               "rounding_slack_ms": chain_slack,
-                               "interchangeable_targets": [[p.targets[d] for d in cl] for cl in classes],
-                               "pooled_targets": [[p.targets[d] for d in cl] for cl in pools]})
-    return _replace_stats(plan, stats, ctx)
+    def stats(self, plan: Plan, source: str) -> SolverStats:
+        """The returned plan's stats: the best bound valid for the float objective, and the status
+        (``OPTIMAL`` only when that bound proves it)."""
+        p, status, r = self.p, self.status, self.r
+        solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        bound_units = self.solver.best_objective_bound if solved else None
+        cp_bound = 0.0
+        if bound_units is not None and math.isfinite(bound_units):
+            cp_bound = _float_objective_bound(p, self.ci, bound_units / self.scale * r, self.tw,
+                                              self.wt / self.scale)
+        objective = self.objective_ms(plan)
+        bound_ms, proven = reported_bound(objective, [self.lb_ms, cp_bound])
+        name = self.name
+        if name == "OPTIMAL" and not proven:
+            name = "FEASIBLE"  # optimal for the rounded numbers only
+        gap = 0.0 if objective <= 0 else max(0.0, (objective - bound_ms) / objective)
+        best_plan = self.best_plan
+        return SolverStats(status=name, objective=objective, best_bound=bound_ms, gap=gap,
+                           wall_s=time.monotonic() - self.t0,
+                           extra={"resolution_ms": r, "source": source, "hint": self.best_name,
+                                  "hint_objective": self.objective_ms(best_plan) if best_plan else None,
+                                  "cpsat_wall_s": self.solver.wall_time, "lower_bound_ms": self.lb_ms,
+                                  "rounding_slack_ms": self.chain_slack,
+                                  "interchangeable_targets": [[p.targets[d] for d in cl]
+                                                              for cl in self.classes],
+                                  "pooled_targets": [[p.targets[d] for d in cl] for cl in self.pools]})
 
 
 def _float_objective_bound(p: PlacementProblem, ci: Costs, beta_ms: float, tw: float,

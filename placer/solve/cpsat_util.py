@@ -33,11 +33,13 @@ from placer.problem import PlacementProblem
 
 __all__ = [
     "add_first_use_order",
+    "add_memory_caps",
     "canonical_assign",
     "choose_resolution",
     "first_use_values",
     "interchangeable_classes",
     "make_solver",
+    "read_assign",
     "reported_bound",
     "rounding_slack",
     "status_name",
@@ -204,6 +206,29 @@ def add_first_use_order(model: cp_model.CpModel, problem: PlacementProblem,
                 else:
                     model.add_implication(x, before)
     return y
+
+
+def add_memory_caps(model: cp_model.CpModel, problem: PlacementProblem,
+                    unit_lits: list[dict[int, Any]]) -> None:
+    """``sum_units w[unit] x[unit,d] <= cap[d]`` for every target ``d`` with a finite cap that the
+    units allowed on it could exceed (``unit_lits[i][d]``: "unit i on target d")."""
+    p = problem
+    for d in range(p.n_targets):
+        if np.isfinite(p.memory_cap_bytes[d]):
+            terms = [(round(p.weight_bytes[list(unit)].sum()), lits[d])
+                     for unit, lits in zip(p.units, unit_lits) if d in lits]
+            terms = [(w_, lit) for w_, lit in terms if w_ > 0]
+            if terms and sum(w_ for w_, _ in terms) > p.memory_cap_bytes[d]:
+                model.add(sum(w_ * lit for w_, lit in terms) <= math.floor(p.memory_cap_bytes[d]))
+
+
+def read_assign(problem: PlacementProblem, unit_lits: list[dict[int, Any]], is_true: Any) -> np.ndarray:
+    """The assignment (target per op) of a solution: ``is_true(lit)`` tells whether the literal
+    ``unit_lits[i][d]`` ("unit i on target d") is true in it."""
+    assign = np.empty(problem.n_ops, dtype=int)
+    for lits, unit in zip(unit_lits, problem.units):
+        assign[list(unit)] = next(d for d, lit in lits.items() if is_true(lit))
+    return assign
 
 
 def first_use_values(problem: PlacementProblem, assign: np.ndarray, classes: list[list[int]]
