@@ -156,140 +156,166 @@ def dp_search(problem: PlacementProblem, num_stages: int, costs: Costs | None = 
         raise ProblemError("dp: links.broadcast with sender-charged links is not supported (a stage's send "
                            "time would depend on every later stage); use solver 'ideals' or 'cpsat'")
     c = costs or Costs.of(p)
-    n, t = p.n_ops, p.n_targets
-    allowed = p.allowed
-    cost = c.cost
-    w = p.weight_bytes
-    cap = p.memory_cap_bytes
-    code = p.charge_code
-    prod = p.tensor_producer
-    open_at = _open_tensors(p)
-    g_min = {}
-    g_max = {}
-    for v in range(n):
-        g = int(p.group_of[v])
-        if g >= 0:
-            g_min[g] = min(g_min.get(g, v), v)
-            g_max[g] = max(g_max.get(g, v), v)
+    n = p.n_ops
+    search = _Search(p, num_stages, c, deadline, max_work)
+    i = 0
+    complete = True
+    try:
+        for i in range(n):
+            search.tick(1)
+            search.extend(i)
+    except _Stop:
+        complete = False
+    bound = None
+    if not complete:  # also: every op runs in some stage, at its cheapest allowed cost at least
+        bound = max(min(search.low[i:]), float(np.where(p.allowed, c.cost, np.inf).min(axis=1).max()))
+    return _result(p, search.states[n], search.n_labels, search.work, complete, bound, n if complete else i,
+                   max_work)
 
-    # states[i]: dict key -> list of labels; key = (used_mask, producer targets of open_at[i])
-    states: list[dict[tuple, list[_Label]]] = [{} for _ in range(n + 1)]
-    # low[i]: least bottleneck of any label ever added at cut i (a lower bound when stopped)
-    low = [math.inf] * (n + 1)
-    # shared resources get a running sum each; a target with a private resource feeds cmax
-    shared = [r for r, u in enumerate(p.resource_users) if len(u) > 1]
-    slot_of = {r: i for i, r in enumerate(shared)}
-    shared_slots = [tuple(slot_of[r] for r in rs if r in slot_of) for rs in p.resource_sets]
-    states[0][(0, ())] = [_Label(0.0, 0.0, (), None, -1, 0, 0, (0.0,) * len(shared))]
-    low[0] = 0.0
-    n_labels = 1
-    work = 0
-    next_check = CHECK_EVERY if max_work is None else min(CHECK_EVERY, max_work)
 
-    def tick(amount: int) -> None:
-        nonlocal work, next_check
-        work += amount
-        if work < next_check:
+class _Search:
+    """The labels of :func:`dp_search` per cut, and the work spent on them.
+
+    ``states[i]``: key -> Pareto labels of the pipelines of ops ``[0, i)``; key = (used targets mask,
+    producer targets of the tensors open at cut ``i``). ``low[i]``: least bottleneck of any label
+    ever added at cut ``i`` (a lower bound when stopped)."""
+
+    def __init__(self, p: PlacementProblem, num_stages: int, c: Costs, deadline: float | None,
+                 max_work: int | None) -> None:
+        n = p.n_ops
+        self.p, self.c, self.num_stages = p, c, num_stages
+        self.deadline, self.max_work = deadline, max_work
+        self.open_at = _open_tensors(p)
+        self.g_min: dict[int, int] = {}
+        self.g_max: dict[int, int] = {}
+        for v in range(n):
+            g = int(p.group_of[v])
+            if g >= 0:
+                self.g_min[g] = min(self.g_min.get(g, v), v)
+                self.g_max[g] = max(self.g_max.get(g, v), v)
+        self.states: list[dict[tuple, list[_Label]]] = [{} for _ in range(n + 1)]
+        self.low = [math.inf] * (n + 1)
+        # shared resources get a running sum each; a target with a private resource feeds cmax
+        shared = [r for r, u in enumerate(p.resource_users) if len(u) > 1]
+        slot_of = {r: i for i, r in enumerate(shared)}
+        self.shared_slots = [tuple(slot_of[r] for r in rs if r in slot_of) for rs in p.resource_sets]
+        self.states[0][(0, ())] = [_Label(0.0, 0.0, (), None, -1, 0, 0, (0.0,) * len(shared))]
+        self.low[0] = 0.0
+        self.n_labels = 1
+        self.work = 0
+        self.next_check = CHECK_EVERY if max_work is None else min(CHECK_EVERY, max_work)
+
+    def tick(self, amount: int) -> None:
+        """Count work; raise :class:`_Stop` at the work limit or the deadline (checked every
+        :data:`CHECK_EVERY` units)."""
+        self.work += amount
+        if self.work < self.next_check:
             return
-        if max_work is not None and work >= max_work:
+        if self.max_work is not None and self.work >= self.max_work:
             raise _Stop
-        if deadline is not None and time.monotonic() > deadline:
+        if self.deadline is not None and time.monotonic() > self.deadline:
             raise _Stop
-        next_check = work + CHECK_EVERY
-        if max_work is not None:
-            next_check = min(next_check, max_work)
+        self.next_check = self.work + CHECK_EVERY
+        if self.max_work is not None:
+            self.next_check = min(self.next_check, self.max_work)
 
-    def add(i: int, key: tuple, lab: _Label) -> None:
-        nonlocal n_labels
-        bucket = states[i].setdefault(key, [])
-        tick(len(bucket) + 1)
+    def add(self, i: int, key: tuple, lab: _Label) -> None:
+        """Keep ``lab`` at cut ``i`` unless a label of its state dominates it (dropping those it
+        dominates)."""
+        bucket = self.states[i].setdefault(key, [])
+        self.tick(len(bucket) + 1)
         v = lab.vec()
         for other in bucket:
             if _dominates(other.vec(), v):
                 return
         bucket[:] = [o for o in bucket if not _dominates(v, o.vec())]
         bucket.append(lab)
-        n_labels += 1
+        self.n_labels += 1
         b = lab.bottleneck()
-        if b < low[i]:
-            low[i] = b
+        self.low[i] = min(self.low[i], b)
 
-    i = 0
-    complete = True
-    try:
-        for i in range(n):
-            tick(1)
-            opened = open_at[i]
-            for (used, ptgt), labels in states[i].items():
-                if used.bit_count() >= num_stages:
+    def extend(self, i: int) -> None:
+        """Extend every label at cut ``i`` by one stage on each unused target, then drop them."""
+        opened = self.open_at[i]
+        for (used, ptgt), labels in self.states[i].items():
+            if used.bit_count() >= self.num_stages:
+                continue
+            open_targets = sorted(set(ptgt))
+            prod_tgt = dict(zip(opened, ptgt))
+            for e in range(self.p.n_targets):
+                if used >> e & 1:
                     continue
-                open_targets = sorted(set(ptgt))
-                slot = {d: s for s, d in enumerate(open_targets)}
-                prod_tgt = dict(zip(opened, ptgt))
-                for e in range(t):
-                    if used >> e & 1:
-                        continue
-                    compute = 0.0
-                    mem = 0.0
-                    recv = 0.0
-                    sender_add = [0.0] * len(open_targets)
-                    received: set[int] = set()
-                    need_end = i + 1
-                    for j in range(i + 1, n + 1):
-                        tick(1)
-                        v = j - 1
-                        if not allowed[v, e]:
-                            break
-                        compute += cost[v, e]
-                        mem += w[v]
-                        if mem > cap[e]:
-                            break
-                        g = int(p.group_of[v])
-                        if g >= 0:
-                            if g_min[g] < i:  # the group started in an earlier stage
-                                break
-                            need_end = max(need_end, g_max[g] + 1)
-                        for k in p.in_tensors[v]:
-                            if prod[k] < i and k not in received:
-                                received.add(k)
-                                a = prod_tgt[k]
-                                ms = c.link[k, a, e]
-                                if code[a, e] & 2:
-                                    recv += ms
-                                recv += c.entry[e]
-                                if code[a, e] & 1:
-                                    sender_add[slot[a]] += ms
-                        if j < need_end:
-                            continue
-                        # close the stage [i, j) on e
-                        new_open = open_at[j]
-                        new_ptgt = tuple(prod_tgt[k] if prod[k] < i else e for k in new_open)
-                        new_targets = sorted(set(new_ptgt))
-                        stage_cost = compute + recv
-                        for lab in labels:
-                            cur = {d: lab.open_cost[slot[d]] + sender_add[slot[d]] for d in open_targets}
-                            cur[e] = stage_cost
-                            cmax, csum = lab.cmax, lab.csum
-                            rsum = lab.rsum
-                            for d, val in cur.items():
-                                if d not in new_targets:
-                                    if shared_slots[d]:  # its cores are shared: add up on each
-                                        rs_ = list(rsum)
-                                        for q in shared_slots[d]:
-                                            rs_[q] += val
-                                        rsum = tuple(rs_)
-                                    else:
-                                        cmax = max(cmax, val)
-                                    csum += val
-                            oc = tuple(cur[d] for d in new_targets)
-                            add(j, (used | 1 << e, new_ptgt), _Label(cmax, csum, oc, lab, e, i, j, rsum))
-            states[i].clear()  # free memory: every label at i has been extended
-    except _Stop:
-        complete = False
-    bound = None
-    if not complete:  # also: every op runs in some stage, at its cheapest allowed cost at least
-        bound = max(min(low[i:]), float(np.where(allowed, cost, np.inf).min(axis=1).max()))
-    return _result(p, states[n], n_labels, work, complete, bound, n if complete else i, max_work)
+                self._stages(i, e, used, open_targets, prod_tgt, labels)
+        self.states[i].clear()  # free memory: every label at i has been extended
+
+    def _stages(self, i: int, e: int, used: int, open_targets: list[int], prod_tgt: dict[int, int],
+                labels: list[_Label]) -> None:
+        """The stages ``[i, j)`` on target ``e``, for every ``j`` the support, memory cap and
+        colocation groups allow, closed onto ``labels``."""
+        p, c = self.p, self.c
+        n = p.n_ops
+        allowed, cost, w, cap = p.allowed, c.cost, p.weight_bytes, p.memory_cap_bytes
+        code, prod = p.charge_code, p.tensor_producer
+        slot = {d: s for s, d in enumerate(open_targets)}
+        compute = 0.0
+        mem = 0.0
+        recv = 0.0
+        sender_add = [0.0] * len(open_targets)
+        received: set[int] = set()
+        need_end = i + 1
+        for j in range(i + 1, n + 1):
+            self.tick(1)
+            v = j - 1
+            if not allowed[v, e]:
+                break
+            compute += cost[v, e]
+            mem += w[v]
+            if mem > cap[e]:
+                break
+            g = int(p.group_of[v])
+            if g >= 0:
+                if self.g_min[g] < i:  # the group started in an earlier stage
+                    break
+                need_end = max(need_end, self.g_max[g] + 1)
+            for k in p.in_tensors[v]:
+                if prod[k] < i and k not in received:
+                    received.add(k)
+                    a = prod_tgt[k]
+                    ms = c.link[k, a, e]
+                    if code[a, e] & 2:
+                        recv += ms
+                    recv += c.entry[e]
+                    if code[a, e] & 1:
+                        sender_add[slot[a]] += ms
+            if j < need_end:
+                continue
+            new_ptgt = tuple(prod_tgt[k] if prod[k] < i else e for k in self.open_at[j])
+            self._close(i, j, e, used, open_targets, slot, sender_add, compute + recv, new_ptgt, labels)
+
+    def _close(self, i: int, j: int, e: int, used: int, open_targets: list[int], slot: dict[int, int],
+               sender_add: list[float], stage_cost: float, new_ptgt: tuple[int, ...],
+               labels: list[_Label]) -> None:
+        """Add the labels of ``labels`` followed by the stage ``[i, j)`` on ``e`` at cut ``j``: the
+        open stages that no tensor open at ``j`` keeps open close (their times count)."""
+        new_targets = sorted(set(new_ptgt))
+        shared_slots = self.shared_slots
+        for lab in labels:
+            cur = {d: lab.open_cost[slot[d]] + sender_add[slot[d]] for d in open_targets}
+            cur[e] = stage_cost
+            cmax, csum = lab.cmax, lab.csum
+            rsum = lab.rsum
+            for d, val in cur.items():
+                if d not in new_targets:
+                    if shared_slots[d]:  # its cores are shared: add up on each
+                        rs_ = list(rsum)
+                        for q in shared_slots[d]:
+                            rs_[q] += val
+                        rsum = tuple(rs_)
+                    else:
+                        cmax = max(cmax, val)
+                    csum += val
+            oc = tuple(cur[d] for d in new_targets)
+            self.add(j, (used | 1 << e, new_ptgt), _Label(cmax, csum, oc, lab, e, i, j, rsum))
 
 
 def _result(p: PlacementProblem, final_states: dict[tuple, list[_Label]], n_labels: int, work: int,

@@ -147,17 +147,27 @@ def _kinds(p: PlacementProblem) -> list[list[int]]:
     return sorted(kinds, key=lambda cl: cl[0])
 
 
-def ideals_search(problem: PlacementProblem, num_stages: int, *, deadline: float | None = None,
-                  max_work: int | None = None, max_ideals: int = MAX_IDEALS,
-                  upper: float = math.inf) -> IdealsResult:
-    """Run the DP (see the module docstring). ``upper``: a known achievable bottleneck (stages
-    priced above it are skipped; with inexact prices pass ``inf``).
+@dataclass
+class _UnitDAG:
+    """The graph contracted into pipeline units: per-target sums of each unit, unit edges as
+    bitmasks, and the tensors that can cross a stage boundary with their stage prices."""
 
-    Raises ProblemError for shared cores, more than ``max_ideals`` ideals, or no pipeline."""
-    p = problem
-    if p.shares_resources:
-        raise ProblemError("ideals: targets sharing cores (target_cores) are not supported; use 'cpsat'")
-    c = Costs.of(p)
+    units: list[tuple[int, ...]]
+    cost: np.ndarray  # (units, T): cost of the supported members
+    unsup: np.ndarray  # (units, T): 1 where some member is unsupported
+    weight: np.ndarray  # (units,): weight bytes
+    preds_mask: list[int]
+    succs: list[set[int]]
+    t_prod: list[int]  # per crossing tensor: producer unit
+    t_cons: list[tuple[int, ...]]  # its consumer units (other than the producer's)
+    t_consmask: list[int]
+    out_of: list[list[int]]  # per unit: the crossing tensors it produces
+    rp: np.ndarray  # (crossing tensors, T): receive prices
+    sp: np.ndarray  # send prices
+    exact: bool  # prices separable (see the module docstring)
+
+
+def _unit_dag(p: PlacementProblem, c: Costs) -> _UnitDAG:
     t = p.n_targets
     units = p.pipeline_units
     nu = len(units)
@@ -197,15 +207,15 @@ def ideals_search(problem: PlacementProblem, num_stages: int, *, deadline: float
         t_consmask.append(sum(1 << x for x in cu))
     rp = rprice[t_idx] if t_idx else np.zeros((0, t))
     sp = sprice[t_idx] if t_idx else np.zeros((0, t))
+    return _UnitDAG(units, cost_u, unsup_u, w_u, preds_mask, succs, t_prod, t_cons, t_consmask, out_of,
+                    rp, sp, exact)
 
-    # ---------------------------------------------------------------- enumerate the ideals, by size
-    try:
-        masks, index, cross, layer_start, parent, added = _enumerate(
-            nu, preds_mask, succs, out_of, t_consmask, max_ideals, deadline)
-    except _Stop:
-        return IdealsResult(math.inf, math.inf, None, [], exact, False, False, 0, 0,
-                            {"units": nu, "stopped": "enumerating ideals"})
-    n_id = len(masks)
+
+def _ideal_sums(g: _UnitDAG, n_targets: int, cross: list[tuple[int, ...]], layer_start: list[int],
+                parent: list[int], added: list[int]) -> tuple[np.ndarray, ...]:
+    """Per ideal (by :func:`_enumerate`): its size, and per target its cost ``C``, unsupported
+    count ``U``, weight ``W``, receive ``R`` and send ``S`` prices of its crossing tensors."""
+    n_id, t = len(cross), n_targets
     size_of = np.zeros(n_id, dtype=np.int64)
     for s in range(len(layer_start) - 1):
         size_of[layer_start[s]:layer_start[s + 1]] = s
@@ -216,28 +226,24 @@ def ideals_search(problem: PlacementProblem, num_stages: int, *, deadline: float
     W = np.zeros(n_id)
     for s in range(1, len(layer_start) - 1):
         sl = slice(layer_start[s], layer_start[s + 1])
-        C[sl] = C[par[sl]] + cost_u[add[sl]]
-        U[sl] = U[par[sl]] + unsup_u[add[sl]]
-        W[sl] = W[par[sl]] + w_u[add[sl]]
+        C[sl] = C[par[sl]] + g.cost[add[sl]]
+        U[sl] = U[par[sl]] + g.unsup[add[sl]]
+        W[sl] = W[par[sl]] + g.weight[add[sl]]
     R = np.zeros((n_id, t))
     S = np.zeros((n_id, t))
     rows = np.repeat(np.arange(n_id), [len(x) for x in cross])
     flat = np.fromiter((q for x in cross for q in x), dtype=np.int64, count=len(rows))
-    np.add.at(R, rows, rp[flat])
-    np.add.at(S, rows, sp[flat])
-    if deadline is not None and time.monotonic() > deadline:
-        return IdealsResult(math.inf, math.inf, None, [], exact, False, False, n_id, 0,
-                            {"units": nu, "ideals": n_id, "stopped": "pricing ideals"})
-    words = max(1, (nu + 63) // 64)
-    bits = np.frombuffer(b"".join(m_.to_bytes(8 * words, "little") for m_ in masks), dtype="<u8")
-    bits = bits.reshape(n_id, words)
-    full = index[(1 << nu) - 1]
+    np.add.at(R, rows, g.rp[flat])
+    np.add.at(S, rows, g.sp[flat])
+    return size_of, C, U, W, R, S
 
-    # ---------------------------------------------------------------- count states
-    kinds = _kinds(p)
+
+def _kind_states(kinds: list[list[int]], num_stages: int
+                 ) -> tuple[dict[tuple[int, ...], int], np.ndarray, list[np.ndarray]]:
+    """The DP's target states: how many targets of each kind are used (at most ``num_stages`` in
+    all). Returns their index, ``prev[kind, state]`` (the state with one target of that kind fewer,
+    -1 if none) and, per kind, the states that have one."""
     sizes = [len(k_) for k_ in kinds]
-    reps = [k_[0] for k_ in kinds]
-    caps = p.memory_cap_bytes
     states: list[tuple[int, ...]] = []
 
     def gen(prefix: tuple[int, ...], left: int) -> None:
@@ -249,64 +255,74 @@ def ideals_search(problem: PlacementProblem, num_stages: int, *, deadline: float
 
     gen((), num_stages)
     st_index = {s_: i for i, s_ in enumerate(states)}
-    n_st = len(states)
-    prev = np.full((len(kinds), n_st), -1, dtype=np.int64)
+    prev = np.full((len(kinds), len(states)), -1, dtype=np.int64)
     for si, s_ in enumerate(states):
         for ki in range(len(kinds)):
             if s_[ki] > 0:
                 prev[ki, si] = st_index[s_[:ki] + (s_[ki] - 1,) + s_[ki + 1:]]
     valid = [np.flatnonzero(prev[ki] >= 0) for ki in range(len(kinds))]
+    return st_index, prev, valid
 
-    work = 0
-    stats: dict[str, Any] = {"ideals": n_id, "units": nu,
-                             "kinds": [[p.targets[d] for d in k_] for k_ in kinds]}
 
-    def tick(amount: int) -> None:
-        nonlocal work
-        work += amount
-        if max_work is not None and work >= max_work:
+class _ChainDP:
+    """The DP over chains of ideals: tables ``dp[ideal, state]`` with the chosen predecessor ideal
+    and kind of each entry, filled by :meth:`run`; :meth:`plan` reads a chain back."""
+
+    def __init__(self, p: PlacementProblem, g: _UnitDAG, kinds: list[list[int]], num_stages: int,
+                 masks: list[int], full: int, cross: list[tuple[int, ...]], layer_start: list[int],
+                 sums: tuple[np.ndarray, ...], max_work: int | None, deadline: float | None,
+                 upper: float) -> None:
+        self.p, self.g, self.kinds = p, g, kinds
+        self.reps = [k_[0] for k_ in kinds]
+        self.masks, self.cross, self.layer_start = masks, cross, layer_start
+        self.size_of, self.C, self.U, self.W, self.R, self.S = sums
+        self.n_id = len(masks)
+        nu = len(g.units)
+        words = max(1, (nu + 63) // 64)
+        bits = np.frombuffer(b"".join(m_.to_bytes(8 * words, "little") for m_ in masks), dtype="<u8")
+        self.bits = bits.reshape(self.n_id, words)
+        self.full = full  # the index of the ideal of every unit
+        self.st_index, self.prev, self.valid = _kind_states(kinds, num_stages)
+        self.max_work, self.deadline, self.upper = max_work, deadline, upper
+        self.work = 0
+
+    def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Fresh ``(dp, chosen ideal, chosen kind)``: only the empty ideal with no target reached."""
+        n_st = len(self.st_index)
+        dp_ = np.full((self.n_id, n_st), np.inf)
+        dp_[0, self.st_index[(0,) * len(self.kinds)]] = 0.0
+        ch_j = np.full((self.n_id, n_st), -1, dtype=np.int64)
+        return dp_, ch_j, ch_j.copy()
+
+    def tick(self, amount: int) -> None:
+        self.work += amount
+        if self.max_work is not None and self.work >= self.max_work:
             raise _Stop
-        if deadline is not None and time.monotonic() > deadline:
+        if self.deadline is not None and time.monotonic() > self.deadline:
             raise _Stop
 
-    def run(bound: float | None, dp_: np.ndarray, ch_j: np.ndarray, ch_k: np.ndarray) -> None:
+    def run(self, bound: float | None, dp_: np.ndarray, ch_j: np.ndarray, ch_k: np.ndarray) -> None:
         """One pass: min-max (``bound`` None) or min-sum over stages priced at most ``bound``."""
-        alive = np.zeros(n_id, dtype=bool)
+        layer_start, size_of, bits = self.layer_start, self.size_of, self.bits
+        C, U, W, caps = self.C, self.U, self.W, self.p.memory_cap_bytes
+        prev, valid = self.prev, self.valid
+        alive = np.zeros(self.n_id, dtype=bool)
         alive[0] = True
-        cut = upper if bound is None else bound
+        cut = self.upper if bound is None else bound
         cut = cut * (1 + 1e-9) + 1e-12 if math.isfinite(cut) else math.inf
-        for i in range(1, n_id):
+        for i in range(1, self.n_id):
             lim = int(layer_start[size_of[i]])
             cand = np.flatnonzero(alive[:lim] & ~(bits[:lim] & ~bits[i]).any(axis=1))
-            tick(lim + len(cand) * len(kinds))
+            self.tick(lim + len(cand) * len(self.kinds))
             if not len(cand):
                 continue
-            xi = cross[i]
-            mask_i = masks[i]
-            if xi:
-                in_prod = np.empty((len(xi), len(cand)), dtype=bool)
-                in_all = np.empty((len(xi), len(cand)), dtype=bool)
-                cb = bits[cand]
-                for r_, q in enumerate(xi):
-                    pu = t_prod[q]
-                    has = (cb[:, pu >> 6] >> np.uint64(pu & 63)) & np.uint64(1) > 0
-                    in_prod[r_] = has
-                    allv = has.copy()
-                    for x in t_cons[q]:
-                        if mask_i >> x & 1:
-                            allv &= (cb[:, x >> 6] >> np.uint64(x & 63)) & np.uint64(1) > 0
-                    in_all[r_] = allv
-                q_list = list(xi)
-                pr = rp[q_list].T @ in_all  # (T, ncand): receives that pass through I' and I
-                ps = sp[q_list].T @ in_prod  # (T, ncand): sends of I produced in I'
-            else:
-                pr = ps = np.zeros((t, len(cand)))
+            pr, ps = self._through(i, cand)
             dpc = dp_[cand]
             best = dp_[i].copy()
-            for ki, d in enumerate(reps):
+            for ki, d in enumerate(self.reps):
                 ok = (U[cand, d] == U[i, d]) & (W[i] - W[cand] <= caps[d])
-                cost = ((C[i, d] - C[cand, d]) + np.maximum(R[cand, d] - pr[d], 0.0)
-                        + np.maximum(S[i, d] - ps[d], 0.0))
+                cost = ((C[i, d] - C[cand, d]) + np.maximum(self.R[cand, d] - pr[d], 0.0)
+                        + np.maximum(self.S[i, d] - ps[d], 0.0))
                 cost = np.where(ok & (cost <= cut), cost, np.inf)
                 sv = valid[ki]
                 if bound is None:
@@ -324,65 +340,113 @@ def ideals_search(problem: PlacementProblem, num_stages: int, *, deadline: float
             dp_[i] = best
             alive[i] = bool(np.isfinite(best).any())
 
-    def chain(ch_j: np.ndarray, ch_k: np.ndarray, s0: int) -> list[tuple[int, int, int]]:
-        out = []
-        i, s_ = full, s0
+    def _through(self, i: int, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per target and candidate predecessor ideal ``I'`` of ideal ``i``: the receive prices of
+        the tensors crossing ``I'`` that pass through ``I`` too, and the send prices of ``I``'s
+        crossing tensors produced in ``I'`` (both ``(T, len(cand))``)."""
+        g = self.g
+        xi = self.cross[i]
+        if not xi:
+            z = np.zeros((self.p.n_targets, len(cand)))
+            return z, z
+        mask_i = self.masks[i]
+        in_prod = np.empty((len(xi), len(cand)), dtype=bool)
+        in_all = np.empty((len(xi), len(cand)), dtype=bool)
+        cb = self.bits[cand]
+        for r_, q in enumerate(xi):
+            pu = g.t_prod[q]
+            has = (cb[:, pu >> 6] >> np.uint64(pu & 63)) & np.uint64(1) > 0
+            in_prod[r_] = has
+            allv = has.copy()
+            for x in g.t_cons[q]:
+                if mask_i >> x & 1:
+                    allv &= (cb[:, x >> 6] >> np.uint64(x & 63)) & np.uint64(1) > 0
+            in_all[r_] = allv
+        q_list = list(xi)
+        pr = g.rp[q_list].T @ in_all  # (T, ncand): receives that pass through I' and I
+        ps = g.sp[q_list].T @ in_prod  # (T, ncand): sends of I produced in I'
+        return pr, ps
+
+    def plan(self, ch_j: np.ndarray, ch_k: np.ndarray, s0: int) -> tuple[np.ndarray, list[int]]:
+        """The pipeline ``(assign, stage targets)`` of the chain ending at the full ideal in state ``s0``."""
+        links = []
+        i, s_ = self.full, s0
         while i != 0:
             j, ki = int(ch_j[i, s_]), int(ch_k[i, s_])
-            out.append((j, i, ki))
-            s_ = int(prev[ki, s_])
+            links.append((j, i, ki))
+            s_ = int(self.prev[ki, s_])
             i = j
-        return out[::-1]
-
-    def to_plan(links: list[tuple[int, int, int]]) -> tuple[np.ndarray, list[int]]:
-        assign = np.full(p.n_ops, -1, dtype=int)
-        used = [0] * len(kinds)
+        assign = np.full(self.p.n_ops, -1, dtype=int)
+        used = [0] * len(self.kinds)
         order = []
-        for j, i, ki in links:
-            d = kinds[ki][used[ki]]
+        units, masks = self.g.units, self.masks
+        for j, i, ki in links[::-1]:
+            d = self.kinds[ki][used[ki]]
             used[ki] += 1
             order.append(d)
             diff = masks[i] & ~masks[j]
-            for u in range(nu):
+            for u in range(len(units)):
                 if diff >> u & 1:
                     assign[list(units[u])] = d
         return assign, order
 
-    dp1 = np.full((n_id, n_st), np.inf)
-    dp1[0, st_index[(0,) * len(kinds)]] = 0.0
-    ch1j = np.full((n_id, n_st), -1, dtype=np.int64)
-    ch1k = np.full((n_id, n_st), -1, dtype=np.int64)
-    try:
-        run(None, dp1, ch1j, ch1k)
+
+def ideals_search(problem: PlacementProblem, num_stages: int, *, deadline: float | None = None,
+                  max_work: int | None = None, max_ideals: int = MAX_IDEALS,
+                  upper: float = math.inf) -> IdealsResult:
+    """Run the DP (see the module docstring). ``upper``: a known achievable bottleneck (stages
+    priced above it are skipped; with inexact prices pass ``inf``).
+
+    Raises ProblemError for shared cores, more than ``max_ideals`` ideals, or no pipeline."""
+    p = problem
+    if p.shares_resources:
+        raise ProblemError("ideals: targets sharing cores (target_cores) are not supported; use 'cpsat'")
+    g = _unit_dag(p, Costs.of(p))
+    nu, exact = len(g.units), g.exact
+    try:  # the ideals, by size
+        masks, index, cross, layer_start, parent, added = _enumerate(
+            nu, g.preds_mask, g.succs, g.out_of, g.t_consmask, max_ideals, deadline)
     except _Stop:
-        stats["work"] = work
-        return IdealsResult(math.inf, math.inf, None, [], exact, False, False, n_id, work, stats)
-    s1 = int(np.argmin(dp1[full]))
-    value = float(dp1[full, s1])
+        return IdealsResult(math.inf, math.inf, None, [], exact, False, False, 0, 0,
+                            {"units": nu, "stopped": "enumerating ideals"})
+    n_id = len(masks)
+    sums = _ideal_sums(g, p.n_targets, cross, layer_start, parent, added)
+    if deadline is not None and time.monotonic() > deadline:
+        return IdealsResult(math.inf, math.inf, None, [], exact, False, False, n_id, 0,
+                            {"units": nu, "ideals": n_id, "stopped": "pricing ideals"})
+    kinds = _kinds(p)
+    dp = _ChainDP(p, g, kinds, num_stages, masks, index[(1 << nu) - 1], cross, layer_start, sums, max_work,
+                  deadline, upper)
+    stats: dict[str, Any] = {"ideals": n_id, "units": nu,
+                             "kinds": [[p.targets[d] for d in k_] for k_ in kinds]}
+    dp1, ch1j, ch1k = dp.tables()
+    try:  # pass 1: the least bottleneck
+        dp.run(None, dp1, ch1j, ch1k)
+    except _Stop:
+        stats["work"] = dp.work
+        return IdealsResult(math.inf, math.inf, None, [], exact, False, False, n_id, dp.work, stats)
+    s1 = int(np.argmin(dp1[dp.full]))
+    value = float(dp1[dp.full, s1])
     if not math.isfinite(value):
         if math.isfinite(upper):  # nothing at or below the known bottleneck: search again without it
             return ideals_search(p, num_stages, deadline=deadline, max_work=max_work, max_ideals=max_ideals)
         raise ProblemError(f"ideals: no monotone pipeline of at most {num_stages} stages exists "
                            "(op support, memory caps, colocation, pins)")
-    links = chain(ch1j, ch1k, s1)
-    assign, order = to_plan(links)
+    assign, order = dp.plan(ch1j, ch1k, s1)
     latency = math.nan
     latency_complete = False
-    dp2 = np.full((n_id, n_st), np.inf)
-    dp2[0, st_index[(0,) * len(kinds)]] = 0.0
-    ch2j = np.full((n_id, n_st), -1, dtype=np.int64)
-    ch2k = np.full((n_id, n_st), -1, dtype=np.int64)
-    try:
-        run(value, dp2, ch2j, ch2k)
-        s2 = int(np.argmin(dp2[full]))
-        if math.isfinite(dp2[full, s2]):
-            latency = float(dp2[full, s2])
+    dp2, ch2j, ch2k = dp.tables()
+    try:  # pass 2: the least latency among chains within that bottleneck
+        dp.run(value, dp2, ch2j, ch2k)
+        s2 = int(np.argmin(dp2[dp.full]))
+        if math.isfinite(dp2[dp.full, s2]):
+            latency = float(dp2[dp.full, s2])
             latency_complete = True
-            assign, order = to_plan(chain(ch2j, ch2k, s2))
+            assign, order = dp.plan(ch2j, ch2k, s2)
     except _Stop:
         pass
-    stats["work"] = work
-    return IdealsResult(value, latency, assign, order, exact, True, latency_complete, n_id, work, stats)
+    stats["work"] = dp.work
+    return IdealsResult(value, latency, assign, order, exact, True, latency_complete, n_id, dp.work, stats)
 
 
 def _enumerate(nu: int, preds_mask: list[int], succs: list[set[int]], out_of: list[list[int]],
