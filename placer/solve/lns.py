@@ -28,6 +28,7 @@ over with another window size when a sweep stops paying, until the deadline.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,40 @@ from placer.solve.cpsat_util import choose_resolution, make_solver
 from placer.solve.evaluate import Costs, latency_schedule
 
 __all__ = ["LatencyLNS", "improve_latency"]
+
+
+@dataclass
+class _Window:
+    """One window of the current plan (integer units): its schedule, the ops in the window
+    (``win``, ``in_win``), before it and after it (``later``), the later ops' tails ``L`` and the
+    first later op per resource, when each resource is done with the fixed ops (``avail``), and
+    what the fixed ops alone force on the makespan (``const``)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    win: list[int]
+    in_win: np.ndarray
+    before: np.ndarray
+    later: list[int]
+    tail: np.ndarray
+    first_later: list[int | None]
+    avail: np.ndarray
+    const: float
+
+
+@dataclass
+class _WindowModel:
+    """The CP-SAT model of a window: makespan, horizon, per-resource finish times, the target
+    literals ``x[v]`` of the window ops, the free units' literals, and the start variables."""
+
+    model: cp_model.CpModel
+    mk: Any
+    horizon: int
+    fin: list[Any]
+    x: list[dict[int, Any]] = field(default_factory=list)
+    lits: list[tuple[tuple[int, ...], dict[int, Any]]] = field(default_factory=list)
+    free: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    s: dict[int, Any] = field(default_factory=dict)
 
 
 class LatencyLNS:
@@ -72,24 +107,62 @@ class LatencyLNS:
     def step(self, t1: float, t2: float, time_s: float) -> bool:
         """Re-optimize the ops starting in ``[t1, t2)`` (float ms) for at most ``time_s`` seconds;
         returns True if the plan improved."""
-        p, ci, dly = self.p, self.ci, self.dly
-        n, t = p.n_ops, p.n_targets
+        w = self._window(t1, t2)
+        if w is None:
+            return False
+        m = self._model(w)
+        solver = make_solver({**self.options, "log": False}, time_s, self.seed, 0)
+        status = solver.solve(m.model)
+        self.steps += 1
+        self.last_status = solver.status_name(status)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return False
+        self.last_objective_ms = solver.objective_value * self.r
+        return self._apply(w, m, solver)
+
+    def _window(self, t1: float, t2: float) -> _Window | None:
+        """The ops starting in ``[t1, t2)`` and what the ops around them force (None: under two ops)."""
+        p, ci = self.p, self.ci
+        n = p.n_ops
         assign, order = self.assign, self.order
         start, end = latency_schedule(p, assign, order, ci)  # integer units, same sequences
         fstart = latency_schedule(p, assign, order, self.fc)[0]
         cost = ci.cost
         win = [v for v in order if t1 <= fstart[v] < t2]
         if len(win) < 2:
-            return False
+            return None
         in_win = np.zeros(n, dtype=bool)
         in_win[win] = True
         before = np.array([fstart[v] < t1 for v in range(n)])
         later = [v for v in order if not before[v] and not in_win[v]]
-        # per resource (= per target unless targets share cores): a target occupies all of its own
+        tail, first_later = self._tails(later)
         res, n_r = p.resource_sets, p.n_resources
-        # L over the later ops (reverse order): own cost + longest path after it
-        tail = np.zeros(n)
-        nxt: list[int | None] = [None] * n_r
+        avail = np.zeros(n_r)
+        for v in range(n):
+            if before[v] and cost[v, assign[v]] > 0:
+                for r in res[assign[v]]:
+                    avail[r] = max(avail[r], end[v])
+        const = 0.0  # what the fixed ops alone force on the makespan
+        for u in range(n):
+            if not before[u]:
+                continue
+            if not self.succ[u]:
+                const = max(const, end[u])
+            for x in self.succ[u]:
+                if not before[x] and not in_win[x]:
+                    const = max(const, end[u] + float(self.dly[(u, x)][assign[u], assign[x]]) + tail[x])
+        for r in range(n_r):
+            if first_later[r] is not None:
+                const = max(const, avail[r] + tail[first_later[r]])
+        return _Window(start, end, win, in_win, before, later, tail, first_later, avail, const)
+
+    def _tails(self, later: list[int]) -> tuple[np.ndarray, list[int | None]]:
+        """``L`` over the later ops (own cost + longest path after it, in reverse order) and the
+        first later op of each resource (per target unless targets share cores)."""
+        p, cost, dly, assign = self.p, self.ci.cost, self.dly, self.assign
+        res = p.resource_sets
+        tail = np.zeros(p.n_ops)
+        nxt: list[int | None] = [None] * p.n_resources
         for w in reversed(later):
             d = assign[w]
             cw = float(cost[w, d])
@@ -102,32 +175,34 @@ class LatencyLNS:
                         m = max(m, tail[nxt[r]])
                     nxt[r] = w
             tail[w] = cw + m
-        first_later = nxt
-        avail = np.zeros(n_r)
-        for v in range(n):
-            if before[v] and cost[v, assign[v]] > 0:
-                for r in res[assign[v]]:
-                    avail[r] = max(avail[r], end[v])
-        const = 0.0  # what the fixed ops alone force on the makespan
-        for u in range(n):
-            if not before[u]:
-                continue
-            if not self.succ[u]:
-                const = max(const, end[u])
-            for w in self.succ[u]:
-                if not before[w] and not in_win[w]:
-                    const = max(const, end[u] + float(dly[(u, w)][assign[u], assign[w]]) + tail[w])
-        for r in range(n_r):
-            if first_later[r] is not None:
-                const = max(const, avail[r] + tail[first_later[r]])
-        horizon = int(max(end.max(), const)) + 1
+        return tail, nxt
+
+    def _model(self, w: _Window) -> _WindowModel:
+        """The CP-SAT model of the window: minimize the makespan its ops give the plan."""
+        p = self.p
+        horizon = int(max(w.end.max(), w.const)) + 1
         model = cp_model.CpModel()
-        mk = model.new_int_var(int(const), horizon, "makespan")
-        fin = [model.new_int_var(int(avail[r]), horizon, f"F{r}") for r in range(n_r)]
-        # units: free if every member is in the window
-        lits: list[tuple[tuple[int, ...], dict[int, Any]]] = []  # free units and their literals
-        free = np.zeros(n, dtype=bool)
-        x: list[dict[int, Any]] = [{} for _ in range(n)]
+        mk = model.new_int_var(int(w.const), horizon, "makespan")
+        fin = [model.new_int_var(int(w.avail[r]), horizon, f"F{r}") for r in range(p.n_resources)]
+        m = _WindowModel(model, mk, horizon, fin)
+        self._unit_literals(w, m)
+        self._op_rows(w, m)
+        self._precedence_rows(w, m)
+        self._memory_rows(w, m)
+        model.minimize(mk)
+        for v in w.win:
+            model.add_hint(m.s[v], int(w.start[v]))
+        for unit, u_lits in m.lits:
+            for d, lit in u_lits.items():
+                model.add_hint(lit, int(self.assign[unit[0]] == d))
+        return m
+
+    def _unit_literals(self, w: _Window, m: _WindowModel) -> None:
+        """Target literals of the window ops: a unit wholly inside is free over its allowed targets;
+        a colocation group reaching outside stays where it is."""
+        p, model, in_win = self.p, m.model, w.in_win
+        m.free = np.zeros(p.n_ops, dtype=bool)
+        m.x = [{} for _ in range(p.n_ops)]
         for unit in p.units:
             members = list(unit)
             if not any(in_win[v] for v in members):
@@ -137,87 +212,95 @@ class LatencyLNS:
                     if in_win[v]:
                         lit = model.new_bool_var("")
                         model.add(lit == 1)
-                        x[v] = {int(assign[v]): lit}
+                        m.x[v] = {int(self.assign[v]): lit}
                 continue
             u_lits = {int(d): model.new_bool_var("") for d in np.flatnonzero(p.allowed[members[0]])}
             model.add_exactly_one(u_lits.values())
-            lits.append((unit, u_lits))
-            free[members] = True
+            m.lits.append((unit, u_lits))
+            m.free[members] = True
             for v in members:
-                x[v] = u_lits
-        s: dict[int, Any] = {}
+                m.x[v] = u_lits
+
+    def _op_rows(self, w: _Window, m: _WindowModel) -> None:
+        """Per window op: its start, its interval on each target, the fixed ops before it, the
+        later ops after it, and the no-overlap per resource."""
+        p, cost, dly, assign = self.p, self.ci.cost, self.dly, self.assign
+        res, n_r = p.resource_sets, p.n_resources
+        model, x, mk, fin = m.model, m.x, m.mk, m.fin
+        before, in_win, end, avail, tail = w.before, w.in_win, w.end, w.avail, w.tail
         per_res: list[list[Any]] = [[] for _ in range(n_r)]
-        for v in win:
+        for v in w.win:
             lo = 0
             for u in self.pred[v]:
                 if before[u]:
                     lo = max(lo, int(end[u] + min(dly[(u, v)][assign[u], d] for d in x[v])))
-            s[v] = model.new_int_var(lo, horizon, f"s{v}")
+            m.s[v] = s_v = model.new_int_var(lo, m.horizon, f"s{v}")
             for d, lit in x[v].items():
                 c_ = int(cost[v, d])
-                e_v = s[v] + c_
+                e_v = s_v + c_
                 if c_ > 0:
-                    iv = model.new_optional_fixed_size_interval_var(s[v], c_, lit, f"I{v}_{d}") \
-                        if len(x[v]) > 1 else model.new_fixed_size_interval_var(s[v], c_, f"I{v}_{d}")
-                    model.add(s[v] >= int(max(avail[r] for r in res[d]))).only_enforce_if(lit)
+                    iv = model.new_optional_fixed_size_interval_var(s_v, c_, lit, f"I{v}_{d}") \
+                        if len(x[v]) > 1 else model.new_fixed_size_interval_var(s_v, c_, f"I{v}_{d}")
+                    model.add(s_v >= int(max(avail[r] for r in res[d]))).only_enforce_if(lit)
                     for r in res[d]:
                         per_res[r].append(iv)
                         model.add(fin[r] >= e_v).only_enforce_if(lit)
                 for u in self.pred[v]:
                     if before[u]:
-                        model.add(s[v] >= int(end[u] + dly[(u, v)][assign[u], d])).only_enforce_if(lit)
-                for w in self.succ[v]:
-                    if not in_win[w]:
-                        model.add(mk >= e_v + int(dly[(v, w)][d, assign[w]] + tail[w])).only_enforce_if(lit)
+                        model.add(s_v >= int(end[u] + dly[(u, v)][assign[u], d])).only_enforce_if(lit)
+                for x_ in self.succ[v]:
+                    if not in_win[x_]:
+                        after = int(dly[(v, x_)][d, assign[x_]] + tail[x_])
+                        model.add(mk >= e_v + after).only_enforce_if(lit)
                 if not self.succ[v]:
                     model.add(mk >= e_v).only_enforce_if(lit)
         for r in range(n_r):
             if len(per_res[r]) > 1:
                 model.add_no_overlap(per_res[r])
-            if first_later[r] is not None:
-                model.add(mk >= fin[r] + int(tail[first_later[r]]))
-        for v in win:  # precedence inside the window, with the delay of the pair of targets
-            for w in self.succ[v]:
-                if not in_win[w]:
+            if w.first_later[r] is not None:
+                model.add(mk >= fin[r] + int(tail[w.first_later[r]]))
+
+    def _precedence_rows(self, w: _Window, m: _WindowModel) -> None:
+        """Precedence inside the window, with the delay of the pair of targets."""
+        cost, x, s = self.ci.cost, m.x, m.s
+        for v in w.win:
+            for x_ in self.succ[v]:
+                if not w.in_win[x_]:
                     continue
-                dm = dly[(v, w)]
+                dm = self.dly[(v, x_)]
                 for a, la in x[v].items():
-                    for b, lb in x[w].items():
-                        model.add(s[w] >= s[v] + int(cost[v, a] + dm[a, b])).only_enforce_if([la, lb])
-        for d in range(t):
+                    for b, lb in x[x_].items():
+                        m.model.add(s[x_] >= s[v] + int(cost[v, a] + dm[a, b])).only_enforce_if([la, lb])
+
+    def _memory_rows(self, w: _Window, m: _WindowModel) -> None:
+        """Memory caps over the free units, the fixed ops' weights counted."""
+        p, assign, model = self.p, self.assign, m.model
+        for d in range(p.n_targets):
             cap = p.memory_cap_bytes[d]
             if not np.isfinite(cap):
                 continue
-            fixed = float(p.weight_bytes[(assign == d) & ~free].sum())
-            terms = [(float(p.weight_bytes[list(unit)].sum()), u_lits[d]) for unit, u_lits in lits if d in u_lits]
+            fixed = float(p.weight_bytes[(assign == d) & ~m.free].sum())
+            terms = [(float(p.weight_bytes[list(unit)].sum()), u_lits[d])
+                     for unit, u_lits in m.lits if d in u_lits]
             terms = [(w_, lit) for w_, lit in terms if w_ > 0]
             if terms and sum(w_ for w_, _ in terms) > cap - fixed:
                 if any(w_ != round(w_) for w_, _ in terms):  # fractional bytes: leave them where they are
-                    for unit, u_lits in lits:
+                    for unit, u_lits in m.lits:
                         if d in u_lits:
                             model.add(u_lits[d] == int(assign[unit[0]] == d))
                     continue
                 model.add(sum(round(w_) * lit for w_, lit in terms) <= int(np.floor(cap - fixed)))
-        model.minimize(mk)
-        for v in win:
-            model.add_hint(s[v], int(start[v]))
-        for unit, u_lits in lits:
-            for d, lit in u_lits.items():
-                model.add_hint(lit, int(assign[unit[0]] == d))
-        solver = make_solver({**self.options, "log": False}, time_s, self.seed, 0)
-        status = solver.solve(model)
-        self.steps += 1
-        self.last_status = solver.status_name(status)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return False
-        self.last_objective_ms = solver.objective_value * self.r
-        new_assign = assign.copy()
+
+    def _apply(self, w: _Window, m: _WindowModel, solver: cp_model.CpSolver) -> bool:
+        """Take the solved window if the float re-timed makespan improves; True if it did."""
+        p, x = self.p, m.x
+        new_assign = self.assign.copy()
         new_start = {}
-        for v in win:
+        for v in w.win:
             new_assign[v] = next(d for d, lit in x[v].items() if solver.boolean_value(lit))
-            new_start[v] = solver.value(s[v])
-        head = [v for v in order if before[v]]
-        new_order = head + sorted(win, key=lambda v: (new_start[v], v)) + later
+            new_start[v] = solver.value(m.s[v])
+        head = [v for v in self.order if w.before[v]]
+        new_order = head + sorted(w.win, key=lambda v: (new_start[v], v)) + w.later
         makespan = float(latency_schedule(p, new_assign, new_order, self.fc)[1].max())
         if makespan < self.makespan - 1e-9:
             self.assign, self.order, self.makespan = new_assign, new_order, makespan
