@@ -292,18 +292,39 @@ def window_load_bound(problem: PlacementProblem, costs: Costs, lower: float = 0.
     target: the ops of all targets using ``r`` never overlap, so ``sum_{d uses r} load_d + S_r +
     E_r <= M`` with ``S_r >= tau - sum_{d uses r} sum_u a_u(tau) x[u,d]`` (and ``E_r`` alike).
     """
-    import time
-
-    from ortools.linear_solver import pywraplp
-
     p = problem
-    t = p.n_targets
     if lower <= 0 or int(p.allowed.sum()) > max_pairs:
         return lower
     if deadline is not None and time.monotonic() >= deadline:  # no time: the arrays below are not free
         return lower
     if heads_tails is None:
         heads_tails = comm_heads_tails(p, costs)
+    taus, a, b = _window_work(p, costs, lower, n_windows, heads_tails)
+    lp = _WindowLP(p, _unit_costs(p, costs))
+    best = lower
+    added: set[tuple[int, int, int]] = set()
+    for _ in range(max_rounds + 1):
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            lp.solver.SetTimeLimit(max(1, int(1000 * left)))  # one Solve() cannot be interrupted otherwise
+        if not lp.solve():
+            break
+        best = max(best, lp.m.solution_value() * (1 - 1e-7) - 1e-7)  # LP tolerances: keep it valid
+        rows = lp.violated_windows(taus, ((0, a, lp.s_var), (1, b, lp.e_var)), lower, added)
+        for side, r, w, coef, var in rows:
+            added.add((side, r, w))
+            lp.add_window_row(float(taus[w]), r, w, coef, var)
+        if not rows:
+            break
+    return best
+
+
+def _window_work(p: PlacementProblem, costs: Costs, lower: float, n_windows: int,
+                 heads_tails: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The candidate windows ``tau`` (up to ``lower / 2``) and, per (unit, target, window), the
+    time that can fall inside ``[0, tau]`` (``a``) and inside ``[M - tau, M]`` (``b``)."""
     head, after = heads_tails
     cost = np.where(p.allowed, costs.cost, 0.0)
     taus = 0.5 * lower * (np.arange(1, n_windows + 1) / n_windows) ** 2
@@ -323,70 +344,80 @@ def window_load_bound(problem: PlacementProblem, costs: Costs, lower: float = 0.
 
     a = per_unit(np.minimum(cost[:, :, None], np.maximum(taus[None, None, :] - h[:, :, None], 0.0)))
     b = per_unit(np.minimum(cost[:, :, None], np.maximum(taus[None, None, :] - q[:, :, None], 0.0)))
-    uc = _unit_costs(p, costs)
-    solver = pywraplp.Solver.CreateSolver("GLOP")  # GLOP: one unexplained crash was seen around CLP
-    inf = solver.infinity()
-    m = solver.NumVar(0, inf, "M")
-    n_r = p.n_resources  # rows per resource (= per target when no core is shared)
-    res, users = p.resource_sets, p.resource_users
-    s_var = [solver.NumVar(0, inf, f"S{r}") for r in range(n_r)]
-    e_var = [solver.NumVar(0, inf, f"E{r}") for r in range(n_r)]
-    xs = np.empty((n_u, t), dtype=object)
-    loads = []
-    for r in range(n_r):
-        ct = solver.Constraint(-inf, 0.0)
-        ct.SetCoefficient(m, -1.0)
-        ct.SetCoefficient(s_var[r], 1.0)
-        ct.SetCoefficient(e_var[r], 1.0)
-        loads.append(ct)
-    for i in range(n_u):
-        one = solver.Constraint(1.0, 1.0)
-        for d in range(t):
-            if not np.isfinite(uc[i, d]):
-                continue
-            x = solver.NumVar(0.0, 1.0, "")
-            xs[i, d] = x
-            one.SetCoefficient(x, 1.0)
-            if uc[i, d] > 0:
-                for r in res[d]:
-                    loads[r].SetCoefficient(x, float(uc[i, d]))
-    objective = solver.Objective()
-    objective.SetCoefficient(m, 1.0)
-    objective.SetMinimization()
-    best = lower
-    added: set[tuple[int, int, int]] = set()
-    for _ in range(max_rounds + 1):
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            solver.SetTimeLimit(max(1, int(1000 * left)))  # one Solve() cannot be interrupted otherwise
-        if solver.Solve() != pywraplp.Solver.OPTIMAL:
-            break
-        best = max(best, m.solution_value() * (1 - 1e-7) - 1e-7)  # LP tolerances: keep it valid
-        frac = np.zeros((n_u, t))
+    return taus, a, b
+
+
+class _WindowLP:
+    """The GLOP model of :func:`window_load_bound`: the load rows per resource with their start and
+    end idle variables ``S_r``, ``E_r``, and ``x[u, d]``; window rows are added as cuts."""
+
+    def __init__(self, p: PlacementProblem, uc: np.ndarray) -> None:
+        from ortools.linear_solver import pywraplp  # OR-Tools is loaded on first use
+
+        self.p = p
+        t = p.n_targets
+        n_u = len(uc)
+        solver = pywraplp.Solver.CreateSolver("GLOP")  # GLOP: one unexplained crash was seen around CLP
+        self.solver, self.optimal = solver, pywraplp.Solver.OPTIMAL
+        self.inf = inf = solver.infinity()
+        self.m = m = solver.NumVar(0, inf, "M")
+        n_r = p.n_resources  # rows per resource (= per target when no core is shared)
+        res = p.resource_sets
+        self.s_var = [solver.NumVar(0, inf, f"S{r}") for r in range(n_r)]
+        self.e_var = [solver.NumVar(0, inf, f"E{r}") for r in range(n_r)]
+        self.xs = xs = np.empty((n_u, t), dtype=object)
+        loads = []
+        for r in range(n_r):
+            ct = solver.Constraint(-inf, 0.0)
+            ct.SetCoefficient(m, -1.0)
+            ct.SetCoefficient(self.s_var[r], 1.0)
+            ct.SetCoefficient(self.e_var[r], 1.0)
+            loads.append(ct)
+        for i in range(n_u):
+            one = solver.Constraint(1.0, 1.0)
+            for d in range(t):
+                if not np.isfinite(uc[i, d]):
+                    continue
+                x = solver.NumVar(0.0, 1.0, "")
+                xs[i, d] = x
+                one.SetCoefficient(x, 1.0)
+                if uc[i, d] > 0:
+                    for r in res[d]:
+                        loads[r].SetCoefficient(x, float(uc[i, d]))
+        objective = solver.Objective()
+        objective.SetCoefficient(m, 1.0)
+        objective.SetMinimization()
+
+    def solve(self) -> bool:
+        """Solve; True if optimal."""
+        return self.solver.Solve() == self.optimal
+
+    def violated_windows(self, taus: np.ndarray, sides: tuple, lower: float,
+                         added: set[tuple[int, int, int]]) -> list[tuple]:
+        """Per side and resource, the most violated window of the current solution not added yet:
+        ``(side, resource, window, coef, var)`` rows."""
+        p, xs = self.p, self.xs
+        frac = np.zeros(xs.shape)
         for (i, d), x in np.ndenumerate(xs):
             if x is not None:
                 frac[i, d] = x.solution_value()
-        slack = [np.array([x.solution_value() for x in var]) for var in (s_var, e_var)]
+        slack = [np.array([x.solution_value() for x in var]) for var in (self.s_var, self.e_var)]
         rows = []
-        for side, coef, var in ((0, a, s_var), (1, b, e_var)):
+        for side, coef, var in sides:
             cover = np.einsum("ud,udw->dw", frac, coef)  # (T, W)
             if p.shares_resources:  # (R, W): the window work of every target using the resource
-                cover = np.array([cover[list(u)].sum(axis=0) for u in users])
-            for r in range(n_r):
+                cover = np.array([cover[list(u)].sum(axis=0) for u in p.resource_users])
+            for r in range(p.n_resources):
                 viol = taus - cover[r] - slack[side][r]
                 w = int(np.argmax(viol))
                 if viol[w] > 1e-7 * max(1.0, lower) and (side, r, w) not in added:
                     rows.append((side, r, w, coef, var))
-        new = len(rows)
-        for side, r, w, coef, var in rows:
-            added.add((side, r, w))
-            row = solver.Constraint(float(taus[w]), inf)
-            row.SetCoefficient(var[r], 1.0)
-            for d in users[r]:
-                for i in np.flatnonzero(coef[:, d, w] > 0):
-                    row.SetCoefficient(xs[i, d], float(coef[i, d, w]))
-        if not new:
-            break
-    return best
+        return rows
+
+    def add_window_row(self, tau: float, r: int, w: int, coef: np.ndarray, var: list) -> None:
+        """``var[r] >= tau - sum_{d uses r} sum_u coef[u, d, w] x[u, d]``."""
+        row = self.solver.Constraint(tau, self.inf)
+        row.SetCoefficient(var[r], 1.0)
+        for d in self.p.resource_users[r]:
+            for i in np.flatnonzero(coef[:, d, w] > 0):
+                row.SetCoefficient(self.xs[i, d], float(coef[i, d, w]))
