@@ -45,23 +45,44 @@ __all__ = ["BruteForce", "exact_latency", "exact_pipeline"]
 
 def exact_latency(problem: PlacementProblem, deadline: float | None = None) -> tuple[float, np.ndarray, list[int]]:
     """Exact minimum makespan. Returns ``(makespan, assign, order)``."""
-    p = problem
-    c = Costs.of(p)
-    n, t = p.n_ops, p.n_targets
-    allowed = [[d for d in range(t) if p.allowed[v, d]] for v in range(n)]
-    pred_mask = [sum(1 << u for u in p.preds[v]) for v in range(n)]
-    succ_mask = [sum(1 << w for w in p.succs[v]) for v in range(n)]
-    ins = [[(k, p.tensor_producer[k]) for k in p.in_tensors[v]] for v in range(n)]
-    group = [int(g) for g in p.group_of]
-    n_groups = len(p.colocate)
-    caps = [float(x) for x in p.memory_cap_bytes]
-    has_caps = any(np.isfinite(caps))
-    w = [float(x) for x in p.weight_bytes]
-    cost, link, entry = c.cost, c.link, c.entry
-    conf = p.conflicts  # (d,) each when no core is shared
+    search = _LatencySearch(problem, deadline)
+    best = search.best()
+    if not np.isfinite(best):
+        raise ProblemError("bruteforce: no feasible assignment (memory caps / colocation)")
+    assign, order = search.replay()
+    return float(best), assign, order
 
-    def occupy(avail: tuple, d: int, e: float) -> tuple:
+
+class _LatencySearch:
+    """The memoized depth-first search of :func:`exact_latency` (see the module docstring).
+
+    A state is ``(mask of scheduled ops, target free times, op targets, op ends, memory used per
+    target, group targets)``; :attr:`memo` maps its key to ``(best makespan of the rest, (op,
+    target) appended next)``."""
+
+    def __init__(self, p: PlacementProblem, deadline: float | None) -> None:
+        c = Costs.of(p)
+        n, t = p.n_ops, p.n_targets
+        self.p, self.n, self.t, self.deadline = p, n, t, deadline
+        self.allowed = [[d for d in range(t) if p.allowed[v, d]] for v in range(n)]
+        self.pred_mask = [sum(1 << u for u in p.preds[v]) for v in range(n)]
+        self.succ_mask = [sum(1 << w for w in p.succs[v]) for v in range(n)]
+        self.ins = [[(k, p.tensor_producer[k]) for k in p.in_tensors[v]] for v in range(n)]
+        self.group = [int(g) for g in p.group_of]
+        self.caps = [float(x) for x in p.memory_cap_bytes]
+        self.has_caps = any(np.isfinite(self.caps))
+        self.w = [float(x) for x in p.weight_bytes]
+        self.cost, self.link, self.entry = c.cost, c.link, c.entry
+        self.conf = p.conflicts  # (d,) each when no core is shared
+        self.full = (1 << n) - 1
+        self.memo: dict[tuple, tuple[float, tuple[int, int]]] = {}
+        self.counter = 0
+        self.tgt0 = [-1] * n
+        self.end0 = [0.0] * n
+
+    def occupy(self, avail: tuple, d: int, e: float) -> tuple:
         """``avail`` after an op on ``d`` ending at ``e``: d and the targets sharing a core wait."""
+        conf = self.conf
         if len(conf[d]) == 1:
             return avail[:d] + (e,) + avail[d + 1:]
         out = list(avail)
@@ -69,80 +90,87 @@ def exact_latency(problem: PlacementProblem, deadline: float | None = None) -> t
             out[d2] = max(out[d2], e)
         return tuple(out)
 
-    full = (1 << n) - 1
-    memo: dict[tuple, tuple[float, tuple[int, int]]] = {}
-    counter = [0]
+    def ready(self, v: int, d: int, tgt: list, end: list) -> float:
+        """When the inputs of ``v`` are all on ``d``."""
+        link, entry = self.link, self.entry
+        s = 0.0
+        for k, u in self.ins[v]:
+            a = tgt[u]
+            r = end[u] if a == d else end[u] + link[k, a, d] + entry[d]
+            s = max(s, r)
+        return s
 
-    def rec(mask: int, avail: tuple, tgt: list, end: list, mem: tuple, gt: tuple) -> float:
-        if mask == full:
+    def key(self, mask: int, avail: tuple, tgt: list, end: list, mem: tuple, gt: tuple) -> tuple:
+        """The memo key: the (target, end) of the scheduled ops that still feed an unscheduled one
+        stand for all of ``tgt`` and ``end``."""
+        succ_mask = self.succ_mask
+        frontier = tuple((u, tgt[u], end[u]) for u in range(self.n) if mask >> u & 1 and succ_mask[u] & ~mask)
+        return (mask, avail, frontier, mem, gt)
+
+    def best(self) -> float:
+        """The least makespan (inf if nothing is feasible); fills :attr:`memo`."""
+        t = self.t
+        return self.rec(0, (0.0,) * t, self.tgt0, self.end0, (0.0,) * t, (-1,) * len(self.p.colocate))
+
+    def rec(self, mask: int, avail: tuple, tgt: list, end: list, mem: tuple, gt: tuple) -> float:
+        """Least makespan of the rest from this state (``tgt`` and ``end`` are restored on return)."""
+        if mask == self.full:
             return 0.0
-        frontier = tuple((u, tgt[u], end[u]) for u in range(n) if mask >> u & 1 and succ_mask[u] & ~mask)
-        key = (mask, avail, frontier, mem, gt)
-        hit = memo.get(key)
+        key = self.key(mask, avail, tgt, end, mem, gt)
+        hit = self.memo.get(key)
         if hit is not None:
             return hit[0]
-        counter[0] += 1
-        if deadline is not None and counter[0] % 4096 == 0 and time.monotonic() > deadline:
+        self.counter += 1
+        if self.deadline is not None and self.counter % 4096 == 0 and time.monotonic() > self.deadline:
             raise ProblemError("bruteforce: time limit reached (the problem is too large for it)")
+        cost, w, caps, has_caps = self.cost, self.w, self.caps, self.has_caps
         best, choice = np.inf, (-1, -1)
-        for v in range(n):
-            if mask >> v & 1 or pred_mask[v] & ~mask:
+        for v in range(self.n):
+            if mask >> v & 1 or self.pred_mask[v] & ~mask:
                 continue
-            g = group[v]
-            targets = allowed[v] if g < 0 or gt[g] < 0 else [gt[g]]
+            g = self.group[v]
+            targets = self.allowed[v] if g < 0 or gt[g] < 0 else [gt[g]]
             for d in targets:
                 if has_caps and mem[d] + w[v] > caps[d]:
                     continue
-                s = 0.0
-                for k, u in ins[v]:
-                    a = tgt[u]
-                    r = end[u] if a == d else end[u] + link[k, a, d] + entry[d]
-                    s = max(s, r)
+                s = self.ready(v, d, tgt, end)
                 if cost[v, d] > 0:  # an instantaneous op neither waits for nor occupies its target
                     s = max(s, avail[d])
                 e = s + cost[v, d]
                 if e >= best:
                     continue
                 tgt[v], end[v] = d, e
-                av2 = occupy(avail, d, e) if cost[v, d] > 0 else avail
+                av2 = self.occupy(avail, d, e) if cost[v, d] > 0 else avail
                 mem2 = mem[:d] + (mem[d] + w[v],) + mem[d + 1:] if has_caps else mem
                 gt2 = gt[:g] + (d,) + gt[g + 1:] if g >= 0 else gt
-                val = max(e, rec(mask | 1 << v, av2, tgt, end, mem2, gt2))
+                val = max(e, self.rec(mask | 1 << v, av2, tgt, end, mem2, gt2))
                 tgt[v], end[v] = -1, 0.0
                 if val < best:
                     best, choice = val, (v, d)
-        memo[key] = (best, choice)
+        self.memo[key] = (best, choice)
         return best
 
-    tgt0 = [-1] * n
-    end0 = [0.0] * n
-    mem0 = (0.0,) * t
-    gt0 = (-1,) * n_groups
-    best = rec(0, (0.0,) * t, tgt0, end0, mem0, gt0)
-    if not np.isfinite(best):
-        raise ProblemError("bruteforce: no feasible assignment (memory caps / colocation)")
-    # replay the memoized choices
-    mask, avail, tgt, end, mem, gt = 0, (0.0,) * t, tgt0, end0, mem0, gt0
-    order: list[int] = []
-    while mask != full:
-        frontier = tuple((u, tgt[u], end[u]) for u in range(n) if mask >> u & 1 and succ_mask[u] & ~mask)
-        _, (v, d) = memo[(mask, avail, frontier, mem, gt)]
-        s = 0.0
-        for k, u in ins[v]:
-            a = tgt[u]
-            s = max(s, end[u] if a == d else end[u] + link[k, a, d] + entry[d])
-        if cost[v, d] > 0:
-            s = max(s, avail[d])
-        tgt[v], end[v] = d, s + cost[v, d]
-        if cost[v, d] > 0:
-            avail = occupy(avail, d, end[v])
-        if has_caps:
-            mem = mem[:d] + (mem[d] + w[v],) + mem[d + 1:]
-        if group[v] >= 0:
-            gt = gt[:group[v]] + (d,) + gt[group[v] + 1:]
-        mask |= 1 << v
-        order.append(v)
-    return float(best), np.array(tgt, dtype=int), order
+    def replay(self) -> tuple[np.ndarray, list[int]]:
+        """Follow the memoized choices from the empty state: ``(assign, order)``."""
+        t, cost, w, group = self.t, self.cost, self.w, self.group
+        mask, avail, tgt, end = 0, (0.0,) * t, self.tgt0, self.end0
+        mem, gt = (0.0,) * t, (-1,) * len(self.p.colocate)
+        order: list[int] = []
+        while mask != self.full:
+            _, (v, d) = self.memo[self.key(mask, avail, tgt, end, mem, gt)]
+            s = self.ready(v, d, tgt, end)
+            if cost[v, d] > 0:
+                s = max(s, avail[d])
+            tgt[v], end[v] = d, s + cost[v, d]
+            if cost[v, d] > 0:
+                avail = self.occupy(avail, d, end[v])
+            if self.has_caps:
+                mem = mem[:d] + (mem[d] + w[v],) + mem[d + 1:]
+            if group[v] >= 0:
+                gt = gt[:group[v]] + (d,) + gt[group[v] + 1:]
+            mask |= 1 << v
+            order.append(v)
+        return np.array(tgt, dtype=int), order
 
 
 def _all_assignments(problem: PlacementProblem, limit: int) -> np.ndarray:
