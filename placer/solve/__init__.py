@@ -31,14 +31,14 @@ Examples
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from placer.errors import ProblemError, TimeLimitError
-from placer.plan import Plan, SolverStats
+from placer.plan import Plan
 from placer.problem import PlacementProblem, resolve_target_name
 from placer.solve import baselines as _baselines  # noqa: F401  (registers single, greedy, heft)
 from placer.solve import bruteforce as _bruteforce  # noqa: F401
@@ -46,23 +46,8 @@ from placer.solve import cpsat as _cpsat  # noqa: F401
 from placer.solve import dp as _dp  # noqa: F401
 from placer.solve import ideals as _ideals  # noqa: F401
 from placer.solve.base import MODES, SolveContext, Solver, available_solvers, get_solver, register_solver
-from placer.solve.bounds import latency_bound, pipeline_bound, target_heads_tails, window_load_bound
-from placer.solve.bounds_comm import COMM_MAX_PAIRS, comm_heads_tails
-from placer.solve.coarsen import coarsen_problem, expand_assignment, expand_order
-from placer.solve.cpsat_latency import latency_candidates
-from placer.solve.cpsat_pipeline import pipeline_candidates
-from placer.solve.evaluate import (
-    Costs,
-    assignment_indices,
-    better,
-    latency_schedule,
-    make_latency_plan,
-    make_pipeline_plan,
-    pipeline_eval,
-)
-from placer.solve.heuristics import DynamicListSearch
-from placer.solve.ideals import ideals_bound, ideals_plan_stats, ideals_warm_start, proven_bound
-from placer.solve.lns import LatencyLNS
+from placer.solve.coarsened import solve_coarsened
+from placer.solve.evaluate import assignment_indices, make_latency_plan, make_pipeline_plan
 
 __all__ = [
     "AUTO_COARSEN_OPS",
@@ -83,8 +68,6 @@ AUTO_COARSEN_OPS = 1000
 MAX_TIME_LIMIT_S = 7 * 24 * 3600.0
 #: Target number of super-ops when coarsening without an explicit size.
 COARSE_OPS = 400
-#: A coarse solve gets at least this many seconds, or is skipped when a fine plan exists.
-MIN_COARSE_S = 0.3
 
 
 def check_request(mode: str, solver: str, time_limit: float, targets: Sequence[str] | None = None,
@@ -186,7 +169,7 @@ def solve(problem: PlacementProblem, mode: str = "latency", solver: str = "cpsat
     if target is None:
         plan = impl.solve(canon, ctx)
     else:
-        plan = _solve_coarsened(canon, impl, ctx, target)
+        plan = solve_coarsened(canon, impl, ctx, target)
     if canon is not problem:
         plan = _relabel_plan(problem, canon, plan)
     return dataclasses.replace(plan, solver=solver,
@@ -222,143 +205,3 @@ def _coarse_size(coarsen: bool | str | int, impl: Solver, problem: PlacementProb
     if isinstance(coarsen, int) and coarsen >= 1:
         return coarsen if coarsen < problem.n_ops else None
     raise ProblemError(f"coarsen must be True, False, 'auto' or a positive int, got {coarsen!r}")
-
-
-def _solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext, target: int) -> Plan:
-    """Coarsen, solve, expand, re-evaluate on the fine problem; keep the best fine heuristic if better.
-
-    For exact solvers the fine heuristics (HEFT, LP + list scheduling, ...) run first, within 30 %
-    of the time limit; the coarse problem gets the rest (minus a reserve for the expansion).
-    In latency mode (options ``dynamic``, ``window_bound``, ``lns`` of ``cpsat``) the fine
-    heuristics include :class:`~placer.solve.heuristics.DynamicListSearch`; the window LP bound
-    follows (at most a tenth of the time left); the coarse solve is skipped when the best fine plan
-    is already within ``lns_skip_coarse_gap`` of that bound and otherwise gets half of the time
-    left; the rest goes to CP-SAT window LNS (:mod:`placer.solve.lns`) on the best plan so far
-    (after up to half of it lets the dynamic search finish two passes per portfolio member).
-    """
-    t0 = time.monotonic()
-    p = problem
-    pipeline = ctx.mode == "pipeline"
-    opts = ctx.plan_options()
-    k = ctx.max_stages(p)
-    opts_all = {**impl.options, **ctx.options}
-    fine_latency = impl.exact and not pipeline and p.n_targets > 1  # the latency extras apply
-    # fine heuristics first (they are the fallback and the yardstick)
-    fine_best = None
-    ht = None  # per-target heads and tails with communication (latency mode)
-    best_val = math.inf
-    lb_info: dict[str, float] = {}
-    search = DynamicListSearch(p) if fine_latency and opts_all.get("dynamic", False) else None
-    dp = None
-    if pipeline and impl.exact and opts_all.get("ideals", False):  # cpsat: the ideals DP on the fine problem
-        dp = ideals_warm_start(p, ctx, opts_all, t0)
-        if dp is not None:
-            fine_best = ("ideals", dp.assign, dp.stage_targets)
-            proven = ideals_plan_stats(p, dp, ctx, opts, t0)
-            if proven is not None:
-                return proven
-    if impl.exact:
-        heuristic_deadline = t0 + 0.3 * ctx.time_limit
-        if pipeline:
-            best_key = None
-            if fine_best is not None:
-                ev = pipeline_eval(p, fine_best[1], fine_best[2])
-                best_key = (ev.bottleneck, ev.latency)
-            for name, a, o in pipeline_candidates(p, k, ctx.contiguous, heuristic_deadline):
-                ev = pipeline_eval(p, a, o)
-                if best_key is None or (ev.bottleneck, ev.latency) < best_key:
-                    best_key, fine_best = (ev.bottleneck, ev.latency), (name, a, o)
-        else:
-            # the coarse solve tries HEFT looking ahead at the tails; here the fine search has the time
-            span = heuristic_deadline - time.monotonic()
-            for name, a, o in latency_candidates(p, heuristic_deadline, lb_info, search, 0.8 * span,
-                                                 lookahead=False):
-                val = float(latency_schedule(p, a, o)[1].max())
-                if val < best_val:
-                    best_val, fine_best = val, (name, a, o)
-    bound = None
-    if not pipeline:
-        fcosts = Costs.of(p)
-        if p.n_targets > 1 and int(p.allowed.sum()) <= COMM_MAX_PAIRS:  # pure Python: ~25 us a pair
-            ht = comm_heads_tails(p, fcosts)
-        bound = latency_bound(p, fcosts, load=lb_info.get("load_bound"), heads_tails=ht, comm=False)
-        if fine_latency and opts_all.get("window_bound", False):
-            bound = window_load_bound(p, fcosts, bound, deadline=time.monotonic() + 0.1 * ctx.remaining(),
-                                      heads_tails=ht if ht is not None else target_heads_tails(p, fcosts))
-    use_lns = fine_latency and opts_all.get("lns", False) and fine_best is not None
-    skip_coarse = use_lns and best_val - bound <= float(opts_all.get("lns_skip_coarse_gap", 0.02)) * best_val
-    # keep time for expansion and bounds (linear-ish in the number of ops)
-    reserve = min(0.25 * ctx.time_limit, 0.1 + 3e-4 * p.n_ops * max(1, p.n_targets // 2))
-    plan = None
-    source = ""
-    coarse_stats = None
-    info = None
-    sub_deadline = ctx.deadline - reserve
-    if use_lns:  # half of what is left, the LNS gets the rest
-        now = time.monotonic()
-        sub_deadline = now + 0.5 * max(0.0, sub_deadline - now)
-    if fine_best is not None and sub_deadline - time.monotonic() < MIN_COARSE_S:
-        skip_coarse = True  # no time left for a coarse solve worth having: keep the fine plan, stay in time
-    if not skip_coarse:
-        coarse, members = coarsen_problem(p, target, contiguous=pipeline and ctx.contiguous)
-        info = {"n_ops": p.n_ops, "n_coarse_ops": coarse.n_ops,
-                "groups": {p.ops[m[0]]: [p.ops[i] for i in m] for m in members if len(m) > 1}}
-        sub = dataclasses.replace(ctx, deadline=sub_deadline)
-        try:
-            cplan = impl.solve(coarse, sub)
-        except ProblemError:
-            # merging can make a feasible problem infeasible (e.g. a pipeline with pins): solve it whole
-            return impl.solve(p, ctx)
-        coarse_stats = cplan.stats
-        assign = expand_assignment(p, coarse, members, cplan.assignment)
-        if pipeline:
-            order = [p.target_index[d] for d in cplan.stage_targets]
-            plan = make_pipeline_plan(p, assign, ctx.name, order=order, options=opts, coarsening=info)
-        else:
-            order = expand_order(p, coarse, members, cplan.start_ms)
-            plan = make_latency_plan(p, assign, ctx.name, order=order, options=opts, coarsening=info)
-        source = "coarse " + str(cplan.stats.extra.get("source", impl.name))
-    if fine_best is not None:
-        name, a, o = fine_best
-        fb = (make_pipeline_plan(p, a, ctx.name, order=o, options=opts) if pipeline
-              else make_latency_plan(p, a, ctx.name, order=o, options=opts))
-        if plan is None or better(plan, fb) is fb:
-            plan, source = fb, f"fine heuristic {name}"
-    assert plan is not None
-    margin = 0.1 + 1e-4 * p.n_ops  # building, comparing and returning the plan
-    if use_lns and search is not None and search.passes < 2 * len(search.PORTFOLIO):
-        # big problems: let every member of the portfolio have two passes first (half the time left)
-        now = time.monotonic()
-        best = search.run(now + 0.5 * max(0.0, ctx.deadline - margin - now), max_passes=2 * len(search.PORTFOLIO))
-        if best is not None and best[0] < plan.makespan_ms - 1e-9:
-            plan, source = make_latency_plan(p, best[1], ctx.name, order=best[2], options=opts), "fine heuristic dynamic"
-    if use_lns:
-        a = assignment_indices(p, plan.assignment)
-        o = sorted(range(p.n_ops), key=lambda i: (plan.start_ms[p.ops[i]], i))
-        lns = LatencyLNS(p, a, o, opts_all, ctx.seed)
-        lns.run(ctx.deadline - margin, window_ops=max(30, 280 // p.n_targets))
-        if lns.improved:
-            coarsening = plan.coarsening if source.startswith("coarse") else None
-            plan = make_latency_plan(p, lns.assign, ctx.name, order=lns.order, options=opts, coarsening=coarsening)
-            source += f" + lns ({lns.improved}/{lns.steps} windows)"
-    elif search is not None:  # no LNS: the fine search goes on with what is left
-        best = search.run(ctx.deadline - margin, 0.8 * ctx.time_limit)
-        if best is not None and best[0] < plan.makespan_ms - 1e-9:
-            plan, source = make_latency_plan(p, best[1], ctx.name, order=best[2], options=opts), "fine heuristic dynamic"
-    if pipeline:
-        bound = pipeline_bound(p, num_stages=k)
-        if dp is not None:  # the DP optimum: a bound with communication
-            bound = proven_bound(plan.bottleneck_ms, [bound, ideals_bound(dp)])
-    objective = plan.bottleneck_ms if pipeline else plan.makespan_ms
-    gap = 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
-    heuristic = coarse_stats is not None and coarse_stats.status == "HEURISTIC"
-    status = "HEURISTIC" if heuristic else ("OPTIMAL" if gap <= 1e-9 else "FEASIBLE")
-    extra: dict[str, Any] = {"source": source}
-    if coarse_stats is None:
-        extra["coarse_status"] = "SKIPPED"
-    else:
-        extra.update({"coarse_status": coarse_stats.status, "coarse_objective": coarse_stats.objective,
-                      "coarse_best_bound": coarse_stats.best_bound, "coarse_gap": coarse_stats.gap})
-    stats = SolverStats(status=status, objective=objective, best_bound=bound, gap=gap,
-                        wall_s=time.monotonic() - t0, extra=extra)
-    return dataclasses.replace(plan, stats=stats)
