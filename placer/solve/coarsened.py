@@ -26,7 +26,6 @@ from placer.solve.bounds import latency_bound, pipeline_bound, target_heads_tail
 from placer.solve.bounds_comm import COMM_MAX_PAIRS, comm_heads_tails
 from placer.solve.coarsen import coarsen_problem, expand_assignment, expand_order
 from placer.solve.cpsat_latency import latency_candidates
-from placer.solve.cpsat_pipeline import pipeline_candidates
 from placer.solve.evaluate import (
     Costs,
     assignment_indices,
@@ -39,6 +38,7 @@ from placer.solve.evaluate import (
 from placer.solve.heuristics import DynamicListSearch
 from placer.solve.ideals import ideals_bound, ideals_plan_stats, ideals_warm_start, proven_bound
 from placer.solve.lns import LatencyLNS
+from placer.solve.pipeline_candidates import pipeline_candidates
 
 __all__ = ["MIN_COARSE_S", "solve_coarsened"]
 
