@@ -8,7 +8,8 @@ Public API::
         costs = store.op_costs(graph, ["onnxruntime", "openvino"])   # {(op_id, target): net_ms | inf}
         links = store.link_model(["onnxruntime", "openvino"])        # LinkModel.transfer_ms(n, a, b)
 
-See :mod:`placer.profile.campaign` (isolation, caching), :mod:`placer.profile.store` (schema),
+See :mod:`placer.profile.campaign` (what is measured, caching), :mod:`placer.profile.engine` (retries,
+resume), :mod:`placer.profile.supervisor` (isolation in worker processes), :mod:`placer.profile.store` (schema),
 :mod:`placer.profile.timing` (how a measurement is taken), :mod:`placer.profile.links` (measuring
 links and cuts) and :mod:`placer.devices.links` (the link model they are fitted into).
 """

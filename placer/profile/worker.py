@@ -1,6 +1,6 @@
 """The profiling worker: a long-lived process that compiles and times models for its target(s).
 
-Started by :class:`placer.profile.campaign.WorkerProcess` as::
+Started by :class:`placer.profile.supervisor.WorkerProcess` as::
 
     python -m placer.profile.worker --in FD --out FD --ppid PID
 

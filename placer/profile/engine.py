@@ -1,0 +1,249 @@
+"""The task engine of the profiling campaigns: which measurements to take, taking them, storing them.
+
+:class:`Engine` runs a list of :class:`Task` (a store key on a target, and how to build its model):
+
+* a stored row is reused (``cached``) unless it failed and ``retry_failed`` is set, or it was
+  flagged as measured on a busy machine and ``retry_contended`` is set; the store is checked
+  again right before each measurement (another campaign may share it);
+* a statically unsupported task is stored ``unsupported`` without running;
+* the others go, grouped by target, to one worker per target (:mod:`placer.profile.supervisor`),
+  one request at a time. A reply taken while other processes kept the machine busy
+  (:data:`placer.profile.contention.CONTENDED`) is taken again, up to
+  ``TimingConfig.contended_attempts`` times, and the least contended one kept (flagged if still
+  contended);
+* a worker that dies or times out stores ``crash`` / ``timeout``; one that cannot start twice in
+  a row fails the target's remaining tasks (not stored: not the ops' fault); a target whose device
+  became unreachable has its remaining tasks skipped (not stored) and is reported once, so that a
+  later run resumes them.
+
+Every result is written in its own transaction. The counts go into a
+:class:`~placer.profile.results.CampaignResult`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from placer.errors import PlacerError
+from placer.profile.contention import CONTENDED, is_contended
+from placer.profile.progress import progress_bar
+from placer.profile.results import CampaignResult, TargetTotals
+from placer.profile.store import Measurement, ProfileStore
+from placer.profile.supervisor import InProcessWorker, WorkerDied, WorkerProcess
+from placer.profile.timing import TimingConfig
+
+__all__ = ["CONTENDED_ATTEMPTS", "FAILED", "Engine", "Task"]
+
+#: the statuses of a measurement that failed (re-measured with ``retry_failed``)
+FAILED = ("error", "timeout", "crash")
+
+#: a measurement taken while other processes kept the machine busy is tried this many times in all
+CONTENDED_ATTEMPTS = TimingConfig().contended_attempts  # the default (TimingConfig.contended_attempts)
+
+
+@dataclass
+class Task:
+    """One measurement to take: ``key`` (a store key of ``kind`` op/overhead/segment/model) on ``target``;
+    ``model_fn`` builds the ONNX model to send; ``static``: (supported, why not) known without running."""
+
+    key: str
+    kind: str
+    target: Any
+    label: str
+    model_fn: Callable[[], Any]
+    timeout_s: float
+    static: tuple[bool, str] = (True, "")
+
+
+class Engine:
+    """Runs :class:`Task` lists against a store; the outcomes are counted into ``result``."""
+
+    def __init__(self, store: ProfileStore, *, timeout_s: float, isolate: bool, progress: bool,
+                 timing: TimingConfig | None, seed: int, retry_failed: bool, result: CampaignResult,
+                 colocate: Sequence[str] = (), retry_contended: bool = False):
+        self.store = store
+        self.colocate = list(colocate)
+        self.timeout_s = float(timeout_s)
+        self.isolate = isolate
+        self.progress = progress
+        self.timing = timing or TimingConfig()
+        self.seed = seed
+        self.retry_failed = retry_failed
+        self.retry_contended = retry_contended
+        self.result = result
+        self._bytes: dict[str, bytes] = {}
+        self._start_failures: Counter = Counter()
+        #: target name -> why its device became unreachable (its remaining tasks are skipped, not stored)
+        self.unavailable: dict[str, str] = {}
+        self._skipped: Counter = Counter()
+
+    def _totals(self, target) -> TargetTotals:
+        return self.result.per_target.setdefault(target.name, TargetTotals(target.name))
+
+    def _count(self, task: Task, outcome: str, m: Measurement | None) -> None:
+        self._totals(task.target).counts[(task.kind, outcome)] += 1
+        setattr(self.result, outcome, getattr(self.result, outcome) + 1)
+        if m is not None:
+            self.result.results[(task.key, task.target.name)] = m
+
+    def _is_done(self, m: Measurement | None) -> bool:
+        """A stored row is reused unless it failed (with ``retry_failed``) or was flagged as measured on
+        a busy machine (with ``retry_contended``)."""
+        if m is None:
+            return False
+        return not ((self.retry_failed and m.status in FAILED) or (self.retry_contended and is_contended(m.meta)))
+
+    def _measure_quietly(self, worker, header: dict, payload: bytes, task: Task) -> dict:
+        """Measure; while other processes keep the machine busy (:data:`CONTENDED`), wait a moment and
+        measure again, up to ``timing.contended_attempts`` times, and keep the least contended reply
+        (flagged ``contended`` if even that one was)."""
+        best = None
+        for attempt in range(1, max(1, int(self.timing.contended_attempts)) + 1):
+            reply = worker.request(header, payload, task.timeout_s,
+                                   what=f"while measuring {task.label} on {task.target.name}")
+            if reply.get("status") != "ok":
+                return reply
+            share = reply.get("contention")
+            reply["attempts"] = attempt
+            if best is None or (share or 0.0) < (best.get("contention") or 0.0):
+                best = reply
+            if share is None or share < CONTENDED:
+                break
+            self.result.remeasured += 1
+            time.sleep(0.05 * attempt)
+        best["contended"] = (best.get("contention") or 0.0) >= CONTENDED
+        best["attempts"] = attempt
+        return best
+
+    def _payload(self, task: Task) -> bytes:
+        b = self._bytes.get(task.key)
+        if b is None:
+            b = task.model_fn().SerializeToString()
+            if task.kind != "model":
+                self._bytes[task.key] = b
+        return b
+
+    def _mark_unavailable(self, task: Task, reason: str) -> None:
+        """The device behind ``task``'s target is unreachable: this task and the target's remaining ones
+        are skipped (nothing stored: not the ops' fault); :meth:`run` reports it once."""
+        self.unavailable.setdefault(task.target.name, reason)
+        self._skipped[task.target.name] += 1
+        self._count(task, "failed", None)
+
+    def run(self, tasks: list[Task]) -> None:
+        """Run tasks (grouped by target, in order); skip those the store has."""
+        by_target: dict[str, list[Task]] = defaultdict(list)
+        targets = {}
+        for t in tasks:
+            by_target[t.target.name].append(t)
+            targets[t.target.name] = t.target
+        # what is cached, up front (for the progress total)
+        todo: dict[str, list[Task]] = {}
+        for name, ts in by_target.items():
+            have = self.store.get_many([t.key for t in ts], targets[name])
+            todo[name] = []
+            for t in ts:
+                m = have.get(t.key)
+                if self._is_done(m):
+                    self._count(t, "cached", m)
+                elif not t.static[0]:
+                    m = self.store.put(t.key, t.target, kind=t.kind, status="unsupported", reason=t.static[1],
+                                       meta={"static": True})
+                    self._count(t, "unsupported", m)
+                else:
+                    todo[name].append(t)
+        total = sum(len(v) for v in todo.values())
+        with progress_bar(self.progress, total) as bar:
+            for name, ts in todo.items():
+                if not ts:
+                    continue
+                t0 = time.perf_counter()
+                worker = (WorkerProcess([targets[name]], preload=self.colocate) if self.isolate
+                          else InProcessWorker([targets[name]]))
+                try:
+                    for i, task in enumerate(ts):
+                        bar.describe(f"{name} {task.label}")
+                        self._run_one(worker, task)
+                        bar.advance()
+                finally:
+                    worker.stop()
+                self._totals(targets[name]).wall_s += time.perf_counter() - t0
+        for name, why in self.unavailable.items():
+            self.result.problems.append(
+                f"{name} became unavailable ({why}): {self._skipped[name]} measurement(s) skipped, nothing stored "
+                "for them; run the campaign again once the device is back to resume")
+
+    def _run_one(self, worker, task: Task) -> None:
+        # another campaign may have measured it meanwhile
+        m = self.store.get(task.key, task.target)
+        if self._is_done(m):
+            self._count(task, "cached", m)
+            return
+        if self._start_failures[task.target.name] >= 2:
+            self._count(task, "failed", None)
+            return
+        if task.target.name in self.unavailable:  # its device is gone: nothing stored, a later run resumes
+            self._skipped[task.target.name] += 1
+            self._count(task, "failed", None)
+            return
+        header = {"cmd": "measure", "target": task.target.name, "key": task.key, "seed": self.seed,
+                  "timing": self.timing.to_dict(), "repeat": 3 if task.kind == "overhead" else 1}
+        try:
+            payload = self._payload(task)
+        except PlacerError as exc:
+            m = self.store.put(task.key, task.target, kind=task.kind, status="unsupported",
+                               reason=f"cannot build the {task.kind} model: {exc}")
+            self._count(task, "unsupported", m)
+            return
+        t0 = time.perf_counter()
+        try:
+            reply = self._measure_quietly(worker, header, payload, task)
+        except WorkerDied as exc:
+            if exc.status == "unavailable":
+                self._mark_unavailable(task, exc.reason)
+                return
+            if exc.status == "error":  # the worker could not start: not the op's fault, not stored
+                self._start_failures[task.target.name] += 1
+                self.result.problems.append(exc.reason)
+                self._count(task, "failed", None)
+                return
+            m = self.store.put(task.key, task.target, kind=task.kind, status=exc.status, reason=exc.reason,
+                               meta={"timeout_s": task.timeout_s, "wall_s": time.perf_counter() - t0})
+            self._count(task, "failed", m)
+            return
+        self._start_failures[task.target.name] = 0
+        status = reply.get("status", "error")
+        if status == "unavailable":
+            self._mark_unavailable(task, str(reply.get("reason", "")))
+            return
+        if status != "ok":
+            m = self.store.put(task.key, task.target, kind=task.kind, status=status if status in FAILED + ("unsupported",) else "error",
+                               reason=str(reply.get("reason", "")), meta={"wall_s": time.perf_counter() - t0})
+            self._count(task, "unsupported" if status == "unsupported" else "failed", m)
+            return
+        st = reply["stats"]
+        if task.kind == "overhead":
+            overhead = 0.0
+        else:
+            overhead = self.store.overhead_ms(task.target, default=0.0)
+        median = float(st["median_ms"])
+        meta = {
+            "mad_ms": st["mad_ms"], "mean_ms": st["mean_ms"], "warmup_n": st["warmup_n"], "sample_s": st["sample_s"],
+            "stable": st["stable"], "compile_ms": reply.get("compile_ms"), "first_run_ms": reply.get("first_run_ms"),
+            "overhead_ms": overhead, "wall_s": time.perf_counter() - t0, "seed": self.seed,
+            "isolated": self.isolate, "timing": self.timing.to_dict(),
+            "colocated": [n for n in self.colocate if n != task.target.name],
+            # measurement conditions: the share of the machine other processes used meanwhile
+            "contention": reply.get("contention"), "loadavg": reply.get("loadavg"),
+            "attempts": reply.get("attempts", 1), "contended": bool(reply.get("contended")),
+        }
+        if meta["contended"]:
+            self.result.contended += 1
+        m = self.store.put(task.key, task.target, kind=task.kind, status="ok", median_ms=median,
+                           net_ms=max(median - overhead, 0.0), p10_ms=st["p10_ms"], p90_ms=st["p90_ms"], n=st["n"],
+                           meta=meta)
+        self._count(task, "measured", m)
