@@ -10,20 +10,47 @@ from placer.report.render import Document
 
 
 def write_tune_report(result, ctx) -> Path:
+    """Write report.md / report.html (and their plots) of a tune result into its output folder, one
+    section after the other; returns the Markdown file's path."""
     out = Path(result.out_dir)
-    graph = ctx.graph
-    tp = result.objective == "throughput"
-    doc = Document(f"placer tune: {graph.name}")
-    best = result.best
+    doc = Document(f"placer tune: {ctx.graph.name}")
+    _verdict(doc, result, ctx)
+    _candidates(doc, result)
+    _yardsticks(doc, result)
+    _final_comparison(doc, result)
+    _calibration(doc, result)
+    _segments(doc, result)
+    _cost_model(doc, result)
+    _chosen(doc, result, out)
+    _predicted_vs_measured(doc, result, out)
+    _files(doc, result)
+    return doc.write(out)
+
+
+def _verdict(doc: Document, result, ctx) -> None:
+    graph, best = ctx.graph, result.best
     doc.h2("Verdict")
     for line in result.verdict():
         doc.p(line)
-    if tp:
+    if result.objective == "throughput":
         limit = result.extra.get('core_limit_rps', math.nan)
         doc.p(f"{len(ctx.targets)}-runtime, {limit:.1f} req/s core limit "
               f"({best.throughput_rps / limit if limit else math.nan:.0%} of it).")
     doc.p(f"Model {graph.source}: {len(graph.ops)} ops, hash {graph.model_hash[:16]}. Tuning took "
           f"{result.wall_s:.1f} s. Study: {result.study_storage}.")
+
+
+def _times(r, ref, tp: bool) -> float | None:
+    """How many times faster (or, throughput, more req/s) ``r`` is than ``ref``; None if unknown."""
+    if ref is None:
+        return None
+    if tp:
+        return (r.throughput_rps / ref.throughput_rps) if r.throughput_rps and ref.throughput_rps else None
+    return (ref.measured_ms / r.measured_ms) if r.measured_ms and ref.measured_ms else None
+
+
+def _candidates(doc: Document, result) -> None:
+    tp = result.objective == "throughput"
     doc.h2("Candidates and yardsticks (measured in this session, interleaved)")
     doc.p("Yardsticks are what a user would run instead: each runtime loaded with its defaults (all cores) and at "
           "its best settings, each in a process of its own. `x best default` and `x ORT default` are how many "
@@ -31,23 +58,18 @@ def write_tune_report(result, ctx) -> Path:
           "`x best single` compares with the best single placer target. Figures come from the final "
           "interleaved rounds unless the note says otherwise.")
     ref_default, ref_ort, ref_single = result.best_default, result.yardstick("ort-default"), result.best_single
-
-    def times(r, ref) -> float | None:
-        if ref is None:
-            return None
-        if tp:
-            return (r.throughput_rps / ref.throughput_rps) if r.throughput_rps and ref.throughput_rps else None
-        return (ref.measured_ms / r.measured_ms) if r.measured_ms and ref.measured_ms else None
-
     rows = []
     order = {"yardstick": 0, "baseline": 1}
     for r in sorted(result.records, key=lambda r: (not r.final, order.get(r.kind, 2), r.label)):
         note = r.error or ("" if r.final or r.kind == "yardstick" else "measured in its trial, not in the final rounds")
         rows.append([r.label, r.kind, r.n_partitions, r.predicted_ms, r.measured_ms, r.p10_ms, r.p90_ms,
-                     r.throughput_rps, times(r, ref_default), times(r, ref_ort), times(r, ref_single),
+                     r.throughput_rps, _times(r, ref_default, tp), _times(r, ref_ort, tp), _times(r, ref_single, tp),
                      "yes" if r.numerics_ok else ("no" if r.numerics_ok is False else "-"), note])
     doc.table(["candidate", "kind", "partitions", "predicted ms", "measured p50 ms", "p10", "p90", "req/s",
                "x best default", "x ORT default", "x best single", "numerics ok", "note"], rows)
+
+
+def _yardsticks(doc: Document, result) -> None:
     ys = [r for r in result.records if r.kind == "yardstick"]
     if ys:
         doc.h2("Yardsticks: how each runtime was loaded")
@@ -55,8 +77,11 @@ def write_tune_report(result, ctx) -> Path:
                   [[r.label, r.knobs.get("what", ""),
                     ", ".join(f"{k}={v}" for k, v in r.knobs.items() if k != "what") or (r.error or "")]
                    for r in ys])
+
+
+def _final_comparison(doc: Document, result) -> None:
     final = result.extra.get("final_candidates")
-    if tp and final:
+    if result.objective == "throughput" and final:
         doc.h2("Final comparison (interleaved rounds)")
         doc.p("Only these were measured side by side at the end (the best candidates, the best replicated one "
               "and the baselines, in alternating order); the choice is made among them. Other candidates keep "
@@ -69,6 +94,9 @@ def write_tune_report(result, ctx) -> Path:
                     f"{(by_key[k].throughput_rps or math.nan) / limit:.0%}",
                     ", ".join(f"{v:.0f}" for v in rounds.get(k, [])) or "-"]
                    for k in sorted(final, key=lambda k: -(by_key[k].throughput_rps or 0)) if k in by_key])
+
+
+def _calibration(doc: Document, result) -> None:
     prov = result.extra.get("problem_provenance", {})
     if prov.get("fusion_scale"):
         doc.h2("Cost calibration")
@@ -77,6 +105,9 @@ def write_tune_report(result, ctx) -> Path:
         doc.table(["target", "whole model ms", "fusion scale", "call overhead ms"],
                   [[t, prov.get("whole_model_ms", {}).get(t), prov["fusion_scale"][t], prov.get("overhead_ms", {}).get(t)]
                    for t in prov["fusion_scale"]])
+
+
+def _segments(doc: Document, result) -> None:
     seg = result.extra.get("segment_ratios") or {}
     if seg:
         doc.h2("Fusion segments: measured whole vs sum of their ops")
@@ -85,6 +116,9 @@ def write_tune_report(result, ctx) -> Path:
               "the runtime fused them; this is why cutting inside a segment costs more than its ops' sum says.")
         doc.table(["target", "segments", "median ratio", "p10", "p90"],
                   [[t, s["n"], s["median"], s["p10"], s["p90"]] for t, s in sorted(seg.items())])
+
+
+def _cost_model(doc: Document, result) -> None:
     cm = result.extra.get("cost_model")
     if cm:
         doc.h2("Learned cost model")
@@ -93,6 +127,10 @@ def write_tune_report(result, ctx) -> Path:
               f"{cm.get('tune_partitions', 0)} in total now. Its learned partition ratio per target prices the "
               "`costs=learned` trials (partition = call overhead + ratio x sum of net op costs).")
         doc.table(["target", "learned partition ratio"], [[t, r] for t, r in sorted(cm.get("partition_ratio", {}).items())])
+
+
+def _chosen(doc: Document, result, out: Path) -> None:
+    best = result.best
     if best.plan is not None:
         doc.h2("Chosen plan")
         doc.code(best.plan.summary())
@@ -112,6 +150,10 @@ def write_tune_report(result, ctx) -> Path:
             doc.p("The whole model as one stage, one replica per core: each core runs whole requests on its own "
                   "single-thread session (data parallelism; stage config `replicas`).")
         doc.code(result.extra["chosen_layout"])
+
+
+def _predicted_vs_measured(doc: Document, result, out: Path) -> None:
+    tp = result.objective == "throughput"
     pts = [{"label": r.label, "predicted_ms": r.predicted_ms, "measured_ms": r.measured_ms,
             "series": "whole plans"} for r in result.records if not tp]
     for r in result.records:
@@ -123,10 +165,12 @@ def write_tune_report(result, ctx) -> Path:
         predicted_vs_measured(pts, out / "predicted_vs_measured.png",
                               "plans and partitions: predicted vs measured")
         doc.image("predicted_vs_measured.png", "predicted vs measured")
+
+
+def _files(doc: Document, result) -> None:
     doc.h2("Files")
     compiled = (f"{result.extra['compiled_module']} + compiled.json (the Relax module compiled by tvm.compile: "
                 "`placer run DIR --executor relax --compiled`), " if result.extra.get("compiled_module") else
                 f"no compiled module ({result.extra.get('compiled_module_error', 'not exported')}), ")
     doc.p("plan.json (the plan), stage_config.json, module.relax.txt (the Relax module), " + compiled +
           "partitions/*.onnx, model.onnx, trials.json, tune.json, study.db (Optuna).")
-    return doc.write(out)

@@ -134,25 +134,76 @@ def retarget(problem, names: list[str], source_cols: list[int], link_fallback_ms
 def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | None, seed: int, t_start: float,
                     solver_time_limit: float, say: Callable[[str], None], n_trials: int | None,
                     stale_after_s: float = GRACE_PERIOD_S):
-    graph = ctx.graph
-    cores = sorted(os.sched_getaffinity(0))
-    n_cores = len(cores)
-    if n_cores < 2:
-        raise PlacerError("the throughput objective needs at least 2 cores (one pipeline stage per core)")
-    kinds = [t.kind for t in ctx.targets]
-    feeds = load_inputs("seed:0", graph, 4)
-    reference = ReferenceRunner(graph.model)
-    refs = [reference.run(f) for f in feeds]
-    records: list[TrialRecord] = []
-    rounds_rps: dict[str, list[float]] = {}  # req/s of each first-phase round per pipeline candidate
-    final_rps: dict[str, list[float]] = {}  # req/s of each final round per finalist
+    """The throughput objective of :func:`placer.tune.tune` once the model is profiled: see this module."""
+    return ThroughputSearch(ctx, budget_s=budget_s, out=out, storage=storage, seed=seed, t_start=t_start,
+                            solver_time_limit=solver_time_limit, say=say, n_trials=n_trials,
+                            stale_after_s=stale_after_s).run()
 
-    bench = run_bench.PlanBench(feeds, rounds=3, per_round=4)  # looked up when called (tests stand in a bench)
-    stack_outer = contextlib.ExitStack()
-    try:
-        # ---- baselines: each runtime alone on all cores, and at 1 thread for the N-core limit ----
-        base_names = {}
-        for kind in kinds:
+
+class ThroughputSearch:
+    """One throughput tuning run: baselines, yardsticks, replicated candidates, the study over the
+    per-core runtimes, the final interleaved rounds, the output (:meth:`run`, step by step).
+
+    It holds what the steps share: the bench the baselines run on, the records, the first-phase and
+    final rounds' req/s of each candidate, the materialized pipelines, the N-core limit and the best
+    single runtime (both updated by the final rounds), the requests per round, and the study."""
+
+    def __init__(self, ctx, *, budget_s: float | None, out: Path, storage: str | None, seed: int, t_start: float,
+                 solver_time_limit: float, say: Callable[[str], None], n_trials: int | None,
+                 stale_after_s: float = GRACE_PERIOD_S):
+        self.ctx, self.graph = ctx, ctx.graph
+        self.cores = sorted(os.sched_getaffinity(0))
+        self.n_cores = len(self.cores)
+        if self.n_cores < 2:
+            raise PlacerError("the throughput objective needs at least 2 cores (one pipeline stage per core)")
+        self.budget_s, self.n_trials, self.t_start = budget_s, n_trials, t_start
+        self.out, self.storage, self.stale_after_s = out, storage, stale_after_s
+        self.storage_url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
+        self.seed, self.solver_time_limit, self.say = seed, solver_time_limit, say
+        self.kinds = [t.kind for t in ctx.targets]
+        #: the runtimes a stage or a replica may use (untuned TVM only if nothing else is there)
+        self.usable = [k for k in self.kinds if not k.startswith("tvm")] or self.kinds
+        self.feeds = load_inputs("seed:0", self.graph, 4)
+        self.reference = ReferenceRunner(self.graph.model)
+        self.refs = [self.reference.run(f) for f in self.feeds]
+        self.records: list[TrialRecord] = []
+        self.rounds_rps: dict[str, list[float]] = {}  # req/s of each first-phase round per pipeline candidate
+        self.final_rps: dict[str, list[float]] = {}  # req/s of each final round per finalist
+        self.ys_rps: dict[str, list[float]] = {}  # req/s of each final round per yardstick
+        self.pipe_mats: dict[str, Any] = {}  # measured pipeline candidates, materialized
+        self.by_key: dict[str, TrialRecord] = {}
+        self.base_names: dict[str, Any] = {}  # baseline name -> its materialized plan
+        self.bench = self.yardsticks = self.study = self.fusion = None
+        self.best_single: TrialRecord | None = None
+        self.single_thread_best = self.limit = math.nan
+        self.n_requests = MIN_REQUESTS
+        self.n_done = 0
+
+    def run(self):
+        """Every step, then the chosen candidate materialized into ``out`` with the output files."""
+        # run_bench.PlanBench looked up when called (tests stand in a bench)
+        self.bench = run_bench.PlanBench(self.feeds, rounds=3, per_round=4)
+        stack_outer = contextlib.ExitStack()
+        try:
+            stats = self.measure_baselines()
+            self.yardsticks = stack_outer.enter_context(
+                YardstickSet(self.graph.model, self.feeds, THROUGHPUT_KINDS, say=self.say))
+            self.measure_yardsticks()
+            self.measure_replicas(stats)
+            self.open_study()
+            self.search()
+            eligible = self.final_rounds()
+        finally:
+            self.bench.close()
+            stack_outer.close()
+        return self.write(eligible)
+
+    # ---- baselines: each runtime alone on all cores, and at 1 thread for the N-core limit ----------
+    def measure_baselines(self) -> dict:
+        """Check and measure each runtime alone at 1 and N threads; sets the N-core limit, the best
+        single runtime and the requests per round. Returns the baselines' stats."""
+        graph, bench, n_cores, say = self.graph, self.bench, self.n_cores, self.say
+        for kind in self.kinds:
             if kind.startswith("tvm"):
                 continue  # untuned TVM is 15-100x slower here; it is no throughput baseline
             for threads in (1, n_cores):
@@ -160,65 +211,67 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
                 try:
                     mat = materialize(graph, {op.id: name for op in graph.ops})
                     bench.add(name, mat)
-                    report = check_against_reference(graph.model, feeds, bench.outputs(name),
-                                                     reference=reference, **ctx.tolerance)
+                    report = check_against_reference(graph.model, self.feeds, bench.outputs(name),
+                                                     reference=self.reference, **self.ctx.tolerance)
                     if not report.passed:  # every measured candidate is checked, baselines included
                         raise PlacerError(f"numerics check failed: {report.failures()[0].name}")
-                    base_names[name] = mat
+                    self.base_names[name] = mat
                 except PlacerError as exc:
                     say(f"baseline {name}: {exc}")
-        stats = bench.measure(list(base_names))
+        stats = bench.measure(list(self.base_names))
         for name, st in stats.items():
             rec = TrialRecord(name, f"single:{name}", "baseline", {}, None, math.nan, measured_ms=st.median_ms,
                               p10_ms=st.p10_ms, p90_ms=st.p90_ms, throughput_rps=1000 / st.median_ms,
                               n_partitions=1, numerics_ok=True)
-            records.append(rec)
+            self.records.append(rec)
             say(f"baseline {name}: {rec.throughput_rps:.1f} req/s ({st.median_ms:.3f} ms/request)")
-        single_thread_best = max((1000 / st.median_ms for n, st in stats.items() if n.endswith(":t1")),
-                                 default=math.nan)
-        limit = n_cores * single_thread_best
-        multi = [r for r in records if r.key.endswith(f":t{n_cores}")]
-        best_single = max(multi or records, key=lambda r: r.throughput_rps)
-        say(f"best single runtime: {best_single.label} {best_single.throughput_rps:.1f} req/s; "
+        self.single_thread_best = max((1000 / st.median_ms for n, st in stats.items() if n.endswith(":t1")),
+                                      default=math.nan)
+        self.limit = limit = n_cores * self.single_thread_best
+        multi = [r for r in self.records if r.key.endswith(f":t{n_cores}")]
+        self.best_single = max(multi or self.records, key=lambda r: r.throughput_rps)
+        say(f"best single runtime: {self.best_single.label} {self.best_single.throughput_rps:.1f} req/s; "
             f"{n_cores}-core limit {limit:.1f} req/s")
         # requests per measurement round: about MEASURE_S at the N-core limit
-        n_requests = MIN_REQUESTS if not math.isfinite(limit) else int(
+        self.n_requests = MIN_REQUESTS if not math.isfinite(limit) else int(
             min(MAX_REQUESTS, max(MIN_REQUESTS, math.ceil(MEASURE_S * limit))))
-        # ---- yardsticks: the runtimes' own ways to serve many requests, each in its own process ----
-        yardsticks = stack_outer.enter_context(YardstickSet(graph.model, feeds, THROUGHPUT_KINDS, say=say))
-        ys_rps: dict[str, list[float]] = {}
-        for kind, y in yardsticks.ready.items():
-            y.throughput(max(4, n_requests // 4))  # warm-up at its own concurrency
-            rps = y.throughput(n_requests)
+        return stats
+
+    def measure_yardsticks(self) -> None:
+        """The runtimes' own ways to serve many requests, each in its own process: a first figure each."""
+        for kind, y in self.yardsticks.ready.items():
+            y.throughput(max(4, self.n_requests // 4))  # warm-up at its own concurrency
+            rps = y.throughput(self.n_requests)
             rec = TrialRecord(y.key, y.key, "yardstick", {"what": DESCRIPTIONS[kind], **y.info}, None, math.nan,
                               throughput_rps=rps, n_partitions=1)
-            records.append(rec)
-            ys_rps[y.key] = []
-            say(f"{y.key}: {rps:.1f} req/s" if rps else f"{y.key}: failed ({y.error})")
-        pipe_mats: dict[str, Any] = {}
+            self.records.append(rec)
+            self.ys_rps[y.key] = []
+            self.say(f"{y.key}: {rps:.1f} req/s" if rps else f"{y.key}: failed ({y.error})")
 
-        def measure(rec: TrialRecord, mat) -> None:
-            """Measure a pipeline candidate into ``rec`` (FIRST_ROUNDS rounds); PlacerError -> rec.error."""
-            try:
-                rec.n_partitions = len(mat.partitions)
-                with _PipelineRuns(mat, feeds, refs, n_requests, ctx.tolerance) as runs:
-                    runs.round(warmup=4)
-                    for _ in range(FIRST_ROUNDS - 1):
-                        runs.round()
-                runs.fill(rec)
-                rounds_rps[rec.key] = list(runs.rps)
-                if rec.numerics_ok is False:
-                    raise PlacerError(f"numerics check failed: {runs.numerics.failures()[0].name}")
-                pipe_mats[rec.key] = mat
-            except PlacerError as exc:
-                rec.error = first_line(exc)
-                rec.throughput_rps = None
+    def measure(self, rec: TrialRecord, mat) -> None:
+        """Measure a pipeline candidate into ``rec`` (FIRST_ROUNDS rounds); PlacerError -> rec.error."""
+        try:
+            rec.n_partitions = len(mat.partitions)
+            with _PipelineRuns(mat, self.feeds, self.refs, self.n_requests, self.ctx.tolerance) as runs:
+                runs.round(warmup=4)
+                for _ in range(FIRST_ROUNDS - 1):
+                    runs.round()
+            runs.fill(rec)
+            self.rounds_rps[rec.key] = list(runs.rps)
+            if rec.numerics_ok is False:
+                raise PlacerError(f"numerics check failed: {runs.numerics.failures()[0].name}")
+            self.pipe_mats[rec.key] = mat
+        except PlacerError as exc:
+            rec.error = first_line(exc)
+            rec.throughput_rps = None
 
-        # ---- replicated: the whole model on one runtime, one replica per core -------------------
-        usable = [k for k in kinds if not k.startswith("tvm")] or kinds
-        replicas = [[c] for c in cores]
-        for kind in usable:
-            if f"{kind}:t1" not in base_names:
+    # ---- replicated: the whole model on one runtime, one replica per core -------------------------
+    def measure_replicas(self, stats: Mapping) -> None:
+        """One replicated candidate per runtime that runs the whole model (``stats``: the baselines')."""
+        graph, n_cores = self.graph, self.n_cores
+        replicas = [[c] for c in self.cores]
+        for kind in self.usable:
+            if f"{kind}:t1" not in self.base_names:
                 continue  # the runtime cannot run the whole model (said above)
             key = f"replicas:{kind}:t1x{n_cores}"
             rec = TrialRecord(key, f"{kind}:t1 x{n_cores} replicas", "replicas",
@@ -230,156 +283,187 @@ def tune_throughput(ctx, *, budget_s: float | None, out: Path, storage: str | No
             except PlacerError as exc:
                 rec.error = first_line(exc)
             else:
-                measure(rec, mat)
-            records.append(rec)
+                self.measure(rec, mat)
+            self.records.append(rec)
             if rec.error:
-                say(f"{rec.label}: failed ({rec.error})")
+                self.say(f"{rec.label}: failed ({rec.error})")
             else:
-                say(f"{rec.label}: {rec.throughput_rps:.1f} req/s ({rec.throughput_rps / limit:.0%} of the "
-                    f"{n_cores}-core limit; rounds {', '.join(f'{v:.0f}' for v in rounds_rps[key])})")
+                self.say(f"{rec.label}: {rec.throughput_rps:.1f} req/s ({rec.throughput_rps / self.limit:.0%} of the "
+                         f"{n_cores}-core limit; rounds {', '.join(f'{v:.0f}' for v in self.rounds_rps[key])})")
 
-        # ---- study over the per-core runtime choice (one pipeline stage per core) ----------------
-        storage_url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
-        study = open_study(storage_url, shared_study.study_name(graph.model_hash, ctx.targets, "throughput"),
-                           direction="maximize", stale_after_s=stale_after_s,
-                           seed=seed, shared=storage is not None, n_startup_trials=3)
-        fusion = space.fusion_groups(graph)
-        by_key: dict[str, TrialRecord] = {}
-        n_done = 0
-        combos = list(itertools.product(usable, repeat=n_cores))
+    # ---- study over the per-core runtime choice (one pipeline stage per core) ----------------------
+    def open_study(self) -> None:
+        """Open (or resume) the study; the first few per-core runtime combinations are its first trials."""
+        cores = self.cores
+        self.study = open_study(self.storage_url,
+                                shared_study.study_name(self.graph.model_hash, self.ctx.targets, "throughput"),
+                                direction="maximize", stale_after_s=self.stale_after_s,
+                                seed=self.seed, shared=self.storage is not None, n_startup_trials=3)
+        self.fusion = space.fusion_groups(self.graph)
+        combos = list(itertools.product(self.usable, repeat=self.n_cores))
         for combo in combos[: max(1, min(len(combos), 4))]:
-            study.enqueue_trial({f"core{c}": k for c, k in zip(cores, combo)} | {"boundary_ms": 0.0, "fuse": True},
-                                skip_if_exists=True)
+            self.study.enqueue_trial({f"core{c}": k for c, k in zip(cores, combo)} | {"boundary_ms": 0.0, "fuse": True},
+                                     skip_if_exists=True)
+
+    def search(self) -> None:
+        """Ask, run and tell trials until the trial count or 80 % of the budget; a stop request is
+        checked before each trial."""
         while True:
-            if n_trials is not None and n_done >= n_trials:
+            if self.n_trials is not None and self.n_done >= self.n_trials:
                 break
-            if budget_s is not None and time.monotonic() - t_start > budget_s * 0.8:
+            if self.budget_s is not None and time.monotonic() - self.t_start > self.budget_s * 0.8:
                 break
             raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
-            fail_stale(study, say, stale_after_s)
-            with asked_trial(study, lambda t: shared_study.mark_worker(t, ctx.targets)) as trial:
-                choice = [trial.suggest_categorical(f"core{c}", usable) for c in cores]
-                knobs: dict[str, Any] = {f"core{c}": k for c, k in zip(cores, choice)}
-                knobs["boundary_ms"] = trial.suggest_categorical("boundary_ms", [0.0, 0.03, 0.1, 0.3])
-                knobs["fuse"] = trial.suggest_categorical("fuse", [True, False])
-                names = [f"{k}@cpu{c}:t1" for k, c in zip(choice, cores)]
-                cols = [kinds.index(k) for k in choice]
-                overhead = [ctx.table.overhead_ms.get(ctx.targets[j].name, 0.01) for j in cols]
-                problem = retarget(ctx.problem, names, cols, overhead)
-                colocate = tuple(tuple(g) for g in fusion) if knobs["fuse"] else ()
-                problem = dataclasses.replace(problem, colocate=colocate,
-                                              partition_overhead_ms=np.full(len(names), knobs["boundary_ms"]))
-                t0 = time.monotonic()
-                plan = solve(problem, "pipeline", "cpsat", time_limit=solver_time_limit, seed=seed, num_stages=n_cores)
-                solve_s = time.monotonic() - t0
-                key = assignment_key(plan)
-                if key in by_key:
-                    rec = by_key[key]
-                else:
-                    rec = TrialRecord(key, f"trial {trial.number}", "trial", knobs, plan, plan.bottleneck_ms,
-                                      solve_s=solve_s)
-                    try:
-                        mat = materialize(graph, plan)
-                    except PlacerError as exc:
-                        rec.error = first_line(exc)
-                    else:
-                        measure(rec, mat)
-                    by_key[key] = rec
-                    records.append(rec)
-                told = tell_trial(study, trial, rec, rec.throughput_rps, say,
-                                  f"{'+'.join(choice)} stages {plan.stage_targets}, predicted bottleneck "
-                                  f"{plan.bottleneck_ms:.3f} ms, measured {rec.throughput_rps or math.nan:.1f} req/s")
-                n_done += int(told)
+            fail_stale(self.study, self.say, self.stale_after_s)
+            with asked_trial(self.study, lambda t: shared_study.mark_worker(t, self.ctx.targets)) as trial:
+                self.n_done += int(self.run_trial(trial))
 
-        # ---- final: finalists and baselines again, in interleaved rounds; only these rounds decide ----
+    def run_trial(self, trial) -> bool:
+        """Solve one trial's pipeline, measure it (a placement measured before is not re-run) and tell
+        the study; False if another worker had finished the trial."""
+        ctx, cores = self.ctx, self.cores
+        choice = [trial.suggest_categorical(f"core{c}", self.usable) for c in cores]
+        knobs: dict[str, Any] = {f"core{c}": k for c, k in zip(cores, choice)}
+        knobs["boundary_ms"] = trial.suggest_categorical("boundary_ms", [0.0, 0.03, 0.1, 0.3])
+        knobs["fuse"] = trial.suggest_categorical("fuse", [True, False])
+        names = [f"{k}@cpu{c}:t1" for k, c in zip(choice, cores)]
+        cols = [self.kinds.index(k) for k in choice]
+        overhead = [ctx.table.overhead_ms.get(ctx.targets[j].name, 0.01) for j in cols]
+        problem = retarget(ctx.problem, names, cols, overhead)
+        colocate = tuple(tuple(g) for g in self.fusion) if knobs["fuse"] else ()
+        problem = dataclasses.replace(problem, colocate=colocate,
+                                      partition_overhead_ms=np.full(len(names), knobs["boundary_ms"]))
+        t0 = time.monotonic()
+        plan = solve(problem, "pipeline", "cpsat", time_limit=self.solver_time_limit, seed=self.seed,
+                     num_stages=self.n_cores)
+        solve_s = time.monotonic() - t0
+        key = assignment_key(plan)
+        if key in self.by_key:
+            rec = self.by_key[key]
+        else:
+            rec = TrialRecord(key, f"trial {trial.number}", "trial", knobs, plan, plan.bottleneck_ms, solve_s=solve_s)
+            try:
+                mat = materialize(self.graph, plan)
+            except PlacerError as exc:
+                rec.error = first_line(exc)
+            else:
+                self.measure(rec, mat)
+            self.by_key[key] = rec
+            self.records.append(rec)
+        return tell_trial(self.study, trial, rec, rec.throughput_rps, self.say,
+                          f"{'+'.join(choice)} stages {plan.stage_targets}, predicted bottleneck "
+                          f"{plan.bottleneck_ms:.3f} ms, measured {rec.throughput_rps or math.nan:.1f} req/s")
+
+    # ---- final: finalists and baselines again, in interleaved rounds; only these rounds decide -------
+    def final_rounds(self) -> list[TrialRecord]:
+        """Measure the finalists, the baselines and the yardsticks again in interleaved rounds; their
+        figures (and the N-core limit) become the medians over these rounds. Returns the records
+        eligible to win."""
+        records = self.records
         candidates = sorted((r for r in records if r.kind in ("trial", "replicas") and r.throughput_rps is not None),
                             key=lambda r: -r.throughput_rps)
         finalists = candidates[:N_FINALISTS]
         best_rep = next((r for r in candidates if r.kind == "replicas"), None)
         if best_rep is not None and best_rep not in finalists:
             finalists.append(best_rep)
-        if finalists:
-            marks = {k: len(bench.candidates[k].samples_ms) for k in base_names}
-            with contextlib.ExitStack() as stack:
-                runs: dict[str, _PipelineRuns] = {}
-                for r in finalists:
-                    try:
-                        runs[r.key] = stack.enter_context(
-                            _PipelineRuns(pipe_mats[r.key], feeds, refs, n_requests, ctx.tolerance))
-                    except PlacerError as exc:
-                        r.error, r.throughput_rps = f"final rounds: {first_line(exc)}", None
-                for rnd in range(FINAL_ROUNDS):
-                    if rnd and budget_s is not None and time.monotonic() - t_start > budget_s:
-                        break
-                    order = list(runs) if rnd % 2 == 0 else list(runs)[::-1]
-                    bench.measure(list(base_names), rounds=1)
-                    for y in yardsticks.ready.values():
-                        rps = y.throughput(n_requests)
-                        if rps:
-                            ys_rps[y.key].append(rps)
-                    for k in order:
-                        try:
-                            final_rps.setdefault(k, []).append(runs[k].round(warmup=4 if rnd == 0 else 0))
-                        except PlacerError as exc:  # failed now after passing before: not eligible
-                            rec = next(r for r in finalists if r.key == k)
-                            rec.error, rec.throughput_rps = f"final rounds: {first_line(exc)}", None
-                            runs.pop(k).pe.close()
-                            final_rps.pop(k, None)
-            for r in finalists:
-                if r.key in runs and runs[r.key].rps:
-                    runs[r.key].fill(r)  # medians over the final rounds only
-                    if r.numerics_ok is False:
-                        r.error, r.throughput_rps = "numerics check failed (final rounds)", None
-                        continue
-                    say(f"final: {r.label} {r.throughput_rps:.1f} req/s (rounds "
-                        f"{', '.join(f'{v:.0f}' for v in final_rps[r.key])}; earlier "
-                        f"{', '.join(f'{v:.0f}' for v in rounds_rps[r.key])})")
-            for rec in records:  # yardsticks: medians over the final rounds only
-                if rec.kind == "yardstick" and ys_rps.get(rec.key):
-                    rec.throughput_rps, rec.final = float(np.median(ys_rps[rec.key])), True
-                    say(f"final: {rec.key} {rec.throughput_rps:.1f} req/s")
-            for rec in records:  # the baselines over the final rounds' samples (the limit moves with them)
-                if rec.kind == "baseline":
-                    smp = np.asarray(bench.candidates[rec.key].samples_ms[marks[rec.key]:])
-                    if len(smp):
-                        rec.measured_ms = float(np.median(smp))
-                        rec.p10_ms, rec.p90_ms = float(np.percentile(smp, 10)), float(np.percentile(smp, 90))
-                        rec.throughput_rps = 1000 / rec.measured_ms
-                        say(f"final: single:{rec.key} {rec.throughput_rps:.1f} req/s")
-            single_thread_best = max((r.throughput_rps for r in records
-                                      if r.kind == "baseline" and r.key.endswith(":t1")), default=math.nan)
-            limit = n_cores * single_thread_best
-            best_single = max((r for r in records if r.kind == "baseline" and r.key.endswith(f":t{n_cores}")),
-                              key=lambda r: r.throughput_rps, default=best_single)
-            eligible = [r for r in finalists if r.key in final_rps and r.throughput_rps is not None]
-            eligible += [r for r in records if r.kind == "baseline"]
-        else:
-            eligible = [r for r in records if r.throughput_rps is not None and r.kind != "yardstick"]
-    finally:
-        bench.close()
-        stack_outer.close()
+        if not finalists:
+            return [r for r in records if r.throughput_rps is not None and r.kind != "yardstick"]
+        marks = {k: len(self.bench.candidates[k].samples_ms) for k in self.base_names}
+        runs = self._interleaved_rounds(finalists)
+        self._final_figures(finalists, runs, marks)
+        eligible = [r for r in finalists if r.key in self.final_rps and r.throughput_rps is not None]
+        eligible += [r for r in records if r.kind == "baseline"]
+        return eligible
 
-    best = max(eligible, key=lambda r: r.throughput_rps)
-    fell_back = best.kind == "baseline"
-    if fell_back:
-        mat = materialize(graph, {op.id: best.key for op in graph.ops}, out)
-    elif best.kind == "replicas":
-        kind = best.knobs["runtime"]
-        mat = materialize(graph, {op.id: f"{kind}:t1" for op in graph.ops}, out,
-                          stage_of={op.id: 0 for op in graph.ops}, replicas={0: best.knobs["replicas"]})
-    else:
-        mat = materialize(graph, best.plan, out)
-    say(f"chosen {best.label}: {best.throughput_rps:.1f} req/s = {best.throughput_rps / limit:.0%} of the "
-        f"{n_cores}-core limit {limit:.1f} req/s")
-    result = TuneResult(best=best, best_single=best_single, records=records, objective="throughput", out_dir=out,
-                        fell_back=fell_back, wall_s=time.monotonic() - t_start, study_storage=storage_url,
-                        extra={"core_limit_rps": limit, "single_thread_best_rps": single_thread_best,
-                               "core_limit_fraction": best.throughput_rps / limit,
-                               "requests_per_round": n_requests, "throughput_rounds": rounds_rps,
-                               "final_rounds": final_rps,
-                               "final_candidates": [r.key for r in eligible],
-                               "chosen_layout": mat.summary(),
-                               "problem_provenance": dict(ctx.problem.provenance),
-                               "n_partitions": len(mat.partitions)})
-    write_outputs(result, ctx, mat)
-    return result
+    def _interleaved_rounds(self, finalists: list[TrialRecord]) -> dict[str, _PipelineRuns]:
+        """FINAL_ROUNDS rounds (fewer once the budget is spent): the baselines, the yardsticks, then each
+        finalist still eligible (alternating order); returns the finalists' runs (closed)."""
+        budget_s, n_requests = self.budget_s, self.n_requests
+        with contextlib.ExitStack() as stack:
+            runs: dict[str, _PipelineRuns] = {}
+            for r in finalists:
+                try:
+                    runs[r.key] = stack.enter_context(
+                        _PipelineRuns(self.pipe_mats[r.key], self.feeds, self.refs, n_requests, self.ctx.tolerance))
+                except PlacerError as exc:
+                    r.error, r.throughput_rps = f"final rounds: {first_line(exc)}", None
+            for rnd in range(FINAL_ROUNDS):
+                if rnd and budget_s is not None and time.monotonic() - self.t_start > budget_s:
+                    break
+                order = list(runs) if rnd % 2 == 0 else list(runs)[::-1]
+                self.bench.measure(list(self.base_names), rounds=1)
+                for y in self.yardsticks.ready.values():
+                    rps = y.throughput(n_requests)
+                    if rps:
+                        self.ys_rps[y.key].append(rps)
+                for k in order:
+                    try:
+                        self.final_rps.setdefault(k, []).append(runs[k].round(warmup=4 if rnd == 0 else 0))
+                    except PlacerError as exc:  # failed now after passing before: not eligible
+                        rec = next(r for r in finalists if r.key == k)
+                        rec.error, rec.throughput_rps = f"final rounds: {first_line(exc)}", None
+                        runs.pop(k).pe.close()
+                        self.final_rps.pop(k, None)
+        return runs
+
+    def _final_figures(self, finalists: list[TrialRecord], runs: Mapping[str, _PipelineRuns],
+                       marks: Mapping[str, int]) -> None:
+        """Every figure from the final rounds only: finalists, yardsticks, baselines (from their samples
+        after ``marks``), then the N-core limit and the best single runtime."""
+        records, say = self.records, self.say
+        for r in finalists:
+            if r.key in runs and runs[r.key].rps:
+                runs[r.key].fill(r)  # medians over the final rounds only
+                if r.numerics_ok is False:
+                    r.error, r.throughput_rps = "numerics check failed (final rounds)", None
+                    continue
+                say(f"final: {r.label} {r.throughput_rps:.1f} req/s (rounds "
+                    f"{', '.join(f'{v:.0f}' for v in self.final_rps[r.key])}; earlier "
+                    f"{', '.join(f'{v:.0f}' for v in self.rounds_rps[r.key])})")
+        for rec in records:  # yardsticks: medians over the final rounds only
+            if rec.kind == "yardstick" and self.ys_rps.get(rec.key):
+                rec.throughput_rps, rec.final = float(np.median(self.ys_rps[rec.key])), True
+                say(f"final: {rec.key} {rec.throughput_rps:.1f} req/s")
+        for rec in records:  # the baselines over the final rounds' samples (the limit moves with them)
+            if rec.kind == "baseline":
+                smp = np.asarray(self.bench.candidates[rec.key].samples_ms[marks[rec.key]:])
+                if len(smp):
+                    rec.measured_ms = float(np.median(smp))
+                    rec.p10_ms, rec.p90_ms = float(np.percentile(smp, 10)), float(np.percentile(smp, 90))
+                    rec.throughput_rps = 1000 / rec.measured_ms
+                    say(f"final: single:{rec.key} {rec.throughput_rps:.1f} req/s")
+        self.single_thread_best = max((r.throughput_rps for r in records
+                                       if r.kind == "baseline" and r.key.endswith(":t1")), default=math.nan)
+        self.limit = self.n_cores * self.single_thread_best
+        self.best_single = max((r for r in records if r.kind == "baseline" and r.key.endswith(f":t{self.n_cores}")),
+                               key=lambda r: r.throughput_rps, default=self.best_single)
+
+    # ---- output ------------------------------------------------------------------------------------
+    def write(self, eligible: list[TrialRecord]) -> TuneResult:
+        """The best eligible candidate materialized into ``out``, the result and its output files."""
+        graph, out, limit = self.graph, self.out, self.limit
+        best = max(eligible, key=lambda r: r.throughput_rps)
+        fell_back = best.kind == "baseline"
+        if fell_back:
+            mat = materialize(graph, {op.id: best.key for op in graph.ops}, out)
+        elif best.kind == "replicas":
+            kind = best.knobs["runtime"]
+            mat = materialize(graph, {op.id: f"{kind}:t1" for op in graph.ops}, out,
+                              stage_of={op.id: 0 for op in graph.ops}, replicas={0: best.knobs["replicas"]})
+        else:
+            mat = materialize(graph, best.plan, out)
+        self.say(f"chosen {best.label}: {best.throughput_rps:.1f} req/s = {best.throughput_rps / limit:.0%} of the "
+                 f"{self.n_cores}-core limit {limit:.1f} req/s")
+        result = TuneResult(best=best, best_single=self.best_single, records=self.records, objective="throughput",
+                            out_dir=out, fell_back=fell_back, wall_s=time.monotonic() - self.t_start,
+                            study_storage=self.storage_url,
+                            extra={"core_limit_rps": limit, "single_thread_best_rps": self.single_thread_best,
+                                   "core_limit_fraction": best.throughput_rps / limit,
+                                   "requests_per_round": self.n_requests, "throughput_rounds": self.rounds_rps,
+                                   "final_rounds": self.final_rps,
+                                   "final_candidates": [r.key for r in eligible],
+                                   "chosen_layout": mat.summary(),
+                                   "problem_provenance": dict(self.ctx.problem.provenance),
+                                   "n_partitions": len(mat.partitions)})
+        write_outputs(result, self.ctx, mat)
+        return result

@@ -54,8 +54,8 @@ from placer.tune.records import TrialRecord, TuneResult, assignment_key, load_tu
 from placer.tune import shared_study
 from placer.tune.study import GRACE_PERIOD_S, asked_trial, fail_stale, open_study, storage_for, tell_trial
 
-__all__ = ["TrialRecord", "TuneResult", "add_yardsticks", "fill", "final_requests", "learned_entry_ms",
-           "load_tune_result", "tune"]
+__all__ = ["LatencySearch", "TrialRecord", "TuneResult", "add_yardsticks", "fill", "final_requests",
+           "learned_entry_ms", "load_tune_result", "tune"]
 
 
 #: single-target baselines predicted this many times slower than the fastest are not measured
@@ -249,57 +249,137 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
         model_dir = None  # a model the caller passed is saved only where the caller says, never over the default
     if cost_model is None and model_dir is not None and any(not getattr(t, "simulated", False) for t in ctx.targets):
         cost_model = learned.fit_or_update(ctx, model_dir, say, seed=seed)
+    search = LatencySearch(out, ctx, storage=storage, storage_url=storage_url, budget_s=budget_s, n_trials=n_trials,
+                           seed=seed, solver_time_limit=solver_time_limit, cost_model=cost_model, model_dir=model_dir,
+                           say=say, t_start=t_start, stale_after_s=stale_after_s)
+    return search.run()
 
-    feeds = load_inputs("seed:0", graph, 4)
-    records: list[TrialRecord] = []
-    by_key: dict[str, TrialRecord] = {}
-    feedback_rows: list[dict] = []
-    names = [t.name for t in ctx.targets]
 
-    bench = PlanBench(feeds, rounds=3, per_round=4)
-    yardsticks = YardstickSet(graph.model, feeds, latency_kinds(), say=say)
-    try:
-        ys_keys = add_yardsticks(bench, yardsticks, records, graph.model, feeds, say, ctx.tolerance)
-        best_default_key: list[str] = []  # the fastest yardstick, once the baselines are measured
+class LatencySearch:
+    """One latency tuning run once the model is profiled (steps 2-6 of this module's loop).
 
-        def measure_plan(plan, label: str, kind: str, knobs: dict, problem, solve_s: float) -> TrialRecord:
-            key = assignment_key(plan)
-            if key in by_key:  # same placement as an earlier candidate: reuse its measurement
-                return by_key[key]
-            rec = TrialRecord(key, label, kind, knobs, plan, plan.makespan_ms, solve_s=solve_s)
-            try:
-                mat = materialize(graph, plan)
-                rec.n_partitions = len(mat.partitions)
-                bench.add(key, mat)
-                outs = bench.outputs(key)
-                report = check_against_reference(graph.model, feeds, outs, **ctx.tolerance)
-                rec.numerics_ok = bool(report.passed)
-                rec.max_abs_err = float(max((o.max_abs for o in report.outputs), default=0.0))
-                if not report.passed:
-                    raise PlacerError(f"numerics check failed: {report.failures()[0].name}")
-                keys = [key] + ([best_single.key] if best_single_holder and best_single.key != key else [])
-                keys += [best_default_key[0]] if best_default_key else []
-                stats = bench.measure(keys)
-                s = stats[key]
-                rec.measured_ms, rec.p10_ms, rec.p90_ms = s.median_ms, s.p10_ms, s.p90_ms
-                rec.throughput_rps = 1000.0 / s.median_ms
-                rec.partitions = _partition_feedback(problem, plan, mat, bench.partition_medians(key))
-                feedback_rows.extend(rec.partitions)
-                if cost_model is not None and hasattr(cost_model, "add_partition_measurements"):
-                    learned.feed(cost_model, rec.partitions, graph)
-            except PlacerError as exc:
-                rec.error = first_line(exc)
-            records.append(rec)
-            by_key[key] = rec
-            return rec
+    It holds what the steps share: the bench and yardsticks every candidate is measured on, the
+    records (``by_key``: one per placement, so a plan proposed again is not re-run), the partition
+    feedback, the best single target and yardstick measured so far, the budget's split between the
+    search and the final rounds, and the study. :meth:`run` goes through the steps:
+    :meth:`measure_baselines`, :meth:`search` (:meth:`run_trial` each trial), :meth:`final_rounds`,
+    :meth:`write`."""
 
-        # ---- baselines: each single target, measured ---------------------------------------
-        best_single_holder: list[TrialRecord] = []
-        reserve_holder: list[float] = []  # the share of the budget kept for the final rounds
-        best_single = None
+    def __init__(self, out: Path, ctx, *, storage: str | None, storage_url: str, budget_s: float | None,
+                 n_trials: int | None, seed: int, solver_time_limit: float, cost_model, model_dir,
+                 say: Callable[[str], None], t_start: float, stale_after_s: float = GRACE_PERIOD_S):
+        self.out, self.ctx, self.graph = out, ctx, ctx.graph
+        self.storage, self.storage_url, self.stale_after_s = storage, storage_url, stale_after_s
+        self.budget_s, self.n_trials, self.t_start = budget_s, n_trials, t_start
+        self.seed, self.solver_time_limit = seed, solver_time_limit
+        self.cost_model, self.model_dir = cost_model, model_dir
+        self.say = say
+        self.names = [t.name for t in ctx.targets]
+        self.feeds = None
+        self.records: list[TrialRecord] = []
+        self.by_key: dict[str, TrialRecord] = {}
+        self.feedback_rows: list[dict] = []
+        self.bench = self.yardsticks = None
+        self.ys_keys: list[str] = []
+        #: the fastest single target and yardstick once the baselines are measured: each candidate is
+        #: measured interleaved with them
+        self.best_single: TrialRecord | None = None
+        self.best_default_key: str | None = None
+        self.reserve = 0.15  # the share of the budget kept for the final rounds (set from the baselines)
+        self.study = self.fusion = None
+        self.n_done = 0
+
+    # ---- the steps -------------------------------------------------------------------------------
+    def run(self) -> TuneResult:
+        """Baselines, search, final rounds; then the cost model saved and the outputs written."""
+        graph = self.graph
+        self.feeds = load_inputs("seed:0", graph, 4)
+        self.bench = PlanBench(self.feeds, rounds=3, per_round=4)
+        self.yardsticks = YardstickSet(graph.model, self.feeds, latency_kinds(), say=self.say)
+        try:
+            self.ys_keys = add_yardsticks(self.bench, self.yardsticks, self.records, graph.model, self.feeds,
+                                          self.say, self.ctx.tolerance)
+            self.measure_baselines()
+            self.open_study()
+            self.search()
+            best, best_single = self.final_rounds()
+            mat = materialize(graph, best.plan, self.out)
+        finally:
+            self.bench.close()
+            self.yardsticks.close()
+        return self.write(best, best_single, mat)
+
+    def measure_plan(self, plan, label: str, kind: str, knobs: dict, problem, solve_s: float) -> TrialRecord:
+        """Materialize, check and measure ``plan`` (interleaved with the best single target and yardstick)
+        into a new record; a placement measured before returns its record."""
+        key = assignment_key(plan)
+        if key in self.by_key:  # same placement as an earlier candidate: reuse its measurement
+            return self.by_key[key]
+        graph, bench = self.graph, self.bench
+        rec = TrialRecord(key, label, kind, knobs, plan, plan.makespan_ms, solve_s=solve_s)
+        try:
+            mat = materialize(graph, plan)
+            rec.n_partitions = len(mat.partitions)
+            bench.add(key, mat)
+            outs = bench.outputs(key)
+            report = check_against_reference(graph.model, self.feeds, outs, **self.ctx.tolerance)
+            rec.numerics_ok = bool(report.passed)
+            rec.max_abs_err = float(max((o.max_abs for o in report.outputs), default=0.0))
+            if not report.passed:
+                raise PlacerError(f"numerics check failed: {report.failures()[0].name}")
+            keys = [key] + ([self.best_single.key] if self.best_single is not None and self.best_single.key != key
+                            else [])
+            keys += [self.best_default_key] if self.best_default_key is not None else []
+            stats = bench.measure(keys)
+            s = stats[key]
+            rec.measured_ms, rec.p10_ms, rec.p90_ms = s.median_ms, s.p10_ms, s.p90_ms
+            rec.throughput_rps = 1000.0 / s.median_ms
+            rec.partitions = _partition_feedback(problem, plan, mat, bench.partition_medians(key))
+            self.feedback_rows.extend(rec.partitions)
+            if self.cost_model is not None and hasattr(self.cost_model, "add_partition_measurements"):
+                learned.feed(self.cost_model, rec.partitions, graph)
+        except PlacerError as exc:
+            rec.error = first_line(exc)
+        self.records.append(rec)
+        self.by_key[key] = rec
+        return rec
+
+    # ---- baselines: each single target, measured -------------------------------------------------
+    def measure_baselines(self) -> None:
+        """Measure every single-target plan, then again interleaved with the yardsticks; sets the best
+        single target and yardstick, the budget's reserve for the final rounds, and re-prices the
+        problem from the whole-model times just measured."""
+        ok = self._measure_singles()
+        # re-measure all baselines interleaved with the yardsticks so they share the same conditions
+        t_guard = time.monotonic()
+        stats = self.bench.measure([r.key for r in ok] + self.ys_keys)
+        # the final rounds measure the same kind of list again, fresh, then the outputs are written:
+        # the search leaves them twice this measurement's time, three Relax builds, half TVM's import
+        # and two seconds (closing the yardsticks' processes, writing the outputs: at least 15 % of the
+        # budget, at most half), so the whole command ends near its budget
+        guard_s = time.monotonic() - t_guard
+        self.reserve = self._reserve_for_the_end(guard_s, min(ok, key=lambda r: stats[r.key].median_ms))
+        for r in ok + [r for r in self.records if r.key in self.ys_keys]:
+            fill(r, stats[r.key])
+        self.best_single = min(ok, key=lambda r: r.measured_ms)
+        if self.ys_keys:
+            self.best_default_key = min(self.ys_keys, key=lambda k: stats[k].median_ms)
+        # re-price the problem from the whole-model times just measured (interleaved, same executor);
+        # a stored whole-model time these contradict is flagged for re-measurement
+        session_ms = {r.label.split(":", 1)[1]: r.measured_ms for r in ok}
+        context.check_store(self.ctx, session_ms, self.say)
+        self.ctx = context.recalibrate(self.ctx, session_ms)
+        self.say(f"best single target: {self.best_single.label} {self.best_single.measured_ms:.3f} ms"
+                 + (f"; best yardstick {self.best_default_key} {stats[self.best_default_key].median_ms:.3f} ms"
+                    if self.best_default_key is not None else ""))
+
+    def _measure_singles(self) -> list[TrialRecord]:
+        """Solve and measure each single-target plan (those predicted far slower than the fastest are
+        recorded, not measured); the measured ones, PlacerError if none is."""
+        ctx, say = self.ctx, self.say
         singles = {}
-        for name in names:
-            plan = solve(ctx.problem, "latency", f"single:{name}", time_limit=solver_time_limit)
+        for name in self.names:
+            plan = solve(ctx.problem, "latency", f"single:{name}", time_limit=self.solver_time_limit)
             if len(set(plan.assignment.values())) != 1:
                 say(f"baseline {name}: does not run every op, skipped")
                 continue
@@ -309,26 +389,22 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
             if fastest > 0 and plan.makespan_ms > SKIP_BASELINE_FACTOR * fastest:
                 # e.g. untuned TVM, 15-100x slower here: measuring it would eat the budget (a target
                 # priced at 0 ms, ops all below its call overhead, gives no ratio: everything is measured)
-                records.append(TrialRecord(assignment_key(plan), f"single:{name}", "baseline", {}, plan,
-                                           plan.makespan_ms, n_partitions=1,
-                                           error=f"not measured: predicted {plan.makespan_ms / fastest:.0f}x "
-                                                 "slower than the fastest target"))
+                self.records.append(TrialRecord(assignment_key(plan), f"single:{name}", "baseline", {}, plan,
+                                                plan.makespan_ms, n_partitions=1,
+                                                error=f"not measured: predicted {plan.makespan_ms / fastest:.0f}x "
+                                                      "slower than the fastest target"))
                 say(f"baseline {name}: predicted {plan.makespan_ms:.1f} ms, not measured")
                 continue
-            rec = measure_plan(plan, f"single:{name}", "baseline", {}, ctx.problem, plan.stats.wall_s)
+            rec = self.measure_plan(plan, f"single:{name}", "baseline", {}, ctx.problem, plan.stats.wall_s)
             if rec.measured_ms is not None:
                 say(f"baseline {name}: {rec.measured_ms:.3f} ms measured ({plan.makespan_ms:.3f} predicted)")
-        ok = [r for r in records if r.kind == "baseline" and r.measured_ms is not None]
+        ok = [r for r in self.records if r.kind == "baseline" and r.measured_ms is not None]
         if not ok:
-            raise PlacerError(f"no target runs the whole of {graph.name!r}: nothing to compare a plan with")
-        # re-measure all baselines interleaved with the yardsticks so they share the same conditions
-        t_guard = time.monotonic()
-        stats = bench.measure([r.key for r in ok] + ys_keys)
-        # the final rounds measure the same kind of list again, fresh, then the outputs are written:
-        # the search leaves them twice this measurement's time, three Relax builds, half TVM's import
-        # and two seconds (closing the yardsticks' processes, writing the outputs: at least 15 % of the
-        # budget, at most half), so the whole command ends near its budget
-        guard_s = time.monotonic() - t_guard
+            raise PlacerError(f"no target runs the whole of {self.graph.name!r}: nothing to compare a plan with")
+        return ok
+
+    def _reserve_for_the_end(self, guard_s: float, best_ok: TrialRecord) -> float:
+        """The share of the budget kept for what follows the search (see :meth:`measure_baselines`)."""
         # after the final rounds the best plan's Relax program is built and compiled, the outputs
         # written, and TVM's teardown ends the process (about half its import time): TVM imported now
         # (seconds, spent anyway) and the best single target's program built, both timed
@@ -336,129 +412,132 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
         import tvm  # noqa: F401
 
         t_build = time.monotonic()
-        best_ok = min(ok, key=lambda r: stats[r.key].median_ms)
         try:
-            materialize(graph, best_ok.plan, relax=True)
+            materialize(self.graph, best_ok.plan, relax=True)
         except PlacerError:
             pass  # the final build reports it, where it matters
         build_s = time.monotonic() - t_build
         tail_s = 2 * guard_s + 3 * build_s + 0.5 * (t_build - t_import) + 2.0
-        reserve_holder.append(min(0.5, max(0.15, tail_s / budget_s)) if budget_s else 0.15)
-        for r in ok + [r for r in records if r.key in ys_keys]:
-            fill(r, stats[r.key])
-        best_single = min(ok, key=lambda r: r.measured_ms)
-        best_single_holder.append(best_single)
-        if ys_keys:
-            best_default_key.append(min(ys_keys, key=lambda k: stats[k].median_ms))
-        # re-price the problem from the whole-model times just measured (interleaved, same executor);
-        # a stored whole-model time these contradict is flagged for re-measurement
-        session_ms = {r.label.split(":", 1)[1]: r.measured_ms for r in ok}
-        context.check_store(ctx, session_ms, say)
-        ctx = context.recalibrate(ctx, session_ms)
-        say(f"best single target: {best_single.label} {best_single.measured_ms:.3f} ms"
-            + (f"; best yardstick {best_default_key[0]} {stats[best_default_key[0]].median_ms:.3f} ms"
-               if best_default_key else ""))
+        return min(0.5, max(0.15, tail_s / self.budget_s)) if self.budget_s else 0.15
 
-        # ---- the study ---------------------------------------------------------------------
-        study = open_study(storage_url, shared_study.study_name(graph.model_hash, ctx.targets, "latency"),
-                           direction="minimize", seed=seed, shared=storage is not None, n_startup_trials=4,
-                           stale_after_s=stale_after_s)
-        fusion = space.fusion_groups(graph)
-        default_knobs = space.default_knobs(names)
-        study.enqueue_trial(default_knobs, skip_if_exists=True)
+    # ---- the study -------------------------------------------------------------------------------
+    def open_study(self) -> None:
+        """Open (or resume) the study; the default knobs are its first trial."""
+        self.study = open_study(self.storage_url,
+                                shared_study.study_name(self.graph.model_hash, self.ctx.targets, "latency"),
+                                direction="minimize", seed=self.seed, shared=self.storage is not None,
+                                n_startup_trials=4, stale_after_s=self.stale_after_s)
+        self.fusion = space.fusion_groups(self.graph)
+        self.study.enqueue_trial(space.default_knobs(self.names), skip_if_exists=True)
 
-        def run_trial(trial) -> bool:
-            """Solve, measure and tell one trial; False if another worker had finished it."""
-            knobs = space.suggest_latency(trial, names)
-            entry = learned_entry_ms(feedback_rows, names, knobs["costs"])
-            priced = (learned.learned_costs(ctx, cost_model)
-                      if knobs["costs"] == "learned" and cost_model is not None else None)
-            problem = space.latency_problem(ctx, knobs, fusion, entry, priced)
-            t0 = time.monotonic()
-            plan = space.solve_trial(problem, knobs, time_limit=solver_time_limit, seed=seed)
-            solve_s = time.monotonic() - t0
-            cached = by_key.get(assignment_key(plan))
-            if cached is None and best_single.measured_ms > 0 \
-                    and plan.makespan_ms > SKIP_BASELINE_FACTOR * best_single.measured_ms:
-                # e.g. everything on untuned TVM: measuring it would eat the budget; tell TPE the prediction
-                cached = TrialRecord(assignment_key(plan), f"trial {trial.number}", "trial", knobs, plan,
-                                     plan.makespan_ms, solve_s=solve_s,
-                                     error=f"not measured: predicted {plan.makespan_ms / best_single.measured_ms:.0f}x "
-                                           f"slower than the best single target")
-                records.append(cached)
-                by_key[cached.key] = cached
-            if cached is not None and cached.measured_ms is None and (cached.error or "").startswith("not measured"):
-                return tell_trial(study, trial, cached, cached.predicted_ms, say, cached.error)  # same value each time
-            rec = measure_plan(plan, f"trial {trial.number}", "trial", knobs, problem, solve_s)
-            return tell_trial(study, trial, rec, rec.measured_ms, say,
-                              f"{rec.n_partitions} partitions, predicted {rec.predicted_ms:.3f} ms, "
-                              f"measured {rec.measured_ms or math.nan:.3f} ms (best single {best_single.measured_ms:.3f})")
-
-        n_done = 0
-        search_share = 1.0 - (reserve_holder[-1] if reserve_holder else 0.15)
-        say("search: " + " or ".join(
+    def search(self) -> None:
+        """Ask, run and tell trials until the trial count, the search's share of the budget or
+        convergence ends it; a stop request is checked before each trial."""
+        budget_s, n_trials = self.budget_s, self.n_trials
+        search_share = 1.0 - self.reserve
+        self.say("search: " + " or ".join(
             ([f"trials until {budget_s * search_share:.0f} s of the {budget_s:.0f} s budget"]
              if budget_s is not None else [])
             + ([f"{n_trials} trials"] if n_trials is not None else []))
-            + f" ({time.monotonic() - t_start:.0f} s spent)")
+            + f" ({time.monotonic() - self.t_start:.0f} s spent)")
         repeats = 0  # trials in a row whose plan was already measured
         while True:
-            elapsed = time.monotonic() - t_start
-            if n_trials is not None and n_done >= n_trials:
+            elapsed = time.monotonic() - self.t_start
+            if n_trials is not None and self.n_done >= n_trials:
                 break
             if budget_s is not None and elapsed > budget_s * search_share:
                 break
             if n_trials is None and repeats >= CONVERGED_AFTER:
-                say(f"search converged: the last {repeats} trials proposed plans already measured")
+                self.say(f"search converged: the last {repeats} trials proposed plans already measured")
                 break
             raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
-            fail_stale(study, say, stale_after_s)
-            n_plans = len(by_key)
-            with asked_trial(study, lambda t: shared_study.mark_worker(t, ctx.targets)) as trial:
+            fail_stale(self.study, self.say, self.stale_after_s)
+            n_plans = len(self.by_key)
+            with asked_trial(self.study, lambda t: shared_study.mark_worker(t, self.ctx.targets)) as trial:
                 # an interrupted or killed worker's trial is failed, never left RUNNING
-                n_done += int(run_trial(trial))
-            repeats = repeats + 1 if len(by_key) == n_plans else 0
+                self.n_done += int(self.run_trial(trial))
+            repeats = repeats + 1 if len(self.by_key) == n_plans else 0
+        if self.n_done == 0:
+            self.say("no trial ran: the budget was spent before the search (profiling, baselines); "
+                     "the result is the best single target")
 
-        if n_done == 0:
-            say("no trial ran: the budget was spent before the search (profiling, baselines); "
-                "the result is the best single target")
-        # ---- the measured guard: every candidate and yardstick again, in the same final rounds ----
-        measured = sorted((r for r in records if r.measured_ms is not None and r.kind != "yardstick"),
+    def run_trial(self, trial) -> bool:
+        """Solve, measure and tell one trial; False if another worker had finished it."""
+        ctx, best_single = self.ctx, self.best_single
+        knobs = space.suggest_latency(trial, self.names)
+        entry = learned_entry_ms(self.feedback_rows, self.names, knobs["costs"])
+        priced = (learned.learned_costs(ctx, self.cost_model)
+                  if knobs["costs"] == "learned" and self.cost_model is not None else None)
+        problem = space.latency_problem(ctx, knobs, self.fusion, entry, priced)
+        t0 = time.monotonic()
+        plan = space.solve_trial(problem, knobs, time_limit=self.solver_time_limit, seed=self.seed)
+        solve_s = time.monotonic() - t0
+        cached = self.by_key.get(assignment_key(plan))
+        if cached is None and best_single.measured_ms > 0 \
+                and plan.makespan_ms > SKIP_BASELINE_FACTOR * best_single.measured_ms:
+            # e.g. everything on untuned TVM: measuring it would eat the budget; tell TPE the prediction
+            cached = TrialRecord(assignment_key(plan), f"trial {trial.number}", "trial", knobs, plan,
+                                 plan.makespan_ms, solve_s=solve_s,
+                                 error=f"not measured: predicted {plan.makespan_ms / best_single.measured_ms:.0f}x "
+                                       f"slower than the best single target")
+            self.records.append(cached)
+            self.by_key[cached.key] = cached
+        if cached is not None and cached.measured_ms is None and (cached.error or "").startswith("not measured"):
+            return tell_trial(self.study, trial, cached, cached.predicted_ms, self.say, cached.error)  # same value
+        rec = self.measure_plan(plan, f"trial {trial.number}", "trial", knobs, problem, solve_s)
+        return tell_trial(self.study, trial, rec, rec.measured_ms, self.say,
+                          f"{rec.n_partitions} partitions, predicted {rec.predicted_ms:.3f} ms, "
+                          f"measured {rec.measured_ms or math.nan:.3f} ms (best single {best_single.measured_ms:.3f})")
+
+    # ---- the measured guard: every candidate and yardstick again, in the same final rounds -------------
+    def final_rounds(self) -> tuple[TrialRecord, TrialRecord]:
+        """Measure the best candidates, every single target and every yardstick again in the same final
+        rounds (their figures replace the earlier ones); returns the best candidate and the best single
+        target by these rounds."""
+        measured = sorted((r for r in self.records if r.measured_ms is not None and r.kind != "yardstick"),
                           key=lambda r: r.measured_ms)
         finalists = measured[:FINAL_CANDIDATES]
         # every single target too: its trial-time figure may come from a noisier moment than the others'
         finalists += [r for r in measured if r.kind == "baseline" and r not in finalists]
-        if best_single not in finalists:
-            finalists.append(best_single)
-        say(f"final rounds: {len(finalists)} candidate(s) and {len(ys_keys)} yardstick(s), interleaved")
-        final_keys = [r.key for r in finalists] + ys_keys
+        if self.best_single not in finalists:
+            finalists.append(self.best_single)
+        self.say(f"final rounds: {len(finalists)} candidate(s) and {len(self.ys_keys)} yardstick(s), interleaved")
+        final_keys = [r.key for r in finalists] + self.ys_keys
         fastest = min((r.measured_ms for r in finalists), default=math.nan)
-        stats = bench.measure(final_keys, rounds=FINAL_ROUNDS, fresh=True, per_round=final_requests(fastest))
-        for r in records:
+        stats = self.bench.measure(final_keys, rounds=FINAL_ROUNDS, fresh=True, per_round=final_requests(fastest))
+        for r in self.records:
             if r.key in stats:
                 fill(r, stats[r.key])
                 r.final = True
         best = min(finalists, key=lambda r: r.measured_ms)
-        singles_final = [r for r in finalists if r.kind == "baseline"]
-        best_single = min(singles_final, key=lambda r: r.measured_ms)
-        fell_back = best.kind == "baseline"  # no placement measured faster than one target alone
-        mat = materialize(graph, best.plan, out)
-    finally:
-        bench.close()
-        yardsticks.close()
-    cm_info = None
-    if cost_model is not None and hasattr(cost_model, "partition_records"):
-        if model_dir is not None:
-            learned.save(cost_model, model_dir, say)
-        cm_info = {"id": cost_model.model_id, "dir": str(model_dir) if model_dir else None,
-                   "partition_ratio": learned.partition_ratios(cost_model, [n for n in names if n in cost_model.targets]),
-                   "tune_partitions": len(learned.tune_records(cost_model)),
-                   "carried_over": cost_model.card.get("tune_partitions_carried", 0)}
+        best_single = min((r for r in finalists if r.kind == "baseline"), key=lambda r: r.measured_ms)
+        return best, best_single
 
-    result = TuneResult(best=best, best_single=best_single, records=records, objective="latency", out_dir=out,
-                        fell_back=fell_back, wall_s=time.monotonic() - t_start, study_storage=storage_url,
-                        extra={"problem_provenance": dict(ctx.problem.provenance), "n_partitions": len(mat.partitions),
-                               "cost_model": cm_info, "segment_ratios": segment_ratio_stats(ctx.table),
-                               "n_trials": n_done, "final_rounds": FINAL_ROUNDS})
-    write_outputs(result, ctx, mat)
-    return result
+    # ---- output ----------------------------------------------------------------------------------
+    def cost_model_info(self) -> dict | None:
+        """Save the learned cost model (where it has a folder) and describe it for the report."""
+        cost_model, model_dir = self.cost_model, self.model_dir
+        if cost_model is None or not hasattr(cost_model, "partition_records"):
+            return None
+        if model_dir is not None:
+            learned.save(cost_model, model_dir, self.say)
+        return {"id": cost_model.model_id, "dir": str(model_dir) if model_dir else None,
+                "partition_ratio": learned.partition_ratios(cost_model,
+                                                            [n for n in self.names if n in cost_model.targets]),
+                "tune_partitions": len(learned.tune_records(cost_model)),
+                "carried_over": cost_model.card.get("tune_partitions_carried", 0)}
+
+    def write(self, best: TrialRecord, best_single: TrialRecord, mat) -> TuneResult:
+        """The result (``best`` materialized as ``mat`` in the output folder) and its output files."""
+        ctx = self.ctx
+        cm_info = self.cost_model_info()
+        fell_back = best.kind == "baseline"  # no placement measured faster than one target alone
+        result = TuneResult(best=best, best_single=best_single, records=self.records, objective="latency",
+                            out_dir=self.out, fell_back=fell_back, wall_s=time.monotonic() - self.t_start,
+                            study_storage=self.storage_url,
+                            extra={"problem_provenance": dict(ctx.problem.provenance),
+                                   "n_partitions": len(mat.partitions), "cost_model": cm_info,
+                                   "segment_ratios": segment_ratio_stats(ctx.table), "n_trials": self.n_done,
+                                   "final_rounds": FINAL_ROUNDS})
+        write_outputs(result, ctx, mat)
+        return result
