@@ -62,10 +62,53 @@ def _finished_trials(study: Path) -> dict:
                                             "ON v.trial_id = t.trial_id WHERE t.state = 'COMPLETE'")}
 
 
-def _start(argv: list[str], log: Path) -> subprocess.Popen:
+def _signals_as_in_a_terminal() -> None:
+    """In the child, before it execs: SIGINT and SIGTERM at their defaults, as a command typed in a
+    terminal has them. A test run started in the background by a non-interactive shell (``pytest ... &``,
+    a script, an agent's tool) has SIGINT *ignored*, and an ignored signal stays ignored across fork and
+    exec; Python then keeps it ignored, and so does ``placer`` (:func:`placer.interrupts.install` leaves
+    a disposition it did not get from Python alone), so the SIGINT the test sends would be dropped and
+    tune would run all its trials and exit 0."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _popen(cmd: list[str], log: Path) -> subprocess.Popen:
     with open(log, "ab") as f:
-        return subprocess.Popen([python(), "-m", "placer.cli", *argv], cwd=ROOT, env=subprocess_env(), stdout=f,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(), stdout=f, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, preexec_fn=_signals_as_in_a_terminal)
+
+
+def _start(argv: list[str], log: Path) -> subprocess.Popen:
+    return _popen([python(), "-m", "placer.cli", *argv], log)
+
+
+def _ignored_signals(pid: int) -> set[int]:
+    """The signals process ``pid`` ignores (``SigIgn`` of /proc/PID/status, a bit mask)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        mask = int(next(ln for ln in f if ln.startswith("SigIgn:")).split()[1], 16)
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+
+
+def test_the_started_commands_take_sigint_even_when_this_run_ignores_it(tmp_path):
+    """The cause of a flake of the SIGINT case below (tune ran all its trials and exited 0): started in
+    the background, the test run ignores SIGINT and so did every command it started."""
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a non-interactive shell
+    try:
+        plain = subprocess.Popen([python(), "-c", "import time; time.sleep(120)"], stdin=subprocess.DEVNULL)
+        started = _popen([python(), "-c", "import time; time.sleep(120)"], tmp_path / "log")
+    finally:
+        signal.signal(signal.SIGINT, old)
+    try:
+        # Popen returns once the child has exec'ed: its dispositions are the ones it runs with
+        assert signal.SIGINT in _ignored_signals(plain.pid)  # what the SIGINT case used to start
+        assert signal.SIGINT not in _ignored_signals(started.pid)
+        started.send_signal(signal.SIGINT)  # it stops: KeyboardInterrupt (1), or killed if before Python's handler
+        assert started.wait(timeout=60) in (1, -signal.SIGINT)
+    finally:
+        for p in (plain, started):
+            p.kill()
+            p.wait(timeout=60)
 
 
 def _kill_when(p: subprocess.Popen, ready, log: Path, timeout_s: float = 240.0) -> None:
