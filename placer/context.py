@@ -34,7 +34,7 @@ from placer.run.numerics import load_inputs, tolerance_for
 from placer.run.partition_probe import measure_probes, probe_pairs
 
 __all__ = ["STORE_DISAGREES", "PlanningContext", "check_store", "load", "open_store", "prepare",
-           "recalibrate", "with_entry"]
+           "recalibrate", "record_partitions", "with_entry"]
 
 
 @dataclass
@@ -181,12 +181,31 @@ def _partition_rows(graph, problem, targets, store, *, measure: bool, say) -> li
     if contended:
         say(f"measurement conditions: other processes used {window.others:.0%} of the CPU while the probe plans "
             "ran: their partition costs are kept but flagged, and taken again when the machine is quiet")
-    for r in new:
-        store.put(partition_key(graph, r["ops"], r["prev"]), hashes[r["target"]], kind="partition", status="ok",
-                  median_ms=r["median_ms"], net_ms=r["median_ms"], p10_ms=r["p10_ms"], p90_ms=r["p90_ms"], n=r["n"],
-                  meta={"ops": r["ops"], "prev": r["prev"], "n_inputs": r["n_inputs"], "probe": r["probe"],
-                        "source": "probe", "contention": window.others, "contended": contended})
+    record_partitions(store, graph, targets, new, "probe", contention=window.others)
     return stored()
+
+
+def record_partitions(store, graph, targets, rows: Sequence[Mapping[str, Any]], source: str, *,
+                      contention: float | None = None) -> int:
+    """Store partitions of ``graph`` timed as they ran (rows of :func:`placer.run.partition_probe.measure_probes`
+    or the tuner's measured plans: ``target``, ``prev``, ``ops``, ``n_inputs``, ``median_ms``), keyed by
+    their ops and the target before them; ``contention`` (the share of the CPU other processes used
+    meanwhile) flags them for re-measuring. Rows on targets not in ``targets`` are skipped. Returns
+    how many were stored."""
+    hashes = {t.name: store.target_hash(t) for t in targets}
+    contended = contention is not None and contention >= CONTENDED
+    n = 0
+    for r in rows:
+        if r.get("target") not in hashes or r.get("median_ms") is None or not math.isfinite(float(r["median_ms"])):
+            continue
+        ms = float(r["median_ms"])
+        store.put(partition_key(graph, r["ops"], r.get("prev")), hashes[r["target"]], kind="partition", status="ok",
+                  median_ms=ms, net_ms=ms, p10_ms=r.get("p10_ms", ms), p90_ms=r.get("p90_ms", ms), n=int(r.get("n", 1)),
+                  meta={"ops": list(r["ops"]), "prev": r.get("prev"), "n_inputs": int(r.get("n_inputs") or 1),
+                        "probe": r.get("probe"), "source": source, "contention": contention,
+                        "contended": contended})
+        n += 1
+    return n
 
 
 @contextlib.contextmanager

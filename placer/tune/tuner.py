@@ -55,7 +55,7 @@ from placer.tune import shared_study
 from placer.tune.study import GRACE_PERIOD_S, asked_trial, fail_stale, open_study, storage_for, tell_trial
 
 __all__ = ["LatencySearch", "TrialRecord", "TuneResult", "add_yardsticks", "fill", "final_requests",
-           "learned_entry_ms", "load_tune_result", "tune"]
+           "load_tune_result", "tune"]
 
 
 #: single-target baselines predicted this many times slower than the fastest are not measured
@@ -112,38 +112,34 @@ def add_yardsticks(bench, yardsticks, records: list[TrialRecord], model, feeds, 
     return keys
 
 
-def _partition_feedback(problem, plan, mat, measured: Mapping[str, float]) -> list[dict]:
-    """Measured vs predicted time of each partition of a measured plan.
+def _partition_feedback(problem, plan, mat, measured: Mapping[str, float], plan_ms: float | None = None) -> list[dict]:
+    """Measured vs predicted time of each partition of a measured plan, in the rows
+    :func:`placer.costing.entry_from_partitions` learns the entry cost from.
 
     ``predicted_ms`` is the sum of its ops' costs in ``problem`` (net of the call overhead, as the
     solver prices it); ``overhead_ms`` the target's profiled call overhead, which the measured
-    time includes. The tuner's entry-cost feedback learns the difference, overhead included."""
+    time includes; ``prev`` the target of the partition before it in the plan's order (the one that
+    ran just before it in the sequential executor). ``median_ms`` is the measured time plus an
+    equal share of the executor's own time between partitions (``plan_ms`` minus the partitions'
+    sum, when the plan ran them one after another)."""
     idx = {o: i for i, o in enumerate(problem.ops)}
     overheads = problem.provenance.get("overhead_ms", {}) or {}
+    inside = sum(measured.get(p.id, 0.0) for p in mat.partitions)
+    between = max(float(plan_ms) - inside, 0.0) / max(len(mat.partitions), 1) if plan_ms else 0.0
     rows = []
+    prev = None
     for p in mat.partitions:
-        j = problem.targets.index(plan.assignment[p.ops[0]])
+        target = plan.assignment[p.ops[0]]
+        j = problem.targets.index(target)
         predicted = float(sum(problem.cost_ms[idx[o], j] for o in p.ops))
         if p.id in measured:
-            rows.append({"partition": p.id, "target": plan.assignment[p.ops[0]], "ops": list(p.ops),
+            rows.append({"partition": p.id, "target": target, "prev": prev, "ops": list(p.ops),
                          "n_inputs": len(p.inputs), "predicted_ms": predicted, "measured_ms": measured[p.id],
-                         "overhead_ms": float(overheads.get(plan.assignment[p.ops[0]], 0.0)),
+                         "median_ms": measured[p.id] + between,
+                         "overhead_ms": float(overheads.get(target, 0.0)),
                          "costs": problem.provenance.get("costs", "calibrated")})
+        prev = target
     return rows
-
-
-def learned_entry_ms(rows: Sequence[Mapping[str, Any]], targets: Sequence[str], costs: str | None = None) -> np.ndarray:
-    """Per target: median of (measured - predicted) per received tensor over measured partitions,
-    clipped at 0. This is the partition entry cost later trials are charged (feedback step).
-    ``costs``: only rows predicted with that cost-model variant (their predictions differ in scale)."""
-    out = np.zeros(len(targets))
-    if costs is not None:
-        rows = [r for r in rows if r.get("costs", "calibrated") == costs]
-    for j, t in enumerate(targets):
-        excess = [(r["measured_ms"] - r["predicted_ms"]) / max(r["n_inputs"], 1) for r in rows if r["target"] == t]
-        if excess:
-            out[j] = max(float(np.median(excess)), 0.0)
-    return out
 
 
 def tune(
@@ -334,7 +330,7 @@ class LatencySearch:
             s = stats[key]
             rec.measured_ms, rec.p10_ms, rec.p90_ms = s.median_ms, s.p10_ms, s.p90_ms
             rec.throughput_rps = 1000.0 / s.median_ms
-            rec.partitions = _partition_feedback(problem, plan, mat, bench.partition_medians(key))
+            rec.partitions = _partition_feedback(problem, plan, mat, bench.partition_medians(key), s.median_ms)
             self.feedback_rows.extend(rec.partitions)
             if self.cost_model is not None and hasattr(self.cost_model, "add_partition_measurements"):
                 learned.feed(self.cost_model, rec.partitions, graph)
@@ -465,10 +461,12 @@ class LatencySearch:
         """Solve, measure and tell one trial; False if another worker had finished it."""
         ctx, best_single = self.ctx, self.best_single
         knobs = space.suggest_latency(trial, self.names)
-        entry = learned_entry_ms(self.feedback_rows, self.names, knobs["costs"])
         priced = (learned.learned_costs(ctx, self.cost_model)
                   if knobs["costs"] == "learned" and self.cost_model is not None else None)
-        problem = space.latency_problem(ctx, knobs, self.fusion, entry, priced)
+        # the entry cost from every partition timed as it ran: the context's probe plans (and earlier
+        # sessions' plans) and this session's, priced on this trial's cost variant
+        problem = space.latency_problem(ctx, knobs, self.fusion, None, priced,
+                                        partition_rows=list(ctx.partition_rows) + self.feedback_rows)
         t0 = time.monotonic()
         plan = space.solve_trial(problem, knobs, time_limit=self.solver_time_limit, seed=self.seed)
         solve_s = time.monotonic() - t0
@@ -540,4 +538,8 @@ class LatencySearch:
                                    "segment_ratios": segment_ratio_stats(ctx.table), "n_trials": self.n_done,
                                    "final_rounds": FINAL_ROUNDS})
         write_outputs(result, ctx, mat)
+        # what this session's plans measured, partition by partition: the next session's entry costs
+        real = [t for t in ctx.targets if not getattr(t, "simulated", False)]
+        if len(real) > 1 and len(real) == len(ctx.targets):
+            context.record_partitions(ctx.store, ctx.graph, real, self.feedback_rows, "tune")
         return result

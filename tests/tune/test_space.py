@@ -49,12 +49,26 @@ def test_default_knobs_are_a_point_of_the_search_space():
     assert space.suggest_latency(trial, targets) == space.default_knobs(targets)
 
 
-def test_entry_cost_feedback_uses_rows_of_the_same_cost_variant():
-    from placer.tune.tuner import learned_entry_ms
+def test_entry_cost_is_learned_from_partition_rows_on_the_trial_cost_variant(tiny_model, tmp_path):
+    """The tuner's problem charges what partitions measured beyond this variant's own prices."""
+    from placer.context import prepare
 
-    rows = [{"target": "a", "n_inputs": 1, "predicted_ms": 1.0, "measured_ms": 1.5, "costs": "calibrated"},
-            {"target": "a", "n_inputs": 2, "predicted_ms": 1.0, "measured_ms": 5.0, "costs": "isolated"},
-            {"target": "b", "n_inputs": 1, "predicted_ms": 2.0, "measured_ms": 1.0}]  # no tag: calibrated
-    assert learned_entry_ms(rows, ["a", "b"], "calibrated").tolist() == [0.5, 0.0]  # clipped at 0
-    assert learned_entry_ms(rows, ["a", "b"], "isolated").tolist() == [2.0, 0.0]
-    assert learned_entry_ms(rows, ["a", "b"]).tolist() == [1.25, 0.0]  # all rows pooled
+    ctx = prepare(tiny_model, targets=["onnxruntime:t1", "openvino:t1"], db=tmp_path / "p.db",
+                  probe_partitions=False)
+    ops, (a, b) = list(ctx.problem.ops), ctx.problem.targets
+    knobs = {**space.default_knobs(ctx.problem.targets), "fuse": False}
+    cal = space.latency_problem(ctx, {**knobs, "costs": "calibrated"}, [], None)
+    iso = space.latency_problem(ctx, {**knobs, "costs": "isolated"}, [], None)
+    j = cal.targets.index(b)
+    rows = [{"target": b, "prev": a, "ops": ops[:2], "n_inputs": 1,
+             "median_ms": float(iso.cost_ms[:2, j].sum()) + 0.5}]  # 0.5 ms over the isolated price
+    got_iso = space.latency_problem(ctx, {**knobs, "costs": "isolated"}, [], None, partition_rows=rows)
+    got_cal = space.latency_problem(ctx, {**knobs, "costs": "calibrated"}, [], None, partition_rows=rows)
+    lat = float(iso.link_latency_ms[1 - j, j])
+    assert got_iso.partition_overhead_ms[j] == pytest.approx(max(0.5 - lat, 0.0))
+    excess_cal = float(iso.cost_ms[:2, j].sum() - cal.cost_ms[:2, j].sum()) + 0.5  # priced lower: more excess
+    assert got_cal.partition_overhead_ms[j] == pytest.approx(max(excess_cal - lat, 0.0))
+    assert got_cal.partition_overhead_ms[1 - j] == 0.0  # no row entered a
+    boundary = space.latency_problem(ctx, {**knobs, "costs": "isolated", "boundary_ms": 0.25}, [], None,
+                                     partition_rows=rows)
+    assert boundary.partition_overhead_ms[j] == pytest.approx(got_iso.partition_overhead_ms[j] + 0.25)
