@@ -198,6 +198,309 @@ def _check_target_cores(value: Any, targets: tuple[str, ...]) -> dict[str, tuple
     return out
 
 
+# ---------------------------------------------------------------------- validation phases
+# PlacementProblem.__post_init__ runs them in this order (the first error found is the one raised).
+
+
+def _check_names(ops_in: Any, targets_in: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Op and target names as tuples of str: at least one of each, no duplicate."""
+    ops = tuple(str(o) for o in ops_in)
+    targets = tuple(str(t) for t in targets_in)
+    if not ops:
+        raise ProblemError("problem has no ops")
+    if not targets:
+        raise ProblemError("problem has no targets")
+    for what, names in (("op", ops), ("target", targets)):
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                raise ProblemError(f"duplicate {what} name {name!r}")
+            seen.add(name)
+    return ops, targets
+
+
+def _check_costs(value: Any, ops: tuple[str, ...], targets: tuple[str, ...]) -> np.ndarray:
+    """``cost_ms`` as a float (n_ops, n_targets) array: >= 0, not NaN, every op supported somewhere,
+    the ops' largest costs adding up to a finite number."""
+    n, t = len(ops), len(targets)
+    try:
+        cost = np.array(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ProblemError(f"cost_ms: not numeric ({exc})") from None
+    if cost.shape != (n, t):
+        raise ProblemError(f"cost_ms: shape {cost.shape}, expected (n_ops={n}, n_targets={t})")
+    bad = np.argwhere(np.isnan(cost) | (cost < 0))
+    if len(bad):
+        i, j = bad[0]
+        raise ProblemError(f"cost of op {ops[i]!r} on target {targets[j]!r} is {cost[i, j]}: "
+                           "costs must be >= 0 (inf = unsupported), not NaN")
+    nowhere = np.flatnonzero(~np.isfinite(cost).any(axis=1))
+    if len(nowhere):
+        raise ProblemError(f"op {ops[nowhere[0]]!r} is supported on no target (all costs inf)")
+    with np.errstate(over="ignore"):  # finite costs whose sum is not: every schedule would be inf
+        worst = np.where(np.isfinite(cost), cost, 0.0).max(axis=1).sum()
+    if not np.isfinite(worst):
+        raise ProblemError("op costs too large: the ops' largest costs add up to more than a float holds "
+                           f"({np.finfo(float).max:.3g} ms); rescale them")
+    return cost
+
+
+def _check_tensor(tensor: Any) -> Tensor:
+    """One tensor (a Tensor or a mapping of its fields) in its stored form: known producer and
+    consumers, no self-loop, integer ``nbytes`` in ``[0, MAX_NBYTES]``. Duplicate names are the
+    caller's check."""
+    if isinstance(tensor, Mapping):
+        try:
+            tensor = Tensor(**tensor)
+        except TypeError as exc:  # unknown keys, an unhashable consumer ...
+            name = dict(tensor).get("name")
+            raise ProblemError(f"tensors: malformed tensor {name!r} ({exc})") from None
+    if not isinstance(tensor, Tensor):
+        raise ProblemError(f"tensors: expected Tensor, got {type(tensor).__name__}")
+    if not isinstance(tensor.name, str):
+        raise ProblemError(f"tensors: tensor name {tensor.name!r} is not a string")
+    if not isinstance(tensor.producer, (str, type(None))) or not all(isinstance(c, str)
+                                                                    for c in tensor.consumers):
+        raise ProblemError(f"tensor {tensor.name!r}: producer and consumers must be op names")
+    return tensor
+
+
+def _check_tensors(values: Any, op_index: Mapping[str, int]) -> list[Tensor]:
+    """Every tensor checked (:func:`_check_tensor`), names distinct, in its stored form."""
+    tensors: list[Tensor] = []
+    seen_t: set[str] = set()
+    for tensor in values:
+        tensor = _check_tensor(tensor)
+        if tensor.name in seen_t:
+            raise ProblemError(f"duplicate tensor name {tensor.name!r}")
+        seen_t.add(tensor.name)
+        if tensor.producer is not None and tensor.producer not in op_index:
+            raise ProblemError(f"tensor {tensor.name!r}: unknown producer op {tensor.producer!r}")
+        for c in tensor.consumers:
+            if c not in op_index:
+                raise ProblemError(f"tensor {tensor.name!r}: unknown consumer op {c!r}")
+            if c == tensor.producer:
+                raise ProblemError(f"cycle: op {c!r} consumes its own tensor {tensor.name!r}")
+        nbytes = tensor.nbytes
+        try:
+            ok = not isinstance(nbytes, bool) and float(nbytes).is_integer()
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            raise ProblemError(f"tensor {tensor.name!r}: nbytes {str(nbytes)[:40]} is not an integer "
+                               f"(or out of range)")
+        if int(nbytes) < 0:
+            raise ProblemError(f"tensor {tensor.name!r}: negative nbytes {nbytes}")
+        if int(nbytes) > MAX_NBYTES:
+            raise ProblemError(f"tensor {tensor.name!r}: nbytes {nbytes:.6g} is out of range "
+                               f"(at most 2**62)")
+        if type(tensor) is not Tensor or type(nbytes) is not int:  # else already in its stored form
+            tensor = Tensor(tensor.name, tensor.producer, tuple(tensor.consumers), int(nbytes))
+        tensors.append(tensor)
+    return tensors
+
+
+def _op_order(ops: tuple[str, ...], tensors: Sequence[Tensor], op_index: Mapping[str, int]) -> list[int]:
+    """A topological order of the op indices (stable: ties by listed position); names a cycle."""
+    preds: list[set[int]] = [set() for _ in range(len(ops))]
+    for tensor in tensors:
+        if tensor.producer is not None:
+            u = op_index[tensor.producer]
+            for c in tensor.consumers:
+                preds[op_index[c]].add(u)
+    try:
+        return topological_order(range(len(ops)), preds.__getitem__)
+    except CycleError as exc:
+        raise ProblemError(f"cycle among ops: {' -> '.join(repr(ops[i]) for i in exc.cycle)}") from None
+
+
+def _check_link_times(latency: Any, per_byte: Any, targets: tuple[str, ...], tensors: Sequence[Tensor]
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """``(link_latency_ms, link_ms_per_byte)`` as read-only (T, T) arrays, zero diagonals: finite,
+    >= 0, and the largest tensor's copy time finite."""
+    t = len(targets)
+    lat = _float_array(latency, (t, t), "link_latency_ms", 0.0)
+    per_byte = _float_array(per_byte, (t, t), "link_ms_per_byte", 0.0)
+    if t:
+        lat, per_byte = np.array(lat), np.array(per_byte)
+        np.fill_diagonal(lat, 0.0)  # a target never copies to itself
+        np.fill_diagonal(per_byte, 0.0)
+        lat.setflags(write=False)
+        per_byte.setflags(write=False)
+    for what, arr in (("link_latency_ms", lat), ("link_ms_per_byte", per_byte)):
+        bad = np.argwhere(~np.isfinite(arr) | (arr < 0))
+        if len(bad):
+            a, b = bad[0]
+            raise ProblemError(f"{what}[{targets[a]!r} -> {targets[b]!r}] = {arr[a, b]}: "
+                               "must be finite and >= 0")
+    if t and tensors:
+        with np.errstate(over="ignore"):
+            worst_link = float(lat.max()) + max(tt.nbytes for tt in tensors) * float(per_byte.max())
+        if not math.isfinite(worst_link):
+            raise ProblemError("link costs too large: link_latency_ms + nbytes * link_ms_per_byte of the "
+                               "largest tensor overflows a float; rescale them")
+    return lat, per_byte
+
+
+def _check_link_charge(value: Any, targets: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """``link_charge`` as a (T, T) tuple of ``LINK_CHARGES`` (a single string applies to every pair)."""
+    t = len(targets)
+    charge = value
+    if isinstance(charge, str):
+        charge = [[charge] * t for _ in range(t)]
+    try:
+        charge = tuple(tuple(str(x) for x in row) for row in charge)
+    except TypeError:
+        raise ProblemError("link_charge: expected a string or a n_targets x n_targets matrix") from None
+    if len(charge) != t or any(len(row) != t for row in charge):
+        raise ProblemError(f"link_charge: expected a string or a {t} x {t} matrix of strings")
+    for a in range(t):
+        for b in range(t):
+            if charge[a][b] not in LINK_CHARGES:
+                raise ProblemError(f"link_charge[{targets[a]!r} -> {targets[b]!r}] = "
+                                   f"{charge[a][b]!r}: expected one of {LINK_CHARGES}")
+    return charge
+
+
+def _check_per_target_and_weights(caps_in: Any, weights_in: Any, overhead_in: Any, n_listed: int,
+                                  ops: tuple[str, ...], targets: tuple[str, ...], order: list[int]
+                                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(memory_cap_bytes, weight_bytes, partition_overhead_ms)`` as read-only arrays; the weights
+    (listed for the ``n_listed`` ops as given) permuted by ``order``. Caps >= 0, weights finite and
+    >= 0, overheads finite and >= 0."""
+    n, t = len(ops), len(targets)
+    caps = _float_array(caps_in, (t,), "memory_cap_bytes", math.inf)
+    weights = _float_array(weights_in, (n_listed,), "weight_bytes", 0.0)
+    if order != list(range(n)):
+        weights = np.array(weights[order])
+        weights.setflags(write=False)
+    for j in range(t):
+        if np.isnan(caps[j]) or caps[j] < 0:
+            raise ProblemError(f"memory cap of target {targets[j]!r} is {caps[j]}: must be >= 0")
+    bad_w = np.flatnonzero(~np.isfinite(weights) | (weights < 0)) if n else []
+    if len(bad_w):
+        i = int(bad_w[0])
+        raise ProblemError(f"weight_bytes of op {ops[i]!r} is {weights[i]}: must be finite, >= 0")
+    overhead = _float_array(overhead_in, (t,), "partition_overhead_ms", 0.0)
+    for j in range(t):
+        if not np.isfinite(overhead[j]) or overhead[j] < 0:
+            raise ProblemError(f"partition_overhead_ms of target {targets[j]!r} is {overhead[j]}: "
+                               "must be finite and >= 0")
+    return caps, weights, overhead
+
+
+def _check_pins(value: Any, op_index: Mapping[str, int], tgt_index: Mapping[str, int], cost: np.ndarray
+                ) -> dict[str, str]:
+    """``pinned`` as a dict op -> target: known names, each op supported on its target."""
+    pinned = dict(value or {})
+    for op, tgt in pinned.items():
+        if not isinstance(tgt, str):
+            raise ProblemError(f"pinned: op {op!r} pinned to {tgt!r}, which is not a target name")
+        if op not in op_index:
+            raise ProblemError(f"pinned: unknown op {op!r}")
+        if tgt not in tgt_index:
+            raise ProblemError(f"pinned: op {op!r} pinned to unknown target {tgt!r}")
+        if not np.isfinite(cost[op_index[op], tgt_index[tgt]]):
+            raise ProblemError(f"op {op!r} is pinned to target {tgt!r}, which does not support it")
+    return pinned
+
+
+def _merge_groups(value: Any, op_index: Mapping[str, int], n: int) -> tuple[tuple[int, ...], ...]:
+    """The colocation groups of ``value`` (lists of op names) with overlapping ones merged (a
+    union-find): sorted tuples of op indices, sorted, groups of one op left out."""
+    parent = list(range(n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    in_group = [False] * n
+    for group in value or ():
+        if isinstance(group, str):
+            raise ProblemError(f"colocate: expected a list of op names, got the string {group!r}")
+        members = []
+        for op in group:
+            if not isinstance(op, str):
+                raise ProblemError(f"colocate: {op!r} is not an op name")
+            if op not in op_index:
+                raise ProblemError(f"colocate: unknown op {op!r}")
+            members.append(op_index[op])
+        for m in members:
+            in_group[m] = True
+        for m in members[1:]:
+            ra, rb = find(members[0]), find(m)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    groups_by_root: dict[int, list[int]] = {}
+    for i in range(n):
+        if in_group[i]:
+            groups_by_root.setdefault(find(i), []).append(i)
+    return tuple(tuple(g) for g in sorted(groups_by_root.values()) if len(g) > 1)
+
+
+def _check_groups(groups: Sequence[Sequence[int]], ops: tuple[str, ...], cost: np.ndarray,
+                  pinned: Mapping[str, str], tgt_index: Mapping[str, int]) -> None:
+    """Each colocation group has a target supporting all its ops, and at most one pin it supports."""
+    for g in groups:
+        names = [ops[i] for i in g]
+        common = np.isfinite(cost[list(g)]).all(axis=0)
+        if not common.any():
+            raise ProblemError(f"colocation group {names} has no target supporting all its ops")
+        pins = {pinned[o] for o in names if o in pinned}
+        if len(pins) > 1:
+            raise ProblemError(f"colocation group {names} has ops pinned to different targets {sorted(pins)}")
+        if pins and not common[tgt_index[next(iter(pins))]]:
+            raise ProblemError(f"colocation group {names} is pinned to {next(iter(pins))!r}, "
+                               "which does not support all its ops")
+
+
+def _check_memory_fits(ops: tuple[str, ...], targets: tuple[str, ...], cost: np.ndarray, caps: np.ndarray,
+                       weights: np.ndarray, pinned: Mapping[str, str], groups: Sequence[Sequence[int]],
+                       op_index: Mapping[str, int], tgt_index: Mapping[str, int]) -> None:
+    """Necessary conditions of memory feasibility (the solvers report the rest as infeasible): the
+    weights fit all the caps together; each free op, group and pinned op fits some target it may
+    use; the ops pinned to a target fit its cap."""
+    n, t = len(ops), len(targets)
+    with np.errstate(over="ignore"):
+        total_w = float(weights.sum())
+    if not math.isfinite(total_w):
+        raise ProblemError("weight_bytes too large: the ops' weights add up to more than a float holds")
+    if total_w > float(caps.sum()):
+        raise ProblemError(f"infeasible memory: ops need {total_w:.6g} weight bytes, all targets "
+                           f"together hold {float(caps.sum()):.6g}")
+    grouped = {i for g in groups for i in g}
+    pinned_idx = {op_index[o] for o in pinned}
+    # single free ops at once (the loop below did them one by one: seconds at 100,000 ops)
+    free = np.array([i for i in range(n) if i not in grouped and i not in pinned_idx], dtype=int)
+    if len(free):
+        fits = (np.isfinite(cost[free]) & (caps[None, :] >= weights[free][:, None])).any(axis=1)
+        if not fits.all():
+            i = int(free[np.argmin(fits)])
+            raise ProblemError(f"infeasible memory: op {ops[i]!r} needs {float(weights[i]):.6g} weight "
+                               "bytes, more than the cap of every target it can run on")
+    units = [list(g) for g in groups] + [[i] for i in sorted(pinned_idx - grouped)]
+    pinned_load = np.zeros(t)
+    for unit in units:
+        w = float(weights[unit].sum())
+        ok = np.isfinite(cost[unit]).all(axis=0)
+        pin = next((pinned[ops[i]] for i in unit if ops[i] in pinned), None)
+        if pin is not None:
+            ok = np.zeros(t, dtype=bool)
+            ok[tgt_index[pin]] = True
+        if not (caps[ok] >= w).any():
+            what = f"op {ops[unit[0]]!r}" if len(unit) == 1 else f"colocation group {[ops[i] for i in unit]}"
+            raise ProblemError(f"infeasible memory: {what} needs {w:.6g} weight bytes, more than the "
+                               "cap of every target it can run on")
+        if pin is not None:
+            pinned_load[tgt_index[pin]] += w
+    for j in range(t):
+        if pinned_load[j] > caps[j]:
+            raise ProblemError(f"infeasible memory: ops pinned to {targets[j]!r} need "
+                               f"{pinned_load[j]:.6g} bytes, cap is {caps[j]:.6g}")
+
+
 @dataclass(frozen=True, eq=False)
 class PlacementProblem:
     """A placement problem (see the module docstring for the semantics).
@@ -260,254 +563,30 @@ class PlacementProblem:
 
     # ------------------------------------------------------------------ construction / validation
     def __post_init__(self) -> None:
+        """Validate and normalize every field, phase by phase (see the ``_check_*`` functions)."""
         set_ = object.__setattr__
-        ops = tuple(str(o) for o in self.ops)
-        targets = tuple(str(t) for t in self.targets)
-        if not ops:
-            raise ProblemError("problem has no ops")
-        if not targets:
-            raise ProblemError("problem has no targets")
-        for what, names in (("op", ops), ("target", targets)):
-            seen: set[str] = set()
-            for name in names:
-                if name in seen:
-                    raise ProblemError(f"duplicate {what} name {name!r}")
-                seen.add(name)
-        n, t = len(ops), len(targets)
-        check_table_sizes(n, len(self.tensors) if hasattr(self.tensors, "__len__") else 0, t)
+        ops, targets = _check_names(self.ops, self.targets)
+        n = len(ops)
+        check_table_sizes(n, len(self.tensors) if hasattr(self.tensors, "__len__") else 0, len(targets))
         op_index = {o: i for i, o in enumerate(ops)}
         tgt_index = {d: j for j, d in enumerate(targets)}
-
-        # costs
-        try:
-            cost = np.array(self.cost_ms, dtype=float)
-        except (TypeError, ValueError) as exc:
-            raise ProblemError(f"cost_ms: not numeric ({exc})") from None
-        if cost.shape != (n, t):
-            raise ProblemError(f"cost_ms: shape {cost.shape}, expected (n_ops={n}, n_targets={t})")
-        bad = np.argwhere(np.isnan(cost) | (cost < 0))
-        if len(bad):
-            i, j = bad[0]
-            raise ProblemError(f"cost of op {ops[i]!r} on target {targets[j]!r} is {cost[i, j]}: "
-                               "costs must be >= 0 (inf = unsupported), not NaN")
-        nowhere = np.flatnonzero(~np.isfinite(cost).any(axis=1))
-        if len(nowhere):
-            raise ProblemError(f"op {ops[nowhere[0]]!r} is supported on no target (all costs inf)")
-        with np.errstate(over="ignore"):  # finite costs whose sum is not: every schedule would be inf
-            worst = np.where(np.isfinite(cost), cost, 0.0).max(axis=1).sum()
-        if not np.isfinite(worst):
-            raise ProblemError("op costs too large: the ops' largest costs add up to more than a float holds "
-                               f"({np.finfo(float).max:.3g} ms); rescale them")
-
-        # tensors
-        tensors: list[Tensor] = []
-        seen_t: set[str] = set()
-        for tensor in self.tensors:
-            if isinstance(tensor, Mapping):
-                try:
-                    tensor = Tensor(**tensor)
-                except TypeError as exc:  # unknown keys, an unhashable consumer ...
-                    name = dict(tensor).get("name")
-                    raise ProblemError(f"tensors: malformed tensor {name!r} ({exc})") from None
-            if not isinstance(tensor, Tensor):
-                raise ProblemError(f"tensors: expected Tensor, got {type(tensor).__name__}")
-            if not isinstance(tensor.name, str):
-                raise ProblemError(f"tensors: tensor name {tensor.name!r} is not a string")
-            if not isinstance(tensor.producer, (str, type(None))) or not all(isinstance(c, str)
-                                                                            for c in tensor.consumers):
-                raise ProblemError(f"tensor {tensor.name!r}: producer and consumers must be op names")
-            if tensor.name in seen_t:
-                raise ProblemError(f"duplicate tensor name {tensor.name!r}")
-            seen_t.add(tensor.name)
-            if tensor.producer is not None and tensor.producer not in op_index:
-                raise ProblemError(f"tensor {tensor.name!r}: unknown producer op {tensor.producer!r}")
-            for c in tensor.consumers:
-                if c not in op_index:
-                    raise ProblemError(f"tensor {tensor.name!r}: unknown consumer op {c!r}")
-                if c == tensor.producer:
-                    raise ProblemError(f"cycle: op {c!r} consumes its own tensor {tensor.name!r}")
-            nbytes = tensor.nbytes
-            try:
-                ok = not isinstance(nbytes, bool) and float(nbytes).is_integer()
-            except (TypeError, ValueError, OverflowError):
-                ok = False
-            if not ok:
-                raise ProblemError(f"tensor {tensor.name!r}: nbytes {str(nbytes)[:40]} is not an integer "
-                                   f"(or out of range)")
-            if int(nbytes) < 0:
-                raise ProblemError(f"tensor {tensor.name!r}: negative nbytes {nbytes}")
-            if int(nbytes) > MAX_NBYTES:
-                raise ProblemError(f"tensor {tensor.name!r}: nbytes {nbytes:.6g} is out of range "
-                                   f"(at most 2**62)")
-            if type(tensor) is not Tensor or type(nbytes) is not int:  # else already in its stored form
-                tensor = Tensor(tensor.name, tensor.producer, tuple(tensor.consumers), int(nbytes))
-            tensors.append(tensor)
-
-        # topological order (stable: ties by listed position); name a cycle if there is one
-        preds: list[set[int]] = [set() for _ in range(n)]
-        for tensor in tensors:
-            if tensor.producer is not None:
-                u = op_index[tensor.producer]
-                for c in tensor.consumers:
-                    preds[op_index[c]].add(u)
-        try:
-            order = topological_order(range(n), preds.__getitem__)
-        except CycleError as exc:
-            raise ProblemError(f"cycle among ops: {' -> '.join(repr(ops[i]) for i in exc.cycle)}") from None
-        if order != list(range(n)):
+        cost = _check_costs(self.cost_ms, ops, targets)
+        tensors = _check_tensors(self.tensors, op_index)
+        order = _op_order(ops, tensors, op_index)
+        if order != list(range(n)):  # stored in a topological order
             ops = tuple(ops[i] for i in order)
             cost = cost[order]
             op_index = {o: i for i, o in enumerate(ops)}
         cost.setflags(write=False)
-
-        # links
-        lat = _float_array(self.link_latency_ms, (t, t), "link_latency_ms", 0.0)
-        per_byte = _float_array(self.link_ms_per_byte, (t, t), "link_ms_per_byte", 0.0)
-        if t:
-            lat, per_byte = np.array(lat), np.array(per_byte)
-            np.fill_diagonal(lat, 0.0)  # a target never copies to itself
-            np.fill_diagonal(per_byte, 0.0)
-            lat.setflags(write=False)
-            per_byte.setflags(write=False)
-        for what, arr in (("link_latency_ms", lat), ("link_ms_per_byte", per_byte)):
-            bad = np.argwhere(~np.isfinite(arr) | (arr < 0))
-            if len(bad):
-                a, b = bad[0]
-                raise ProblemError(f"{what}[{targets[a]!r} -> {targets[b]!r}] = {arr[a, b]}: "
-                                   "must be finite and >= 0")
-        if t and tensors:
-            with np.errstate(over="ignore"):
-                worst_link = float(lat.max()) + max(tt.nbytes for tt in tensors) * float(per_byte.max())
-            if not math.isfinite(worst_link):
-                raise ProblemError("link costs too large: link_latency_ms + nbytes * link_ms_per_byte of the "
-                                   "largest tensor overflows a float; rescale them")
-        charge = self.link_charge
-        if isinstance(charge, str):
-            charge = [[charge] * t for _ in range(t)]
-        try:
-            charge = tuple(tuple(str(x) for x in row) for row in charge)
-        except TypeError:
-            raise ProblemError("link_charge: expected a string or a n_targets x n_targets matrix") from None
-        if len(charge) != t or any(len(row) != t for row in charge):
-            raise ProblemError(f"link_charge: expected a string or a {t} x {t} matrix of strings")
-        for a in range(t):
-            for b in range(t):
-                if charge[a][b] not in LINK_CHARGES:
-                    raise ProblemError(f"link_charge[{targets[a]!r} -> {targets[b]!r}] = "
-                                       f"{charge[a][b]!r}: expected one of {LINK_CHARGES}")
-
-        # memory
-        caps = _float_array(self.memory_cap_bytes, (t,), "memory_cap_bytes", math.inf)
-        weights = _float_array(self.weight_bytes, (len(self.ops),), "weight_bytes", 0.0)
-        if order != list(range(n)):
-            weights = np.array(weights[order])
-            weights.setflags(write=False)
-        for j in range(t):
-            if np.isnan(caps[j]) or caps[j] < 0:
-                raise ProblemError(f"memory cap of target {targets[j]!r} is {caps[j]}: must be >= 0")
-        bad_w = np.flatnonzero(~np.isfinite(weights) | (weights < 0)) if n else []
-        if len(bad_w):
-            i = int(bad_w[0])
-            raise ProblemError(f"weight_bytes of op {ops[i]!r} is {weights[i]}: must be finite, >= 0")
-        overhead = _float_array(self.partition_overhead_ms, (t,), "partition_overhead_ms", 0.0)
-        for j in range(t):
-            if not np.isfinite(overhead[j]) or overhead[j] < 0:
-                raise ProblemError(f"partition_overhead_ms of target {targets[j]!r} is {overhead[j]}: "
-                                   "must be finite and >= 0")
-
-        # pins
-        pinned = dict(self.pinned or {})
-        for op, tgt in pinned.items():
-            if not isinstance(tgt, str):
-                raise ProblemError(f"pinned: op {op!r} pinned to {tgt!r}, which is not a target name")
-            if op not in op_index:
-                raise ProblemError(f"pinned: unknown op {op!r}")
-            if tgt not in tgt_index:
-                raise ProblemError(f"pinned: op {op!r} pinned to unknown target {tgt!r}")
-            if not np.isfinite(cost[op_index[op], tgt_index[tgt]]):
-                raise ProblemError(f"op {op!r} is pinned to target {tgt!r}, which does not support it")
-
-        # colocation groups (merge overlapping ones with a union-find)
-        parent = list(range(n))
-
-        def find(x: int) -> int:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
-        in_group = [False] * n
-        for group in self.colocate or ():
-            if isinstance(group, str):
-                raise ProblemError(f"colocate: expected a list of op names, got the string {group!r}")
-            members = []
-            for op in group:
-                if not isinstance(op, str):
-                    raise ProblemError(f"colocate: {op!r} is not an op name")
-                if op not in op_index:
-                    raise ProblemError(f"colocate: unknown op {op!r}")
-                members.append(op_index[op])
-            for m in members:
-                in_group[m] = True
-            for m in members[1:]:
-                ra, rb = find(members[0]), find(m)
-                if ra != rb:
-                    parent[max(ra, rb)] = min(ra, rb)
-        groups_by_root: dict[int, list[int]] = {}
-        for i in range(n):
-            if in_group[i]:
-                groups_by_root.setdefault(find(i), []).append(i)
-        groups = tuple(tuple(g) for g in sorted(groups_by_root.values()) if len(g) > 1)
-        for g in groups:
-            names = [ops[i] for i in g]
-            common = np.isfinite(cost[list(g)]).all(axis=0)
-            if not common.any():
-                raise ProblemError(f"colocation group {names} has no target supporting all its ops")
-            pins = {pinned[o] for o in names if o in pinned}
-            if len(pins) > 1:
-                raise ProblemError(f"colocation group {names} has ops pinned to different targets {sorted(pins)}")
-            if pins and not common[tgt_index[next(iter(pins))]]:
-                raise ProblemError(f"colocation group {names} is pinned to {next(iter(pins))!r}, "
-                                   "which does not support all its ops")
-
-        # memory feasibility (necessary conditions; the solvers report the rest as infeasible)
-        with np.errstate(over="ignore"):
-            total_w = float(weights.sum())
-        if not math.isfinite(total_w):
-            raise ProblemError("weight_bytes too large: the ops' weights add up to more than a float holds")
-        if total_w > float(caps.sum()):
-            raise ProblemError(f"infeasible memory: ops need {total_w:.6g} weight bytes, all targets "
-                               f"together hold {float(caps.sum()):.6g}")
-        grouped = {i for g in groups for i in g}
-        pinned_idx = {op_index[o] for o in pinned}
-        # single free ops at once (the loop below did them one by one: seconds at 100,000 ops)
-        free = np.array([i for i in range(n) if i not in grouped and i not in pinned_idx], dtype=int)
-        if len(free):
-            fits = (np.isfinite(cost[free]) & (caps[None, :] >= weights[free][:, None])).any(axis=1)
-            if not fits.all():
-                i = int(free[np.argmin(fits)])
-                raise ProblemError(f"infeasible memory: op {ops[i]!r} needs {float(weights[i]):.6g} weight "
-                                   "bytes, more than the cap of every target it can run on")
-        units = [list(g) for g in groups] + [[i] for i in sorted(pinned_idx - grouped)]
-        pinned_load = np.zeros(t)
-        for unit in units:
-            w = float(weights[unit].sum())
-            ok = np.isfinite(cost[unit]).all(axis=0)
-            pin = next((pinned[ops[i]] for i in unit if ops[i] in pinned), None)
-            if pin is not None:
-                ok = np.zeros(t, dtype=bool)
-                ok[tgt_index[pin]] = True
-            if not (caps[ok] >= w).any():
-                what = f"op {ops[unit[0]]!r}" if len(unit) == 1 else f"colocation group {[ops[i] for i in unit]}"
-                raise ProblemError(f"infeasible memory: {what} needs {w:.6g} weight bytes, more than the "
-                                   "cap of every target it can run on")
-            if pin is not None:
-                pinned_load[tgt_index[pin]] += w
-        for j in range(t):
-            if pinned_load[j] > caps[j]:
-                raise ProblemError(f"infeasible memory: ops pinned to {targets[j]!r} need "
-                                   f"{pinned_load[j]:.6g} bytes, cap is {caps[j]:.6g}")
-
+        lat, per_byte = _check_link_times(self.link_latency_ms, self.link_ms_per_byte, targets, tensors)
+        charge = _check_link_charge(self.link_charge, targets)
+        caps, weights, overhead = _check_per_target_and_weights(
+            self.memory_cap_bytes, self.weight_bytes, self.partition_overhead_ms, len(self.ops), ops, targets,
+            order)
+        pinned = _check_pins(self.pinned, op_index, tgt_index, cost)
+        groups = _merge_groups(self.colocate, op_index, n)
+        _check_groups(groups, ops, cost, pinned, tgt_index)
+        _check_memory_fits(ops, targets, cost, caps, weights, pinned, groups, op_index, tgt_index)
         cores = _check_target_cores(self.target_cores, targets)
 
         set_(self, "ops", ops)
