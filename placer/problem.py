@@ -1069,8 +1069,7 @@ class PlacementProblem:
                     raise ProblemError(f"{where}: weight_bytes names unknown op {o!r}")
                 weights[op_pos[o]] = _to_float(v, f"weight_bytes[{o!r}]", where)
         links = data.get("links") or {}
-        return cls(
-            ops=ops, targets=targets, cost_ms=cost, tensors=tensors,
+        fields = dict(
             link_latency_ms=_link_numbers(links.get("latency_ms"), "links.latency_ms", where),
             link_ms_per_byte=_link_numbers(links.get("ms_per_byte"), "links.ms_per_byte", where),
             link_charge=links.get("charge", "both"),
@@ -1081,6 +1080,10 @@ class PlacementProblem:
             provenance=data.get("provenance") or {}, target_cores=data.get("target_cores") or {},
             link_broadcast=links.get("broadcast", False),
         )
+        try:
+            return cls(ops=ops, targets=targets, cost_ms=cost, tensors=tensors, **fields)
+        except ProblemError as exc:  # a cycle, an unknown op in a tensor ...: which file holds it, too
+            raise type(exc)(f"{where}: {exc}") from None
 
 
 # ---------------------------------------------------------------------- the problem JSON
