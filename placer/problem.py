@@ -3,8 +3,9 @@
 A :class:`PlacementProblem` is the single input of every solver (``placer.solve.solve``). It is a
 frozen value validated on construction; every error names the op, tensor or target at fault and
 is a :class:`~placer.errors.ProblemError`. It can be built from arrays (what ``placer.problem``
-builders do from an OpGraph and a cost model) or from a JSON file (``docs/problem_json.md``), so
-users can bring their own costs.
+builders do from an OpGraph and a cost model) or from a JSON file (``docs/problem_json.md``; its
+JSON Schema, checked first, is ``placer/schemas/problem.schema.json``), so users can bring their own
+costs.
 
 Model
 -----
@@ -1069,17 +1070,17 @@ class PlacementProblem:
                     raise ProblemError(f"{where}: weight_bytes names unknown op {o!r}")
                 weights[op_pos[o]] = _to_float(v, f"weight_bytes[{o!r}]", where)
         links = data.get("links") or {}
-        fields = dict(
-            link_latency_ms=_link_numbers(links.get("latency_ms"), "links.latency_ms", where),
-            link_ms_per_byte=_link_numbers(links.get("ms_per_byte"), "links.ms_per_byte", where),
-            link_charge=links.get("charge", "both"),
-            memory_cap_bytes=_per_target(data, "memory_cap_bytes", math.inf, tgt_pos, where),
-            weight_bytes=weights, pinned=data.get("pinned") or {},
-            colocate=[tuple(g) for g in data.get("colocate") or ()],
-            partition_overhead_ms=_per_target(data, "partition_overhead_ms", 0.0, tgt_pos, where),
-            provenance=data.get("provenance") or {}, target_cores=data.get("target_cores") or {},
-            link_broadcast=links.get("broadcast", False),
-        )
+        fields = {
+            "link_latency_ms": _link_numbers(links.get("latency_ms"), "links.latency_ms", where),
+            "link_ms_per_byte": _link_numbers(links.get("ms_per_byte"), "links.ms_per_byte", where),
+            "link_charge": links.get("charge", "both"),
+            "memory_cap_bytes": _per_target(data, "memory_cap_bytes", math.inf, tgt_pos, where),
+            "weight_bytes": weights, "pinned": data.get("pinned") or {},
+            "colocate": [tuple(g) for g in data.get("colocate") or ()],
+            "partition_overhead_ms": _per_target(data, "partition_overhead_ms", 0.0, tgt_pos, where),
+            "provenance": data.get("provenance") or {}, "target_cores": data.get("target_cores") or {},
+            "link_broadcast": links.get("broadcast", False),
+        }
         try:
             return cls(ops=ops, targets=targets, cost_ms=cost, tensors=tensors, **fields)
         except ProblemError as exc:  # a cycle, an unknown op in a tensor ...: which file holds it, too

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def doc_example() -> dict:
     """The "Tiny example" of docs/problem_json.md (its first JSON block)."""
     text = (ROOT / "docs" / "problem_json.md").read_text(encoding="utf-8")
-    return json.loads(re.search(r"```json\n(.*?)```", text, re.S).group(1))
+    return json.loads(re.search(r"```json\n(.*?)```", text, re.DOTALL).group(1))
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +81,8 @@ def test_canonical_forms_match_the_schema(full):
     (lambda d: d["links"].update(latency_ms=[[0, 1], [True, 0]]),
      "links.latency_ms[1][0] = True is not a number, null or 'inf'"),
     (lambda d: d["links"].update(broadcast="yes"), "links.broadcast = 'yes' is not true or false"),
-    (lambda d: d["links"].update(bandwidth=1), "links: unknown keys ['bandwidth']; valid keys are "
-                                               "['broadcast', 'charge', 'latency_ms', 'ms_per_byte']"),
+    (lambda d: d["links"].update(bandwidth=1), ("links: unknown keys ['bandwidth']; valid keys are "
+                                                "['broadcast', 'charge', 'latency_ms', 'ms_per_byte']")),
     (lambda d: d["targets"].append("onnxruntime@cpu:t1"), "targets: 'onnxruntime@cpu:t1' is listed more than once"),
     (lambda d: d.update(ops=[]), "ops: [] should be non-empty"),
     (lambda d: d["ops"].append(3), "ops[3] = 3 is not a string"),
@@ -93,9 +93,9 @@ def test_canonical_forms_match_the_schema(full):
     (lambda d: d.update(provenance=[1]), "provenance = [1] is not an object or null"),
     (lambda d: d.update(version=2), "unsupported version 2 (expected 1)"),
     (lambda d: d.pop("cost_ms"), "missing required key 'cost_ms'"),
-    (lambda d: d.update(colour="red"), "unknown keys ['colour']; valid keys are ['colocate', 'cost_ms', 'links', "
-                                       "'memory_cap_bytes', 'ops', 'partition_overhead_ms', 'pinned', 'provenance', "
-                                       "'target_cores', 'targets', 'tensors', 'version', 'weight_bytes']"),
+    (lambda d: d.update(colour="red"), ("unknown keys ['colour']; valid keys are ['colocate', 'cost_ms', 'links', "
+                                        "'memory_cap_bytes', 'ops', 'partition_overhead_ms', 'pinned', 'provenance', "
+                                        "'target_cores', 'targets', 'tensors', 'version', 'weight_bytes']")),
     # what the schema cannot say, checked in Python with the same clarity
     (lambda d: d["cost_ms"].update(ghost={"onnxruntime@cpu:t1": 1.0}), "cost_ms names unknown op 'ghost'"),
     (lambda d: d.update(cost_ms=[[1.0, 2.0]]), "cost_ms must be 3 rows of 2 numbers (null = unsupported)"),
