@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from costmodels.errors import CostModelError
-from costmodels.features import _jsonable, normalize_signature
+from costmodels.features import jsonable, normalize_signature
 from placer.safe_io import loads, max_json_bytes, read_bytes
 
 FORMAT = "placer-costmodel-data"
@@ -124,13 +124,13 @@ class TrainingData:
     def to_dict(self) -> dict:
         return {
             "format": FORMAT, "version": VERSION,
-            "signatures": {k: _jsonable(v) for k, v in sorted(self.signatures.items())},
+            "signatures": {k: jsonable(v) for k, v in sorted(self.signatures.items())},
             "ops": [{**asdict(r), "latency_ms": _num(r.latency_ms), "models": list(r.models)} for r in self.ops],
             "partitions": [{**asdict(p), "op_keys": list(p.op_keys)} for p in self.partitions],
             "overheads_ms": dict(sorted(self.overheads_ms.items())),
             "links": [asdict(r) for r in self.links],
-            "link_fits": _jsonable(self.link_fits),
-            "targets": _jsonable(self.targets),
+            "link_fits": jsonable(self.link_fits),
+            "targets": jsonable(self.targets),
         }
 
     @staticmethod

@@ -197,18 +197,20 @@ def signature_key(obj: Any) -> str:
     if sig.get("hash"):
         return sig["hash"]
     blob = {
-        "op_type": sig["op_type"], "domain": sig["domain"], "attrs": _jsonable(sig["attrs"]),
+        "op_type": sig["op_type"], "domain": sig["domain"], "attrs": jsonable(sig["attrs"]),
         "inputs": [[list(t["shape"]), t["dtype"]] for t in sig["inputs"]],
         "outputs": [[list(t["shape"]), t["dtype"]] for t in sig["outputs"]],
     }
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
+    """A JSON-safe deep copy: mappings with string keys, tuples as lists, bytes as hex, numpy scalars
+    as Python numbers."""
     if isinstance(v, Mapping):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): jsonable(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     if isinstance(v, (bytes, bytearray)):
         return v.hex()
     if isinstance(v, np.generic):
@@ -374,6 +376,6 @@ def feature_matrix(signatures: Iterable[Any]) -> np.ndarray:
 
 
 __all__ = [
-    "OP_VOCAB", "FAMILIES", "FAMILY_NAMES", "FEATURE_NAMES", "family_of", "normalize_signature",
+    "OP_VOCAB", "FAMILIES", "FAMILY_NAMES", "FEATURE_NAMES", "family_of", "jsonable", "normalize_signature",
     "signature_key", "estimate_work", "signature_features", "feature_matrix",
 ]

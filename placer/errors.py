@@ -43,7 +43,8 @@ class ProfileError(PlacerError):
 
 
 def first_line(exc: BaseException, limit: int = 300) -> str:
-    """The first line of ``exc``'s message (at most ``limit`` characters), or its type's name when the
-    message is empty (``EOFError()``, ``KeyboardInterrupt()``): safe to put on one line of output."""
-    lines = str(exc).splitlines()
-    return lines[0][:limit] if lines and lines[0].strip() else type(exc).__name__
+    """The first non-blank line of ``exc``'s message, without the whitespace around the message (at
+    most ``limit`` characters), or its type's name when the message is empty or blank
+    (``EOFError()``, ``KeyboardInterrupt()``): safe to put on one line of output."""
+    lines = str(exc).strip().splitlines()  # after strip() the first line holds a visible character
+    return lines[0][:limit] if lines else type(exc).__name__

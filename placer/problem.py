@@ -3,8 +3,9 @@
 A :class:`PlacementProblem` is the single input of every solver (``placer.solve.solve``). It is a
 frozen value validated on construction; every error names the op, tensor or target at fault and
 is a :class:`~placer.errors.ProblemError`. It can be built from arrays (what ``placer.problem``
-builders do from an OpGraph and a cost model) or from a JSON file (``docs/problem_json.md``), so
-users can bring their own costs.
+builders do from an OpGraph and a cost model) or from a JSON file (``docs/problem_json.md``; its
+JSON Schema, checked first, is ``placer/schemas/problem.schema.json``), so users can bring their own
+costs.
 
 Model
 -----
@@ -60,13 +61,16 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+import reprlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -75,7 +79,8 @@ from placer.errors import ProblemError
 from placer.safe_io import load_json
 from placer.toposort import CycleError, topological_order
 
-__all__ = ["LINK_CHARGES", "PlacementProblem", "Tensor", "resolve_target_name"]
+__all__ = ["LINK_CHARGES", "PlacementProblem", "Tensor", "problem_schema", "resolve_target_name",
+           "validate_problem_json"]
 
 #: Largest ``nbytes`` of a tensor (a bigger one is a damaged or hostile input).
 MAX_NBYTES = 2**62
@@ -104,12 +109,6 @@ def check_table_sizes(n_ops: int, n_tensors: int, n_targets: int) -> None:
             f"{n_tensors} tensors between {n_targets} targets need a link table of {entries:.3g} entries "
             f"({entries * 8 / 2**30:.1f} GiB), over placer's limit of {MAX_LINK_ENTRIES:.3g}: use fewer "
             f"targets (at most {int((MAX_LINK_ENTRIES / max(n_tensors, 1)) ** 0.5)} for {n_tensors} tensors)")
-
-_JSON_KEYS = {
-    "version", "ops", "targets", "cost_ms", "tensors", "links", "memory_cap_bytes", "weight_bytes",
-    "pinned", "colocate", "partition_overhead_ms", "target_cores", "provenance",
-}
-
 
 @dataclass(frozen=True)
 class Tensor:
@@ -198,6 +197,309 @@ def _check_target_cores(value: Any, targets: tuple[str, ...]) -> dict[str, tuple
     return out
 
 
+# ---------------------------------------------------------------------- validation phases
+# PlacementProblem.__post_init__ runs them in this order (the first error found is the one raised).
+
+
+def _check_names(ops_in: Any, targets_in: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Op and target names as tuples of str: at least one of each, no duplicate."""
+    ops = tuple(str(o) for o in ops_in)
+    targets = tuple(str(t) for t in targets_in)
+    if not ops:
+        raise ProblemError("problem has no ops")
+    if not targets:
+        raise ProblemError("problem has no targets")
+    for what, names in (("op", ops), ("target", targets)):
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                raise ProblemError(f"duplicate {what} name {name!r}")
+            seen.add(name)
+    return ops, targets
+
+
+def _check_costs(value: Any, ops: tuple[str, ...], targets: tuple[str, ...]) -> np.ndarray:
+    """``cost_ms`` as a float (n_ops, n_targets) array: >= 0, not NaN, every op supported somewhere,
+    the ops' largest costs adding up to a finite number."""
+    n, t = len(ops), len(targets)
+    try:
+        cost = np.array(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ProblemError(f"cost_ms: not numeric ({exc})") from None
+    if cost.shape != (n, t):
+        raise ProblemError(f"cost_ms: shape {cost.shape}, expected (n_ops={n}, n_targets={t})")
+    bad = np.argwhere(np.isnan(cost) | (cost < 0))
+    if len(bad):
+        i, j = bad[0]
+        raise ProblemError(f"cost of op {ops[i]!r} on target {targets[j]!r} is {cost[i, j]}: "
+                           "costs must be >= 0 (inf = unsupported), not NaN")
+    nowhere = np.flatnonzero(~np.isfinite(cost).any(axis=1))
+    if len(nowhere):
+        raise ProblemError(f"op {ops[nowhere[0]]!r} is supported on no target (all costs inf)")
+    with np.errstate(over="ignore"):  # finite costs whose sum is not: every schedule would be inf
+        worst = np.where(np.isfinite(cost), cost, 0.0).max(axis=1).sum()
+    if not np.isfinite(worst):
+        raise ProblemError("op costs too large: the ops' largest costs add up to more than a float holds "
+                           f"({np.finfo(float).max:.3g} ms); rescale them")
+    return cost
+
+
+def _check_tensor(tensor: Any) -> Tensor:
+    """One tensor (a Tensor or a mapping of its fields) in its stored form: known producer and
+    consumers, no self-loop, integer ``nbytes`` in ``[0, MAX_NBYTES]``. Duplicate names are the
+    caller's check."""
+    if isinstance(tensor, Mapping):
+        try:
+            tensor = Tensor(**tensor)
+        except TypeError as exc:  # unknown keys, an unhashable consumer ...
+            name = dict(tensor).get("name")
+            raise ProblemError(f"tensors: malformed tensor {name!r} ({exc})") from None
+    if not isinstance(tensor, Tensor):
+        raise ProblemError(f"tensors: expected Tensor, got {type(tensor).__name__}")
+    if not isinstance(tensor.name, str):
+        raise ProblemError(f"tensors: tensor name {tensor.name!r} is not a string")
+    if not isinstance(tensor.producer, (str, type(None))) or not all(isinstance(c, str)
+                                                                    for c in tensor.consumers):
+        raise ProblemError(f"tensor {tensor.name!r}: producer and consumers must be op names")
+    return tensor
+
+
+def _check_tensors(values: Any, op_index: Mapping[str, int]) -> list[Tensor]:
+    """Every tensor checked (:func:`_check_tensor`), names distinct, in its stored form."""
+    tensors: list[Tensor] = []
+    seen_t: set[str] = set()
+    for tensor in values:
+        tensor = _check_tensor(tensor)
+        if tensor.name in seen_t:
+            raise ProblemError(f"duplicate tensor name {tensor.name!r}")
+        seen_t.add(tensor.name)
+        if tensor.producer is not None and tensor.producer not in op_index:
+            raise ProblemError(f"tensor {tensor.name!r}: unknown producer op {tensor.producer!r}")
+        for c in tensor.consumers:
+            if c not in op_index:
+                raise ProblemError(f"tensor {tensor.name!r}: unknown consumer op {c!r}")
+            if c == tensor.producer:
+                raise ProblemError(f"cycle: op {c!r} consumes its own tensor {tensor.name!r}")
+        nbytes = tensor.nbytes
+        try:
+            ok = not isinstance(nbytes, bool) and float(nbytes).is_integer()
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            raise ProblemError(f"tensor {tensor.name!r}: nbytes {str(nbytes)[:40]} is not an integer "
+                               f"(or out of range)")
+        if int(nbytes) < 0:
+            raise ProblemError(f"tensor {tensor.name!r}: negative nbytes {nbytes}")
+        if int(nbytes) > MAX_NBYTES:
+            raise ProblemError(f"tensor {tensor.name!r}: nbytes {nbytes:.6g} is out of range "
+                               f"(at most 2**62)")
+        if type(tensor) is not Tensor or type(nbytes) is not int:  # else already in its stored form
+            tensor = Tensor(tensor.name, tensor.producer, tuple(tensor.consumers), int(nbytes))
+        tensors.append(tensor)
+    return tensors
+
+
+def _op_order(ops: tuple[str, ...], tensors: Sequence[Tensor], op_index: Mapping[str, int]) -> list[int]:
+    """A topological order of the op indices (stable: ties by listed position); names a cycle."""
+    preds: list[set[int]] = [set() for _ in range(len(ops))]
+    for tensor in tensors:
+        if tensor.producer is not None:
+            u = op_index[tensor.producer]
+            for c in tensor.consumers:
+                preds[op_index[c]].add(u)
+    try:
+        return topological_order(range(len(ops)), preds.__getitem__)
+    except CycleError as exc:
+        raise ProblemError(f"cycle among ops: {' -> '.join(repr(ops[i]) for i in exc.cycle)}") from None
+
+
+def _check_link_times(latency: Any, per_byte: Any, targets: tuple[str, ...], tensors: Sequence[Tensor]
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """``(link_latency_ms, link_ms_per_byte)`` as read-only (T, T) arrays, zero diagonals: finite,
+    >= 0, and the largest tensor's copy time finite."""
+    t = len(targets)
+    lat = _float_array(latency, (t, t), "link_latency_ms", 0.0)
+    per_byte = _float_array(per_byte, (t, t), "link_ms_per_byte", 0.0)
+    if t:
+        lat, per_byte = np.array(lat), np.array(per_byte)
+        np.fill_diagonal(lat, 0.0)  # a target never copies to itself
+        np.fill_diagonal(per_byte, 0.0)
+        lat.setflags(write=False)
+        per_byte.setflags(write=False)
+    for what, arr in (("link_latency_ms", lat), ("link_ms_per_byte", per_byte)):
+        bad = np.argwhere(~np.isfinite(arr) | (arr < 0))
+        if len(bad):
+            a, b = bad[0]
+            raise ProblemError(f"{what}[{targets[a]!r} -> {targets[b]!r}] = {arr[a, b]}: "
+                               "must be finite and >= 0")
+    if t and tensors:
+        with np.errstate(over="ignore"):
+            worst_link = float(lat.max()) + max(tt.nbytes for tt in tensors) * float(per_byte.max())
+        if not math.isfinite(worst_link):
+            raise ProblemError("link costs too large: link_latency_ms + nbytes * link_ms_per_byte of the "
+                               "largest tensor overflows a float; rescale them")
+    return lat, per_byte
+
+
+def _check_link_charge(value: Any, targets: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """``link_charge`` as a (T, T) tuple of ``LINK_CHARGES`` (a single string applies to every pair)."""
+    t = len(targets)
+    charge = value
+    if isinstance(charge, str):
+        charge = [[charge] * t for _ in range(t)]
+    try:
+        charge = tuple(tuple(str(x) for x in row) for row in charge)
+    except TypeError:
+        raise ProblemError("link_charge: expected a string or a n_targets x n_targets matrix") from None
+    if len(charge) != t or any(len(row) != t for row in charge):
+        raise ProblemError(f"link_charge: expected a string or a {t} x {t} matrix of strings")
+    for a in range(t):
+        for b in range(t):
+            if charge[a][b] not in LINK_CHARGES:
+                raise ProblemError(f"link_charge[{targets[a]!r} -> {targets[b]!r}] = "
+                                   f"{charge[a][b]!r}: expected one of {LINK_CHARGES}")
+    return charge
+
+
+def _check_per_target_and_weights(caps_in: Any, weights_in: Any, overhead_in: Any, n_listed: int,
+                                  ops: tuple[str, ...], targets: tuple[str, ...], order: list[int]
+                                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(memory_cap_bytes, weight_bytes, partition_overhead_ms)`` as read-only arrays; the weights
+    (listed for the ``n_listed`` ops as given) permuted by ``order``. Caps >= 0, weights finite and
+    >= 0, overheads finite and >= 0."""
+    n, t = len(ops), len(targets)
+    caps = _float_array(caps_in, (t,), "memory_cap_bytes", math.inf)
+    weights = _float_array(weights_in, (n_listed,), "weight_bytes", 0.0)
+    if order != list(range(n)):
+        weights = np.array(weights[order])
+        weights.setflags(write=False)
+    for j in range(t):
+        if np.isnan(caps[j]) or caps[j] < 0:
+            raise ProblemError(f"memory cap of target {targets[j]!r} is {caps[j]}: must be >= 0")
+    bad_w = np.flatnonzero(~np.isfinite(weights) | (weights < 0)) if n else []
+    if len(bad_w):
+        i = int(bad_w[0])
+        raise ProblemError(f"weight_bytes of op {ops[i]!r} is {weights[i]}: must be finite, >= 0")
+    overhead = _float_array(overhead_in, (t,), "partition_overhead_ms", 0.0)
+    for j in range(t):
+        if not np.isfinite(overhead[j]) or overhead[j] < 0:
+            raise ProblemError(f"partition_overhead_ms of target {targets[j]!r} is {overhead[j]}: "
+                               "must be finite and >= 0")
+    return caps, weights, overhead
+
+
+def _check_pins(value: Any, op_index: Mapping[str, int], tgt_index: Mapping[str, int], cost: np.ndarray
+                ) -> dict[str, str]:
+    """``pinned`` as a dict op -> target: known names, each op supported on its target."""
+    pinned = dict(value or {})
+    for op, tgt in pinned.items():
+        if not isinstance(tgt, str):
+            raise ProblemError(f"pinned: op {op!r} pinned to {tgt!r}, which is not a target name")
+        if op not in op_index:
+            raise ProblemError(f"pinned: unknown op {op!r}")
+        if tgt not in tgt_index:
+            raise ProblemError(f"pinned: op {op!r} pinned to unknown target {tgt!r}")
+        if not np.isfinite(cost[op_index[op], tgt_index[tgt]]):
+            raise ProblemError(f"op {op!r} is pinned to target {tgt!r}, which does not support it")
+    return pinned
+
+
+def _merge_groups(value: Any, op_index: Mapping[str, int], n: int) -> tuple[tuple[int, ...], ...]:
+    """The colocation groups of ``value`` (lists of op names) with overlapping ones merged (a
+    union-find): sorted tuples of op indices, sorted, groups of one op left out."""
+    parent = list(range(n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    in_group = [False] * n
+    for group in value or ():
+        if isinstance(group, str):
+            raise ProblemError(f"colocate: expected a list of op names, got the string {group!r}")
+        members = []
+        for op in group:
+            if not isinstance(op, str):
+                raise ProblemError(f"colocate: {op!r} is not an op name")
+            if op not in op_index:
+                raise ProblemError(f"colocate: unknown op {op!r}")
+            members.append(op_index[op])
+        for m in members:
+            in_group[m] = True
+        for m in members[1:]:
+            ra, rb = find(members[0]), find(m)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    groups_by_root: dict[int, list[int]] = {}
+    for i in range(n):
+        if in_group[i]:
+            groups_by_root.setdefault(find(i), []).append(i)
+    return tuple(tuple(g) for g in sorted(groups_by_root.values()) if len(g) > 1)
+
+
+def _check_groups(groups: Sequence[Sequence[int]], ops: tuple[str, ...], cost: np.ndarray,
+                  pinned: Mapping[str, str], tgt_index: Mapping[str, int]) -> None:
+    """Each colocation group has a target supporting all its ops, and at most one pin it supports."""
+    for g in groups:
+        names = [ops[i] for i in g]
+        common = np.isfinite(cost[list(g)]).all(axis=0)
+        if not common.any():
+            raise ProblemError(f"colocation group {names} has no target supporting all its ops")
+        pins = {pinned[o] for o in names if o in pinned}
+        if len(pins) > 1:
+            raise ProblemError(f"colocation group {names} has ops pinned to different targets {sorted(pins)}")
+        if pins and not common[tgt_index[next(iter(pins))]]:
+            raise ProblemError(f"colocation group {names} is pinned to {next(iter(pins))!r}, "
+                               "which does not support all its ops")
+
+
+def _check_memory_fits(ops: tuple[str, ...], targets: tuple[str, ...], cost: np.ndarray, caps: np.ndarray,
+                       weights: np.ndarray, pinned: Mapping[str, str], groups: Sequence[Sequence[int]],
+                       op_index: Mapping[str, int], tgt_index: Mapping[str, int]) -> None:
+    """Necessary conditions of memory feasibility (the solvers report the rest as infeasible): the
+    weights fit all the caps together; each free op, group and pinned op fits some target it may
+    use; the ops pinned to a target fit its cap."""
+    n, t = len(ops), len(targets)
+    with np.errstate(over="ignore"):
+        total_w = float(weights.sum())
+    if not math.isfinite(total_w):
+        raise ProblemError("weight_bytes too large: the ops' weights add up to more than a float holds")
+    if total_w > float(caps.sum()):
+        raise ProblemError(f"infeasible memory: ops need {total_w:.6g} weight bytes, all targets "
+                           f"together hold {float(caps.sum()):.6g}")
+    grouped = {i for g in groups for i in g}
+    pinned_idx = {op_index[o] for o in pinned}
+    # single free ops at once (the loop below did them one by one: seconds at 100,000 ops)
+    free = np.array([i for i in range(n) if i not in grouped and i not in pinned_idx], dtype=int)
+    if len(free):
+        fits = (np.isfinite(cost[free]) & (caps[None, :] >= weights[free][:, None])).any(axis=1)
+        if not fits.all():
+            i = int(free[np.argmin(fits)])
+            raise ProblemError(f"infeasible memory: op {ops[i]!r} needs {float(weights[i]):.6g} weight "
+                               "bytes, more than the cap of every target it can run on")
+    units = [list(g) for g in groups] + [[i] for i in sorted(pinned_idx - grouped)]
+    pinned_load = np.zeros(t)
+    for unit in units:
+        w = float(weights[unit].sum())
+        ok = np.isfinite(cost[unit]).all(axis=0)
+        pin = next((pinned[ops[i]] for i in unit if ops[i] in pinned), None)
+        if pin is not None:
+            ok = np.zeros(t, dtype=bool)
+            ok[tgt_index[pin]] = True
+        if not (caps[ok] >= w).any():
+            what = f"op {ops[unit[0]]!r}" if len(unit) == 1 else f"colocation group {[ops[i] for i in unit]}"
+            raise ProblemError(f"infeasible memory: {what} needs {w:.6g} weight bytes, more than the "
+                               "cap of every target it can run on")
+        if pin is not None:
+            pinned_load[tgt_index[pin]] += w
+    for j in range(t):
+        if pinned_load[j] > caps[j]:
+            raise ProblemError(f"infeasible memory: ops pinned to {targets[j]!r} need "
+                               f"{pinned_load[j]:.6g} bytes, cap is {caps[j]:.6g}")
+
+
 @dataclass(frozen=True, eq=False)
 class PlacementProblem:
     """A placement problem (see the module docstring for the semantics).
@@ -260,254 +562,30 @@ class PlacementProblem:
 
     # ------------------------------------------------------------------ construction / validation
     def __post_init__(self) -> None:
+        """Validate and normalize every field, phase by phase (see the ``_check_*`` functions)."""
         set_ = object.__setattr__
-        ops = tuple(str(o) for o in self.ops)
-        targets = tuple(str(t) for t in self.targets)
-        if not ops:
-            raise ProblemError("problem has no ops")
-        if not targets:
-            raise ProblemError("problem has no targets")
-        for what, names in (("op", ops), ("target", targets)):
-            seen: set[str] = set()
-            for name in names:
-                if name in seen:
-                    raise ProblemError(f"duplicate {what} name {name!r}")
-                seen.add(name)
-        n, t = len(ops), len(targets)
-        check_table_sizes(n, len(self.tensors) if hasattr(self.tensors, "__len__") else 0, t)
+        ops, targets = _check_names(self.ops, self.targets)
+        n = len(ops)
+        check_table_sizes(n, len(self.tensors) if hasattr(self.tensors, "__len__") else 0, len(targets))
         op_index = {o: i for i, o in enumerate(ops)}
         tgt_index = {d: j for j, d in enumerate(targets)}
-
-        # costs
-        try:
-            cost = np.array(self.cost_ms, dtype=float)
-        except (TypeError, ValueError) as exc:
-            raise ProblemError(f"cost_ms: not numeric ({exc})") from None
-        if cost.shape != (n, t):
-            raise ProblemError(f"cost_ms: shape {cost.shape}, expected (n_ops={n}, n_targets={t})")
-        bad = np.argwhere(np.isnan(cost) | (cost < 0))
-        if len(bad):
-            i, j = bad[0]
-            raise ProblemError(f"cost of op {ops[i]!r} on target {targets[j]!r} is {cost[i, j]}: "
-                               "costs must be >= 0 (inf = unsupported), not NaN")
-        nowhere = np.flatnonzero(~np.isfinite(cost).any(axis=1))
-        if len(nowhere):
-            raise ProblemError(f"op {ops[nowhere[0]]!r} is supported on no target (all costs inf)")
-        with np.errstate(over="ignore"):  # finite costs whose sum is not: every schedule would be inf
-            worst = np.where(np.isfinite(cost), cost, 0.0).max(axis=1).sum()
-        if not np.isfinite(worst):
-            raise ProblemError("op costs too large: the ops' largest costs add up to more than a float holds "
-                               f"({np.finfo(float).max:.3g} ms); rescale them")
-
-        # tensors
-        tensors: list[Tensor] = []
-        seen_t: set[str] = set()
-        for tensor in self.tensors:
-            if isinstance(tensor, Mapping):
-                try:
-                    tensor = Tensor(**tensor)
-                except TypeError as exc:  # unknown keys, an unhashable consumer ...
-                    name = dict(tensor).get("name")
-                    raise ProblemError(f"tensors: malformed tensor {name!r} ({exc})") from None
-            if not isinstance(tensor, Tensor):
-                raise ProblemError(f"tensors: expected Tensor, got {type(tensor).__name__}")
-            if not isinstance(tensor.name, str):
-                raise ProblemError(f"tensors: tensor name {tensor.name!r} is not a string")
-            if not isinstance(tensor.producer, (str, type(None))) or not all(isinstance(c, str)
-                                                                            for c in tensor.consumers):
-                raise ProblemError(f"tensor {tensor.name!r}: producer and consumers must be op names")
-            if tensor.name in seen_t:
-                raise ProblemError(f"duplicate tensor name {tensor.name!r}")
-            seen_t.add(tensor.name)
-            if tensor.producer is not None and tensor.producer not in op_index:
-                raise ProblemError(f"tensor {tensor.name!r}: unknown producer op {tensor.producer!r}")
-            for c in tensor.consumers:
-                if c not in op_index:
-                    raise ProblemError(f"tensor {tensor.name!r}: unknown consumer op {c!r}")
-                if c == tensor.producer:
-                    raise ProblemError(f"cycle: op {c!r} consumes its own tensor {tensor.name!r}")
-            nbytes = tensor.nbytes
-            try:
-                ok = not isinstance(nbytes, bool) and float(nbytes).is_integer()
-            except (TypeError, ValueError, OverflowError):
-                ok = False
-            if not ok:
-                raise ProblemError(f"tensor {tensor.name!r}: nbytes {str(nbytes)[:40]} is not an integer "
-                                   f"(or out of range)")
-            if int(nbytes) < 0:
-                raise ProblemError(f"tensor {tensor.name!r}: negative nbytes {nbytes}")
-            if int(nbytes) > MAX_NBYTES:
-                raise ProblemError(f"tensor {tensor.name!r}: nbytes {nbytes:.6g} is out of range "
-                                   f"(at most 2**62)")
-            if type(tensor) is not Tensor or type(nbytes) is not int:  # else already in its stored form
-                tensor = Tensor(tensor.name, tensor.producer, tuple(tensor.consumers), int(nbytes))
-            tensors.append(tensor)
-
-        # topological order (stable: ties by listed position); name a cycle if there is one
-        preds: list[set[int]] = [set() for _ in range(n)]
-        for tensor in tensors:
-            if tensor.producer is not None:
-                u = op_index[tensor.producer]
-                for c in tensor.consumers:
-                    preds[op_index[c]].add(u)
-        try:
-            order = topological_order(range(n), preds.__getitem__)
-        except CycleError as exc:
-            raise ProblemError(f"cycle among ops: {' -> '.join(repr(ops[i]) for i in exc.cycle)}") from None
-        if order != list(range(n)):
+        cost = _check_costs(self.cost_ms, ops, targets)
+        tensors = _check_tensors(self.tensors, op_index)
+        order = _op_order(ops, tensors, op_index)
+        if order != list(range(n)):  # stored in a topological order
             ops = tuple(ops[i] for i in order)
             cost = cost[order]
             op_index = {o: i for i, o in enumerate(ops)}
         cost.setflags(write=False)
-
-        # links
-        lat = _float_array(self.link_latency_ms, (t, t), "link_latency_ms", 0.0)
-        per_byte = _float_array(self.link_ms_per_byte, (t, t), "link_ms_per_byte", 0.0)
-        if t:
-            lat, per_byte = np.array(lat), np.array(per_byte)
-            np.fill_diagonal(lat, 0.0)  # a target never copies to itself
-            np.fill_diagonal(per_byte, 0.0)
-            lat.setflags(write=False)
-            per_byte.setflags(write=False)
-        for what, arr in (("link_latency_ms", lat), ("link_ms_per_byte", per_byte)):
-            bad = np.argwhere(~np.isfinite(arr) | (arr < 0))
-            if len(bad):
-                a, b = bad[0]
-                raise ProblemError(f"{what}[{targets[a]!r} -> {targets[b]!r}] = {arr[a, b]}: "
-                                   "must be finite and >= 0")
-        if t and tensors:
-            with np.errstate(over="ignore"):
-                worst_link = float(lat.max()) + max(tt.nbytes for tt in tensors) * float(per_byte.max())
-            if not math.isfinite(worst_link):
-                raise ProblemError("link costs too large: link_latency_ms + nbytes * link_ms_per_byte of the "
-                                   "largest tensor overflows a float; rescale them")
-        charge = self.link_charge
-        if isinstance(charge, str):
-            charge = [[charge] * t for _ in range(t)]
-        try:
-            charge = tuple(tuple(str(x) for x in row) for row in charge)
-        except TypeError:
-            raise ProblemError("link_charge: expected a string or a n_targets x n_targets matrix") from None
-        if len(charge) != t or any(len(row) != t for row in charge):
-            raise ProblemError(f"link_charge: expected a string or a {t} x {t} matrix of strings")
-        for a in range(t):
-            for b in range(t):
-                if charge[a][b] not in LINK_CHARGES:
-                    raise ProblemError(f"link_charge[{targets[a]!r} -> {targets[b]!r}] = "
-                                       f"{charge[a][b]!r}: expected one of {LINK_CHARGES}")
-
-        # memory
-        caps = _float_array(self.memory_cap_bytes, (t,), "memory_cap_bytes", math.inf)
-        weights = _float_array(self.weight_bytes, (len(self.ops),), "weight_bytes", 0.0)
-        if order != list(range(n)):
-            weights = np.array(weights[order])
-            weights.setflags(write=False)
-        for j in range(t):
-            if np.isnan(caps[j]) or caps[j] < 0:
-                raise ProblemError(f"memory cap of target {targets[j]!r} is {caps[j]}: must be >= 0")
-        bad_w = np.flatnonzero(~np.isfinite(weights) | (weights < 0)) if n else []
-        if len(bad_w):
-            i = int(bad_w[0])
-            raise ProblemError(f"weight_bytes of op {ops[i]!r} is {weights[i]}: must be finite, >= 0")
-        overhead = _float_array(self.partition_overhead_ms, (t,), "partition_overhead_ms", 0.0)
-        for j in range(t):
-            if not np.isfinite(overhead[j]) or overhead[j] < 0:
-                raise ProblemError(f"partition_overhead_ms of target {targets[j]!r} is {overhead[j]}: "
-                                   "must be finite and >= 0")
-
-        # pins
-        pinned = dict(self.pinned or {})
-        for op, tgt in pinned.items():
-            if not isinstance(tgt, str):
-                raise ProblemError(f"pinned: op {op!r} pinned to {tgt!r}, which is not a target name")
-            if op not in op_index:
-                raise ProblemError(f"pinned: unknown op {op!r}")
-            if tgt not in tgt_index:
-                raise ProblemError(f"pinned: op {op!r} pinned to unknown target {tgt!r}")
-            if not np.isfinite(cost[op_index[op], tgt_index[tgt]]):
-                raise ProblemError(f"op {op!r} is pinned to target {tgt!r}, which does not support it")
-
-        # colocation groups (merge overlapping ones with a union-find)
-        parent = list(range(n))
-
-        def find(x: int) -> int:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
-        in_group = [False] * n
-        for group in self.colocate or ():
-            if isinstance(group, str):
-                raise ProblemError(f"colocate: expected a list of op names, got the string {group!r}")
-            members = []
-            for op in group:
-                if not isinstance(op, str):
-                    raise ProblemError(f"colocate: {op!r} is not an op name")
-                if op not in op_index:
-                    raise ProblemError(f"colocate: unknown op {op!r}")
-                members.append(op_index[op])
-            for m in members:
-                in_group[m] = True
-            for m in members[1:]:
-                ra, rb = find(members[0]), find(m)
-                if ra != rb:
-                    parent[max(ra, rb)] = min(ra, rb)
-        groups_by_root: dict[int, list[int]] = {}
-        for i in range(n):
-            if in_group[i]:
-                groups_by_root.setdefault(find(i), []).append(i)
-        groups = tuple(tuple(g) for g in sorted(groups_by_root.values()) if len(g) > 1)
-        for g in groups:
-            names = [ops[i] for i in g]
-            common = np.isfinite(cost[list(g)]).all(axis=0)
-            if not common.any():
-                raise ProblemError(f"colocation group {names} has no target supporting all its ops")
-            pins = {pinned[o] for o in names if o in pinned}
-            if len(pins) > 1:
-                raise ProblemError(f"colocation group {names} has ops pinned to different targets {sorted(pins)}")
-            if pins and not common[tgt_index[next(iter(pins))]]:
-                raise ProblemError(f"colocation group {names} is pinned to {next(iter(pins))!r}, "
-                                   "which does not support all its ops")
-
-        # memory feasibility (necessary conditions; the solvers report the rest as infeasible)
-        with np.errstate(over="ignore"):
-            total_w = float(weights.sum())
-        if not math.isfinite(total_w):
-            raise ProblemError("weight_bytes too large: the ops' weights add up to more than a float holds")
-        if total_w > float(caps.sum()):
-            raise ProblemError(f"infeasible memory: ops need {total_w:.6g} weight bytes, all targets "
-                               f"together hold {float(caps.sum()):.6g}")
-        grouped = {i for g in groups for i in g}
-        pinned_idx = {op_index[o] for o in pinned}
-        # single free ops at once (the loop below did them one by one: seconds at 100,000 ops)
-        free = np.array([i for i in range(n) if i not in grouped and i not in pinned_idx], dtype=int)
-        if len(free):
-            fits = (np.isfinite(cost[free]) & (caps[None, :] >= weights[free][:, None])).any(axis=1)
-            if not fits.all():
-                i = int(free[np.argmin(fits)])
-                raise ProblemError(f"infeasible memory: op {ops[i]!r} needs {float(weights[i]):.6g} weight "
-                                   "bytes, more than the cap of every target it can run on")
-        units = [list(g) for g in groups] + [[i] for i in sorted(pinned_idx - grouped)]
-        pinned_load = np.zeros(t)
-        for unit in units:
-            w = float(weights[unit].sum())
-            ok = np.isfinite(cost[unit]).all(axis=0)
-            pin = next((pinned[ops[i]] for i in unit if ops[i] in pinned), None)
-            if pin is not None:
-                ok = np.zeros(t, dtype=bool)
-                ok[tgt_index[pin]] = True
-            if not (caps[ok] >= w).any():
-                what = f"op {ops[unit[0]]!r}" if len(unit) == 1 else f"colocation group {[ops[i] for i in unit]}"
-                raise ProblemError(f"infeasible memory: {what} needs {w:.6g} weight bytes, more than the "
-                                   "cap of every target it can run on")
-            if pin is not None:
-                pinned_load[tgt_index[pin]] += w
-        for j in range(t):
-            if pinned_load[j] > caps[j]:
-                raise ProblemError(f"infeasible memory: ops pinned to {targets[j]!r} need "
-                                   f"{pinned_load[j]:.6g} bytes, cap is {caps[j]:.6g}")
-
+        lat, per_byte = _check_link_times(self.link_latency_ms, self.link_ms_per_byte, targets, tensors)
+        charge = _check_link_charge(self.link_charge, targets)
+        caps, weights, overhead = _check_per_target_and_weights(
+            self.memory_cap_bytes, self.weight_bytes, self.partition_overhead_ms, len(self.ops), ops, targets,
+            order)
+        pinned = _check_pins(self.pinned, op_index, tgt_index, cost)
+        groups = _merge_groups(self.colocate, op_index, n)
+        _check_groups(groups, ops, cost, pinned, tgt_index)
+        _check_memory_fits(ops, targets, cost, caps, weights, pinned, groups, op_index, tgt_index)
         cores = _check_target_cores(self.target_cores, targets)
 
         set_(self, "ops", ops)
@@ -957,134 +1035,456 @@ class PlacementProblem:
     def from_json(cls, source: str | os.PathLike | Mapping[str, Any]) -> PlacementProblem:
         """Build a problem from a JSON file path or an already-parsed dict.
 
-        The format is documented in ``docs/problem_json.md``. ``cost_ms`` is either
-        ``{op: {target: ms}}`` (a missing target = unsupported) or a list of rows with ``null`` for
-        unsupported. Matrices of ``links`` may be a single number for every pair.
+        The format is documented in ``docs/problem_json.md`` and its JSON Schema is
+        ``placer/schemas/problem.schema.json`` (:func:`problem_schema`), checked first
+        (:func:`validate_problem_json`). ``cost_ms`` is either ``{op: {target: ms}}`` (a missing target
+        = unsupported) or a list of rows with ``null`` for unsupported. Matrices of ``links`` may be a
+        single number for every pair.
 
         Raises
         ------
         ProblemError
-            If the file cannot be read or the content is malformed (message names the field).
+            If the file cannot be read or the content is malformed: one line naming the file (``problem
+            JSON`` for a dict) and the JSON path of the fault, or the op / tensor / target at fault.
         """
         if isinstance(source, Mapping):
-            data = dict(source)
+            data: Any = dict(source)
             where = "problem JSON"
         else:
             where = str(source)
             data = load_json(source, "the problem JSON", ProblemError)
-        if not isinstance(data, Mapping):
-            raise ProblemError(f"{where}: expected a JSON object")
-        unknown = sorted(set(data) - _JSON_KEYS)
-        if unknown:
-            raise ProblemError(f"{where}: unknown keys {unknown}; valid keys are {sorted(_JSON_KEYS)}")
-        if data.get("version", 1) != 1:
-            raise ProblemError(f"{where}: unsupported version {data.get('version')!r} (expected 1)")
-        for key in ("ops", "targets", "cost_ms"):
-            if key not in data:
-                raise ProblemError(f"{where}: missing required key {key!r}")
+        validate_problem_json(data, where)
+        # what the schema cannot say: names that must be ops or targets, table shapes (the rest when
+        # the problem is built: tensor endpoints, pins, groups, cores, link matrices, cycles, memory)
         ops, targets = data["ops"], data["targets"]
-        if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
-            raise ProblemError(f"{where}: 'ops' must be a list of strings")
-        if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
-            raise ProblemError(f"{where}: 'targets' must be a list of strings")
-        n_tensors = len(data["tensors"]) if isinstance(data.get("tensors"), list) else 0
-        try:  # before the tables are allocated
-            check_table_sizes(len(ops), n_tensors, len(targets))
-        except ProblemError as exc:
-            raise ProblemError(f"{where}: {exc}") from None
-        # name -> position dicts (not list.index: that made the {op: {target: ms}} form quadratic)
         op_pos = {o: i for i, o in enumerate(ops)}
         tgt_pos = {d: j for j, d in enumerate(targets)}
-        n, t = len(ops), len(targets)
-        raw = data["cost_ms"]
-        cost = np.full((n, t), np.inf)
-        if isinstance(raw, Mapping):
-            for o, row in raw.items():
-                if o not in op_pos:
-                    raise ProblemError(f"{where}: cost_ms names unknown op {o!r}")
-                if not isinstance(row, Mapping):
-                    raise ProblemError(f"{where}: cost_ms[{o!r}] must map target -> ms")
-                for d, v in row.items():
-                    if d not in tgt_pos:
-                        raise ProblemError(f"{where}: cost_ms[{o!r}] names unknown target {d!r}")
-                    cost[op_pos[o], tgt_pos[d]] = _num(v, f"cost_ms[{o!r}][{d!r}]", where)
-        elif isinstance(raw, list):
-            if len(raw) != n or any(not isinstance(r, list) or len(r) != t for r in raw):
-                raise ProblemError(f"{where}: cost_ms must be {n} rows of {t} numbers (null = unsupported)")
-            for i, row in enumerate(raw):
-                for j, v in enumerate(row):
-                    cost[i, j] = _num(v, f"cost_ms[{ops[i]!r}][{targets[j]!r}]", where)
-        else:
-            raise ProblemError(f"{where}: cost_ms must be an object or a list of rows")
-
-        tensors = []
-        for x in data.get("tensors", []):
-            if not isinstance(x, Mapping) or "name" not in x:
-                raise ProblemError(f"{where}: each tensor needs at least a 'name'")
-            extra = set(x) - {"name", "producer", "consumers", "nbytes"}
-            if extra:
-                raise ProblemError(f"{where}: tensor {x['name']!r} has unknown keys {sorted(extra)}")
-            if not isinstance(x["name"], str):
-                raise ProblemError(f"{where}: tensor name {x['name']!r} is not a string")
-            consumers = x.get("consumers", [])
-            if not isinstance(consumers, list) or not all(isinstance(c, str) for c in consumers):
-                raise ProblemError(f"{where}: tensor {x['name']!r}: consumers must be a list of op names")
-            if not isinstance(x.get("producer"), (str, type(None))):
-                raise ProblemError(f"{where}: tensor {x['name']!r}: producer {x['producer']!r} is not an op "
-                                   "name")
-            tensors.append(Tensor(x["name"], x.get("producer"), tuple(consumers), x.get("nbytes", 0)))
-
-        links = data.get("links", {}) or {}
-        extra = set(links) - {"latency_ms", "ms_per_byte", "charge", "broadcast"}
-        if extra:
-            raise ProblemError(f"{where}: links has unknown keys {sorted(extra)}")
-
-        def per_target(key: str, default: float) -> np.ndarray | None:
-            raw_map = data.get(key)
-            if raw_map is None:
-                return None
-            if not isinstance(raw_map, Mapping):
-                raise ProblemError(f"{where}: {key} must map target -> number")
-            arr = np.full(t, default)
-            for d, v in raw_map.items():
-                if d not in tgt_pos:
-                    raise ProblemError(f"{where}: {key} names unknown target {d!r}")
-                arr[tgt_pos[d]] = default if v is None else _num(v, f"{key}[{d!r}]", where)
-            return arr
-
+        cost = _cost_table(data["cost_ms"], ops, targets, op_pos, tgt_pos, where)
+        tensors = [Tensor(x["name"], x.get("producer"), tuple(x.get("consumers", ())), x.get("nbytes", 0))
+                   for x in data.get("tensors", ())]
         weights = None
         if data.get("weight_bytes") is not None:
-            if not isinstance(data["weight_bytes"], Mapping):
-                raise ProblemError(f"{where}: weight_bytes must map op -> bytes")
-            weights = np.zeros(n)
+            weights = np.zeros(len(ops))
             for o, v in data["weight_bytes"].items():
                 if o not in op_pos:
                     raise ProblemError(f"{where}: weight_bytes names unknown op {o!r}")
-                weights[op_pos[o]] = _num(v, f"weight_bytes[{o!r}]", where)
-        pinned = data.get("pinned") or {}
-        if not isinstance(pinned, Mapping) or not all(isinstance(v, str) for v in pinned.values()):
-            raise ProblemError(f"{where}: pinned must map op -> target name")
-        colocate = data.get("colocate") or []
-        if not isinstance(colocate, list) or not all(
-                isinstance(g, list) and all(isinstance(o, str) for o in g) for g in colocate):
-            raise ProblemError(f"{where}: colocate must be a list of lists of op names")
-        provenance = data.get("provenance") or {}
-        if not isinstance(provenance, Mapping):
-            raise ProblemError(f"{where}: provenance must be an object")
-        target_cores = data.get("target_cores") or {}
-        if not isinstance(target_cores, Mapping):
-            raise ProblemError(f"{where}: target_cores must map target -> list of core ids")
-        return cls(
-            ops=ops, targets=targets, cost_ms=cost, tensors=tensors,
-            link_latency_ms=_num_matrix(links.get("latency_ms"), "links.latency_ms", where),
-            link_ms_per_byte=_num_matrix(links.get("ms_per_byte"), "links.ms_per_byte", where),
-            link_charge=links.get("charge", "both"),
-            memory_cap_bytes=per_target("memory_cap_bytes", math.inf),
-            weight_bytes=weights, pinned=pinned, colocate=[tuple(g) for g in colocate],
-            partition_overhead_ms=per_target("partition_overhead_ms", 0.0),
-            provenance=provenance, target_cores=target_cores,
-            link_broadcast=links.get("broadcast", False),
-        )
+                weights[op_pos[o]] = _to_float(v, f"weight_bytes[{o!r}]", where)
+        links = data.get("links") or {}
+        fields = {
+            "link_latency_ms": _link_numbers(links.get("latency_ms"), "links.latency_ms", where),
+            "link_ms_per_byte": _link_numbers(links.get("ms_per_byte"), "links.ms_per_byte", where),
+            "link_charge": links.get("charge", "both"),
+            "memory_cap_bytes": _per_target(data, "memory_cap_bytes", math.inf, tgt_pos, where),
+            "weight_bytes": weights, "pinned": data.get("pinned") or {},
+            "colocate": [tuple(g) for g in data.get("colocate") or ()],
+            "partition_overhead_ms": _per_target(data, "partition_overhead_ms", 0.0, tgt_pos, where),
+            "provenance": data.get("provenance") or {}, "target_cores": data.get("target_cores") or {},
+            "link_broadcast": links.get("broadcast", False),
+        }
+        try:
+            return cls(ops=ops, targets=targets, cost_ms=cost, tensors=tensors, **fields)
+        except ProblemError as exc:  # a cycle, an unknown op in a tensor ...: which file holds it, too
+            raise type(exc)(f"{where}: {exc}") from None
+
+
+# ---------------------------------------------------------------------- the problem JSON
+#: the JSON Schema of the problem JSON (draft 2020-12, docs/problem_json.md), shipped with the package
+SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "problem.schema.json"
+_NUMBER = (int, float)  # exact types: a bool is not a number here, as in JSON Schema
+_TENSOR_KEYS = frozenset({"name", "producer", "consumers", "nbytes"})
+
+
+@functools.cache
+def _schema_text() -> str:
+    return SCHEMA_PATH.read_text(encoding="utf-8")
+
+
+def problem_schema() -> dict[str, Any]:
+    """The JSON Schema of the problem JSON (a fresh copy: ``placer/schemas/problem.schema.json``)."""
+    return json.loads(_schema_text())
+
+
+def _costs_ok(values: Sequence[Any]) -> bool:
+    """Every value is a cost of the schema (``#/$defs/cost``): a number >= 0 (NaN passes, as in the
+    schema; the constructor refuses it), null or ``"inf"``."""
+    types = set(map(type, values))
+    if not types <= {int, float, str, type(None)}:
+        return False
+    if str in types and any(v != "inf" for v in values if type(v) is str):
+        return False
+    numbers = values if types <= {int, float} else [v for v in values if type(v) in _NUMBER]
+    return not (np.array(numbers, dtype=float) < 0).any()  # an int beyond a float raises: not vouched
+
+
+def _cost_map_rows_ok(rows: Sequence[Any]) -> bool:
+    return set(map(type, rows)) <= {dict} and _costs_ok([v for r in rows for v in r.values()])
+
+
+def _cost_list_rows_ok(rows: Sequence[Any]) -> bool:
+    return set(map(type, rows)) <= {list} and _costs_ok([v for r in rows for v in r])
+
+
+def _tensor_ok(x: Any) -> bool:
+    """One tensor of the schema (``#/$defs/tensor``) in its usual form (an int ``nbytes``)."""
+    if type(x) is not dict or not x.keys() <= _TENSOR_KEYS or type(x.get("name")) is not str:
+        return False
+    consumers = x.get("consumers", [])
+    nbytes = x.get("nbytes", 0)
+    return (type(x.get("producer")) in (str, type(None)) and type(consumers) is list
+            and all(type(c) is str for c in consumers) and type(nbytes) is int and 0 <= nbytes <= MAX_NBYTES)
+
+
+def _tensors_ok(tensors: Sequence[Any]) -> bool:
+    if set(map(type, tensors)) - {dict}:
+        return False
+    if not all(x.keys() <= _TENSOR_KEYS for x in tensors):
+        return False
+    if {type(x.get("name")) for x in tensors} != {str}:
+        return False
+    if not {type(x.get("producer")) for x in tensors} <= {str, type(None)}:
+        return False
+    consumers = [x.get("consumers", []) for x in tensors]
+    if not set(map(type, consumers)) <= {list} or not {type(c) for cs in consumers for c in cs} <= {str}:
+        return False
+    nbytes = [x.get("nbytes", 0) for x in tensors]
+    if not set(map(type, nbytes)) <= {int}:
+        return False
+    return not nbytes or (min(nbytes) >= 0 and max(nbytes) <= MAX_NBYTES)
+
+
+@dataclass(frozen=True)
+class _Bulk:
+    """A container of the problem JSON that grows with the problem (ops, cost rows, tensors, ...).
+
+    Validating its elements one by one with ``jsonschema`` takes seconds at 100,000 ops, so the
+    skeleton schema leaves out ``keyword`` (the container's per-element subschema) and
+    :func:`validate_problem_json` checks the elements here: ``all_ok`` (all at once) or ``ok`` (one
+    element) is a cheap *sufficient* condition of the subschema; an element they do not vouch for
+    goes to ``jsonschema``, which finds its error (or none). ``unique``: the container's
+    ``uniqueItems``, checked the same way.
+    """
+
+    path: tuple[str, ...]  # where the container is in a problem
+    schema: str  # JSON pointer of the container's schema in problem.schema.json
+    keyword: str  # "items" (a list's elements) or "additionalProperties" (an object's values)
+    ok: Callable[[Any], bool]
+    all_ok: Callable[[Sequence[Any]], bool] | None = None
+    unique: bool = False
+
+
+def _all_strings(values: Sequence[Any]) -> bool:
+    return set(map(type, values)) <= {str}
+
+
+def _is_string(x: Any) -> bool:
+    return type(x) is str
+
+
+def _link_row_ok(row: Any) -> bool:
+    return type(row) is list and all(type(x) in _NUMBER or x is None or x == "inf" for x in row)
+
+
+_BULK = (
+    _Bulk(("ops",), "/properties/ops", "items", _is_string, _all_strings, unique=True),
+    _Bulk(("targets",), "/properties/targets", "items", _is_string, _all_strings, unique=True),
+    _Bulk(("cost_ms",), "/properties/cost_ms", "additionalProperties",
+          lambda r: type(r) is dict and _costs_ok(list(r.values())), _cost_map_rows_ok),
+    _Bulk(("cost_ms",), "/properties/cost_ms", "items", lambda r: type(r) is list and _costs_ok(r),
+          _cost_list_rows_ok),
+    _Bulk(("tensors",), "/properties/tensors", "items", _tensor_ok, _tensors_ok),
+    _Bulk(("links", "latency_ms"), "/$defs/linkNumbers", "items", _link_row_ok),
+    _Bulk(("links", "ms_per_byte"), "/$defs/linkNumbers", "items", _link_row_ok),
+    _Bulk(("links", "charge"), "/properties/links/properties/charge/anyOf/1", "items",
+          lambda r: type(r) is list and all(type(x) is str and x in LINK_CHARGES for x in r)),
+    _Bulk(("memory_cap_bytes",), "/properties/memory_cap_bytes", "additionalProperties",
+          lambda x: type(x) in _NUMBER and x >= 0 or x is None or x == "inf"),
+    _Bulk(("weight_bytes",), "/properties/weight_bytes", "additionalProperties",
+          lambda x: type(x) in _NUMBER and x >= 0),
+    _Bulk(("pinned",), "/properties/pinned", "additionalProperties", _is_string, _all_strings),
+    _Bulk(("colocate",), "/properties/colocate", "items",
+          lambda g: type(g) is list and _all_strings(g)),
+    _Bulk(("partition_overhead_ms",), "/properties/partition_overhead_ms", "additionalProperties",
+          lambda x: type(x) in _NUMBER and x >= 0 or x is None),
+    _Bulk(("target_cores",), "/properties/target_cores", "additionalProperties",
+          lambda cs: cs is None or type(cs) is list and len(cs) > 0
+          and all(type(c) is int and c >= 0 for c in cs)),
+)
+
+
+def _pointer(schema: dict[str, Any], pointer: str) -> dict[str, Any]:
+    node: Any = schema
+    for part in pointer.strip("/").split("/"):
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node
+
+
+@functools.cache
+def _validators() -> tuple[Any, Any, Callable[[str], Any]]:
+    """``(full, skeleton, at)``: validators of the whole schema and of its skeleton (the keywords of
+    :data:`_BULK` left out), and ``at(pointer)``, a validator of the subschema at ``pointer``."""
+    import jsonschema  # a fraction of a second: only what reads a problem JSON pays it
+    from referencing import Registry
+    from referencing.jsonschema import DRAFT202012
+
+    schema = problem_schema()
+    cls = jsonschema.Draft202012Validator
+    registry = Registry().with_resource(schema["$id"], DRAFT202012.create_resource(schema))
+    skeleton = problem_schema()
+    for bulk in _BULK:
+        node = _pointer(skeleton, bulk.schema)
+        node.pop(bulk.keyword, None)
+        if bulk.unique:
+            node.pop("uniqueItems", None)
+
+    @functools.cache
+    def at(pointer: str) -> Any:
+        return cls({"$ref": f"{schema['$id']}#{pointer}"}, registry=registry)
+
+    return cls(schema, registry=registry), cls(skeleton), at
+
+
+def _first_error(validator: Any, instance: Any) -> Any:
+    """The first error of ``validator`` on ``instance`` (None if valid): errors come lazily, in the
+    schema's keyword order (the unknown keys of an object before its properties, then the missing ones)."""
+    return next(iter(validator.iter_errors(instance)), None)
+
+
+def validate_problem_json(data: Any, where: str = "problem JSON") -> None:
+    """ProblemError (one line, naming ``where`` and the JSON path) unless ``data`` matches the problem
+    schema (:func:`problem_schema`); also refuses, before any table is built, a problem over the size
+    limits (:func:`check_table_sizes`). The cross-references the schema cannot state (names of ops and
+    targets, table shapes, cycles, memory) are checked when the problem is built."""
+    _, skeleton, at = _validators()
+    err = _first_error(skeleton, data)
+    if err is not None:
+        raise _schema_error(err, where, data)
+    n_tensors = len(data["tensors"]) if isinstance(data.get("tensors"), list) else 0
+    try:  # before the tables are allocated (and before their elements are checked)
+        check_table_sizes(len(data["ops"]), n_tensors, len(data["targets"]))
+    except ProblemError as exc:
+        raise ProblemError(f"{where}: {exc}") from None
+    for bulk in _BULK:
+        container: Any = data
+        for key in bulk.path:
+            container = container.get(key) if isinstance(container, Mapping) else None
+        if bulk.keyword == "items" and isinstance(container, list):
+            keys: Sequence[Any] = range(len(container))
+            elements = container
+        elif bulk.keyword == "additionalProperties" and isinstance(container, Mapping):
+            keys, elements = list(container), list(container.values())
+        else:
+            continue
+        if bulk.all_ok is None or not _holds(bulk.all_ok, elements):
+            element = at(f"{bulk.schema}/{bulk.keyword}")
+            for key, value in zip(keys, elements):
+                if not _holds(bulk.ok, value) and (err := _first_error(element, value)) is not None:
+                    raise _schema_error(err, where, data, (*[(True, k) for k in bulk.path], (False, key)))
+        if bulk.unique and len(set(elements)) != len(elements):  # elements: strings, checked above
+            raise _schema_error(_first_error(at(bulk.schema), container), where, data,
+                                tuple((True, k) for k in bulk.path))
+
+
+def _holds(check: Callable[[Any], bool], value: Any) -> bool:
+    try:
+        return bool(check(value))
+    except (TypeError, ValueError, OverflowError):  # not vouched for: jsonschema decides
+        return False
+
+
+# ---- one line per schema error
+_TYPE_WORDS = {"object": "an object", "array": "a list", "string": "a string", "number": "a number",
+               "integer": "an integer", "boolean": "true or false", "null": "null"}
+
+
+def _words(items: Sequence[str]) -> str:
+    items = list(dict.fromkeys(items))
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
+
+
+_REPR = reprlib.Repr()  # a value in an error: short, whatever its size
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlist = _REPR.maxdict = 4
+_REPR.maxlevel = 2
+
+
+def _short(value: Any) -> str:
+    return _REPR.repr(value)
+
+
+def _accepts(schema: Any, instance: Any) -> bool:
+    """A branch of an anyOf names the type of ``instance`` (its error, if any, is the one to report)."""
+    if not isinstance(schema, Mapping) or "type" not in schema:
+        return False
+    types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    kind = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(instance))
+    if kind is None and isinstance(instance, _NUMBER):
+        kind = "integer" if isinstance(instance, int) or float(instance).is_integer() else "number"
+    return kind in types or kind == "integer" and "number" in types
+
+
+def _alternative(schema: Mapping[str, Any]) -> str:
+    if "const" in schema:
+        return repr(schema["const"])
+    types = schema.get("type", [])
+    words = [_TYPE_WORDS.get(t, t) for t in (types if isinstance(types, list) else [types])]
+    if "minimum" in schema and words:
+        words[0] += f" >= {schema['minimum']}"
+    return _words(words) if words else "valid"
+
+
+def _specific(err: Any) -> Any:
+    """For an anyOf / oneOf error, the error of the branch that names the instance's type, if any."""
+    while err.validator in ("anyOf", "oneOf") and err.context:
+        branches = err.validator_value
+        inner = [e for e in err.context if _accepts(branches[e.relative_schema_path[0]], err.instance)]
+        if not inner:
+            break
+        err = min(inner, key=lambda e: -len(e.absolute_path))  # the deepest: the precise one
+    return err
+
+
+def _render(err: Any, prefix: tuple[tuple[bool, Any], ...]) -> str:
+    """The JSON path of ``err`` below ``prefix`` (``(is a property of the schema, key)`` pairs), as
+    ``links.charge[0][1]`` or ``cost_ms['conv']['cpu']``: the properties of the schema dotted, the
+    problem's own names (ops, targets) quoted, list indices in brackets."""
+    parts = list(prefix)
+    path = list(err.absolute_path)
+    tokens = iter(err.absolute_schema_path)
+    j = 0
+    for tok in tokens:
+        if j >= len(path):
+            break
+        if tok == "properties":
+            next(tokens, None)
+            parts.append((True, path[j]))
+            j += 1
+        elif tok in ("additionalProperties", "items"):
+            parts.append((False, path[j]))
+            j += 1
+        elif tok in ("anyOf", "oneOf", "allOf"):
+            next(tokens, None)
+    parts += [(False, k) for k in path[j:]]
+    out = ""
+    for is_property, key in parts:
+        if is_property:
+            out += f".{key}" if out else str(key)
+        else:
+            out += f"[{key}]" if isinstance(key, int) else f"[{key!r}]"
+    return out
+
+
+def _schema_error(err: Any, where: str, data: Any, prefix: tuple[tuple[bool, Any], ...] = ()) -> ProblemError:
+    """A ProblemError of one line from a jsonschema error: ``WHERE: PATH: what is wrong`` (``prefix``:
+    the path of the instance ``err`` is about, when it is not the whole problem; see :func:`_render`)."""
+    err = _specific(err)
+    p = _render(err, prefix)
+    inst, v, value = err.instance, err.validator, err.validator_value
+    if v == "type":
+        words = _words([_TYPE_WORDS.get(t, t) for t in (value if isinstance(value, list) else [value])])
+        what = f"{p} = {_short(inst)} is not {words}" if p else f"expected a JSON object, got {_short(inst)}"
+    elif v in ("anyOf", "oneOf"):
+        what = f"{p} = {_short(inst)} is not {_words([_alternative(s) for s in value])}"
+    elif v == "required":
+        missing = next((k for k in value if k not in inst), value[0])
+        what = f"{p + ': ' if p else ''}missing required key {missing!r}"
+    elif v == "additionalProperties":
+        known = sorted(err.schema.get("properties", {}))
+        extra = sorted((k for k in inst if k not in known), key=str)
+        what = f"{p + ': ' if p else ''}unknown keys {extra}; valid keys are {known}"
+    elif v == "const":
+        what = f"unsupported {p} {_short(inst)} (expected {value!r})"
+    elif v == "uniqueItems":
+        seen: set[str] = set()
+        dup = next((x for x in map(repr, inst) if x in seen or seen.add(x)), "?")
+        what = f"{p}: {dup} is listed more than once"
+    elif v in ("maximum", "exclusiveMaximum"):
+        what = f"{p}: {err.message} (out of range)"
+    else:
+        what = f"{p}: {err.message}"
+    full = tuple(k for _, k in prefix) + tuple(err.absolute_path)
+    if full[:1] == ("tensors",) and len(full) > 1 and isinstance(data, Mapping):  # name the tensor too
+        tensor = data["tensors"][full[1]]
+        if isinstance(tensor, Mapping) and isinstance(tensor.get("name"), str):
+            what = f"tensor {tensor['name']!r}: {what}"
+    if len(what) > 400:
+        what = what[:400] + "..."
+    return ProblemError(f"{where}: {what}")
+
+
+def _to_float(v: Any, what: str, where: str) -> float:
+    """A number of a valid problem JSON as a float; ``null`` / ``"inf"`` mean infinity (unsupported / no cap)."""
+    if v is None or v == "inf":
+        return math.inf
+    try:
+        return float(v)
+    except OverflowError:  # an integer beyond the float range
+        raise ProblemError(f"{where}: {what} = {str(v)[:24]}... is out of range") from None
+
+
+def _floats(values: list[Any], what: Callable[[int], str], where: str) -> np.ndarray:
+    """``values`` (numbers, null, ``"inf"``) as a float array; ``what(k)`` names value ``k`` in an error."""
+    try:
+        if None in values:
+            values = [math.inf if v is None else v for v in values]
+        return np.array(values, dtype=float)
+    except OverflowError:
+        for k, v in enumerate(values):
+            _to_float(v, what(k), where)
+        raise
+
+
+def _cost_table(raw: Any, ops: list[str], targets: list[str], op_pos: Mapping[str, int],
+                tgt_pos: Mapping[str, int], where: str) -> np.ndarray:
+    """``cost_ms`` of a valid problem JSON as an (n_ops, n_targets) float array, inf = unsupported:
+    its names must be ops and targets, its rows (the list form) one per op of one entry per target."""
+    n, t = len(ops), len(targets)
+    cost = np.full((n, t), np.inf)
+    if isinstance(raw, list):
+        if len(raw) != n or any(len(r) != t for r in raw):
+            raise ProblemError(f"{where}: cost_ms must be {n} rows of {t} numbers (null = unsupported)")
+        flat = [v for r in raw for v in r]
+        if flat:
+            cost[:] = _floats(flat, lambda k: f"cost_ms[{ops[k // t]!r}][{targets[k % t]!r}]",
+                              where).reshape(n, t)
+        return cost
+    rows: list[int] = []
+    cols: list[int] = []
+    values: list[Any] = []
+    for o, row in raw.items():
+        i = op_pos.get(o)
+        if i is None:
+            raise ProblemError(f"{where}: cost_ms names unknown op {o!r}")
+        js = [tgt_pos.get(d, -1) for d in row]
+        if -1 in js:
+            raise ProblemError(f"{where}: cost_ms[{o!r}] names unknown target {list(row)[js.index(-1)]!r}")
+        rows += [i] * len(js)
+        cols += js
+        values += row.values()
+    if values:
+        cost[rows, cols] = _floats(values, lambda k: f"cost_ms[{ops[rows[k]]!r}][{targets[cols[k]]!r}]", where)
+    return cost
+
+
+def _per_target(data: Mapping[str, Any], key: str, default: float, tgt_pos: Mapping[str, int],
+                where: str) -> np.ndarray | None:
+    """``{target: number}`` of a valid problem JSON as an array in target order (``default`` where
+    missing or null); None if absent."""
+    raw = data.get(key)
+    if raw is None:
+        return None
+    arr = np.full(len(tgt_pos), default)
+    for d, v in raw.items():
+        if d not in tgt_pos:
+            raise ProblemError(f"{where}: {key} names unknown target {d!r}")
+        arr[tgt_pos[d]] = default if v is None else _to_float(v, f"{key}[{d!r}]", where)
+    return arr
+
+
+def _link_numbers(v: Any, what: str, where: str) -> Any:
+    """``links.latency_ms`` / ``ms_per_byte`` of a valid problem JSON: None, a number or a matrix of floats."""
+    if isinstance(v, list):
+        return [[_to_float(x, what, where) for x in r] for r in v]
+    return v
 
 
 _DIGIT_RUNS = re.compile(r"(\d+)")
@@ -1211,26 +1611,6 @@ def resolve_target_name(name: str, targets: Sequence[str], context: str = "") ->
     if matches:
         raise ProblemError(f"{context}target {name!r} is ambiguous: it matches {matches}; name one of them")
     raise ProblemError(f"{context}unknown target {name!r}; targets are {list(targets)}")
-
-
-def _num(v: Any, what: str, where: str) -> float:
-    """A JSON number; ``null`` / ``"inf"`` mean infinity (unsupported / no cap)."""
-    if v is None or v == "inf":
-        return math.inf
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ProblemError(f"{where}: {what} = {v!r} is not a number")
-    try:
-        return float(v)
-    except OverflowError:  # an integer beyond the float range
-        raise ProblemError(f"{where}: {what} = {str(v)[:24]}... is out of range") from None
-
-
-def _num_matrix(v: Any, what: str, where: str) -> Any:
-    if v is None or isinstance(v, (int, float)) and not isinstance(v, bool):
-        return v
-    if not isinstance(v, list) or not all(isinstance(r, list) for r in v):
-        raise ProblemError(f"{where}: {what} must be a number or a matrix (list of rows)")
-    return [[_num(x, what, where) for x in r] for r in v]
 
 
 def _jsonable(x: Any) -> Any:

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from placer.devices.base import CompiledModel, Target, TargetSpec
-from placer.errors import TargetError
+from placer.errors import TargetError, first_line
 
 
 def spins(threads: int) -> bool:
@@ -86,13 +86,8 @@ class OnnxRuntimeTarget(Target):
                 model.SerializeToString(), session_options(self.spec.threads), providers=["CPUExecutionProvider"]
             )
         except Exception as exc:  # ORT raises several exception types (Fail, InvalidGraph, NotImplemented...)
-            raise TargetError(f"{self.name}: cannot build a session for {model.graph.name!r}: {_first_line(exc)}") from exc
+            raise TargetError(f"{self.name}: cannot build a session for {model.graph.name!r}: {first_line(exc)}") from exc
         return OrtCompiled(sess)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
 
 
 __all__ = ["OnnxRuntimeTarget", "session_options", "TargetSpec"]

@@ -15,8 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from placer.devices.base import CompiledModel, Target
-from placer.devices.onnxruntime_target import _first_line
-from placer.errors import TargetError
+from placer.errors import TargetError, first_line
 
 
 def _core():
@@ -96,7 +95,7 @@ class OpenVinoTarget(Target):
             ov_model = core.read_model(model.SerializeToString())
             compiled = core.compile_model(ov_model, "CPU", self.config())
         except Exception as exc:
-            raise TargetError(f"{self.name}: cannot compile {model.graph.name!r}: {_first_line(exc)}") from exc
+            raise TargetError(f"{self.name}: cannot compile {model.graph.name!r}: {first_line(exc)}") from exc
         inputs = [i.name for i in model.graph.input]
         outputs = [o.name for o in model.graph.output]
         if len(compiled.inputs) != len(inputs) or len(compiled.outputs) != len(outputs):

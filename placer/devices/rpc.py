@@ -68,7 +68,6 @@ from typing import Any
 import numpy as np
 
 from placer.devices.base import CompiledModel, TargetSpec
-from placer.devices.onnxruntime_target import _first_line
 from placer.devices.timing import TimingConfig, stats_from_samples
 from placer.devices.tvm_target import TvmLlvmTarget, llvm_target
 from placer.errors import TargetError, TargetUnavailable, first_line
@@ -148,7 +147,7 @@ def tracker_summary(host: str, port: int) -> dict:
         finally:
             tc.close()
     except Exception as exc:  # noqa: BLE001 - tvm raises many types
-        raise TargetUnavailable(f"tvm-rpc: cannot reach the tracker at {host}:{port}: {_first_line(exc)}") from None
+        raise TargetUnavailable(f"tvm-rpc: cannot reach the tracker at {host}:{port}: {first_line(exc)}") from None
 
 
 # ---- the target -------------------------------------------------------------------------------------
@@ -302,7 +301,7 @@ class RpcTarget(TvmLlvmTarget):
         try:
             tc = rpc.connect_tracker(cfg.tracker_host, cfg.tracker_port)
         except Exception as exc:  # noqa: BLE001 - tvm raises many types
-            raise TargetError(f"{self.name}: cannot reach the RPC tracker {cfg.tracker}: {_first_line(exc)}") from None
+            raise TargetError(f"{self.name}: cannot reach the RPC tracker {cfg.tracker}: {first_line(exc)}") from None
 
         def request() -> None:
             try:
@@ -353,7 +352,7 @@ class RpcTarget(TvmLlvmTarget):
                 else:
                     ex.export_library(path)
             except Exception as exc:
-                raise TargetError(f"{self.name}: exporting {name} failed: {_first_line(exc)}") from exc
+                raise TargetError(f"{self.name}: exporting {name} failed: {first_line(exc)}") from exc
             for attempt in range(2):  # a dropped session is reopened once
                 sess = self.session()
                 try:
@@ -366,7 +365,7 @@ class RpcTarget(TvmLlvmTarget):
                     self.close()
                     if attempt:
                         raise self._unavailable_or(TargetError(
-                            f"{self.name}: remote load of {name} failed: {_first_line(exc)}")) from exc
+                            f"{self.name}: remote load of {name} failed: {first_line(exc)}")) from exc
         raise AssertionError("unreachable")
 
 
@@ -413,7 +412,7 @@ class RpcCompiled(CompiledModel):
             return self._outputs()
         except Exception as exc:
             raise self.target._unavailable_or(TargetError(
-                f"{self.target.name}: remote run failed: {type(exc).__name__}: {_first_line(exc)}")) from exc
+                f"{self.target.name}: remote run failed: {type(exc).__name__}: {first_line(exc)}")) from exc
 
     def time_run(self, feeds: Mapping[str, np.ndarray], config=None):
         """Time the model on the device with the remote ``time_evaluator`` (no transport).

@@ -14,9 +14,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from placer.devices.base import CompiledModel, Target
-from placer.devices.onnxruntime_target import _first_line
 from placer.devices.tvm_shim import onnx_converter_ops
-from placer.errors import TargetError
+from placer.errors import TargetError, first_line
 
 
 def tvm_convertible_ops() -> frozenset[str]:
@@ -34,7 +33,7 @@ def import_onnx(model: Any, name: str = "<model>"):
     try:
         return from_onnx(model, keep_params_in_input=False)
     except Exception as exc:
-        raise TargetError(f"tvm: importing {name} failed: {_first_line(exc)}") from exc
+        raise TargetError(f"tvm: importing {name} failed: {first_line(exc)}") from exc
 
 
 def llvm_target(threads: int = 1, mcpu: str | None = None):
@@ -98,7 +97,7 @@ class TvmLlvmTarget(Target):
         try:
             return tvm.compile(mod, target=tgt, relax_pipeline=relax.get_default_pipeline(tgt))
         except Exception as exc:
-            raise TargetError(f"{self.name}: compiling {name} failed: {_first_line(exc)}") from exc
+            raise TargetError(f"{self.name}: compiling {name} failed: {first_line(exc)}") from exc
 
     def import_and_build(self, model: Any) -> tuple[Any, list[str], list[str]]:
         """ONNX model -> (Relax executable, its input names, its output names); TargetError on failure."""

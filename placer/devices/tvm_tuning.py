@@ -39,9 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from placer.devices.base import CompiledModel
-from placer.devices.onnxruntime_target import _first_line
 from placer.devices.tvm_target import TvmCompiled, TvmLlvmTarget
-from placer.errors import TargetError
+from placer.errors import TargetError, first_line
 
 DEFAULT_TRIALS = 32
 BUILDER_TIMEOUT_S = 120.0
@@ -201,7 +200,7 @@ class TvmLlvmTunedTarget(TvmLlvmTarget):
         except TargetError:
             raise
         except Exception as exc:
-            raise TargetError(f"{self.name}: tuning/compiling {name} failed: {_first_line(exc)}") from exc
+            raise TargetError(f"{self.name}: tuning/compiling {name} failed: {first_line(exc)}") from exc
 
     def compile(self, model: Any) -> CompiledModel:
         import tvm

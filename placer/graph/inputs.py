@@ -13,7 +13,7 @@ import onnx
 from onnx import helper
 
 from placer.errors import GraphError
-from placer.graph import _proto as P
+from placer.graph import proto as P
 
 __all__ = ["random_inputs"]
 

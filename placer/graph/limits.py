@@ -27,7 +27,7 @@ import onnx
 from onnx import AttributeProto, TensorProto
 
 from placer.errors import GraphError
-from placer.graph import _proto as P
+from placer.graph import proto as P
 from placer.safe_io import check_regular_file
 
 __all__ = ["DATA_PROP_MAX_ELEMENTS", "DEFAULT_MAX_MODEL_MB", "MAX_MODEL_ENV", "check_model_file",
@@ -41,7 +41,7 @@ DATA_PROP_MAX_ELEMENTS = 2**16
 # a tensor declaring more elements than this is refused (the graph loader's own limit)
 MAX_TENSOR_ELEMENTS = 2**36
 
-# storage bits of element types narrower than a byte, where _proto does not know them
+# storage bits of element types narrower than a byte, where placer.graph.proto does not know them
 _PACKED_BITS = {getattr(TensorProto, n): b for n, b in
                 (("FLOAT6E2M3", 6), ("FLOAT6E3M2", 6)) if hasattr(TensorProto, n)}
 # typed storage fields and how many entries one element takes there

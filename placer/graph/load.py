@@ -51,8 +51,8 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from placer.errors import GraphError
-from placer.graph import _proto as P
 from placer.graph import limits
+from placer.graph import proto as P
 from placer.graph.opaque import contract_dynamic
 from placer.toposort import CycleError, topological_order
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 import onnx
 
 from placer.errors import GraphError
-from placer.graph import _proto as P
+from placer.graph import proto as P
 
 __all__ = ["OPAQUE_DOMAIN", "contract_dynamic", "describe_members", "describe_regions", "function_of", "is_opaque"]
 

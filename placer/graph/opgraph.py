@@ -21,7 +21,7 @@ import onnx
 from onnx import numpy_helper
 
 from placer.errors import GraphError
-from placer.graph import _proto as P
+from placer.graph import proto as P
 from placer.graph.flops import op_flops
 from placer.graph.load import is_folded, load_model
 from placer.graph.opaque import is_opaque

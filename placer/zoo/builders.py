@@ -16,7 +16,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from placer.errors import GraphError
-from placer.graph import _proto as P
+from placer.graph import proto as P
 
 __all__ = ["bert_encoder", "model_with_op_tvm_rejects", "tiny_branchy"]
 

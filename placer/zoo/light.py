@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from placer.errors import GraphError
-from placer.graph import _proto as P
+from placer.graph import proto as P
 
 __all__ = ["LIGHT_DIR", "LIGHT_MODELS", "light_model_path", "reweighted"]
 

@@ -404,7 +404,7 @@ def _types(c, base, add, pdir, cmdir, load_cm, prob, edited_problem):
         ("pinned-to-a-list", lambda d: d["pinned"].update(fc=["onnxruntime@cpu:t1"]), ["pinned"]),
         ("colocate-holds-an-object", lambda d: d.update(colocate=[["conv", {"op": "lrn"}]]), ["colocate"]),
         ("tensor-name-a-list", lambda d: d["tensors"].append({"name": ["t"], "producer": "fc"}),
-         ["tensor name"]),
+         ["tensors[4].name"]),
         ("tensor-producer-a-list", lambda d: tensors(d)["lrn_y"].update(producer=["lrn"]),
          ["lrn_y", "producer"]),
         ("tensor-consumers-nested", lambda d: tensors(d)["lrn_y"].update(consumers=[["fc"]]),
@@ -412,7 +412,7 @@ def _types(c, base, add, pdir, cmdir, load_cm, prob, edited_problem):
         ("target-cores-an-object", lambda d: d.update(target_cores={"onnxruntime@cpu:t1": {"0": 1}}),
          ["target_cores"]),
         ("cost-row-a-list", lambda d: d["cost_ms"].update(lrn=[1.0, 2.0]), ["lrn"]),
-        ("links-charge-a-number", lambda d: d["links"].update(charge=7), ["link_charge"]),
+        ("links-charge-a-number", lambda d: d["links"].update(charge=7), ["links.charge"]),
     ]
     for name, fn, expect in edits:
         prob("types", name, edited_problem(fn), expect)

@@ -115,7 +115,8 @@ def bad_json(**changes):
 
 
 @pytest.mark.parametrize("data, match", [
-    (bad_json(cost_ms={"a": {"cpu": -1.0}, "b": {"cpu": 1.0}, "c": {"cpu": 1.0}}), r"cost of op 'a'"),
+    (bad_json(cost_ms={"a": {"cpu": -1.0}, "b": {"cpu": 1.0}, "c": {"cpu": 1.0}}),
+     r"^problem JSON: cost_ms\['a'\]\['cpu'\]: -1\.0 is less than the minimum of 0$"),
     (bad_json(cost_ms={"a": {"cpu": math.nan}, "b": {"cpu": 1.0}, "c": {"cpu": 1.0}}), r"NaN"),
     (bad_json(cost_ms={"a": {"cpu": "fast"}}), r"cost_ms\['a'\]\['cpu'\] = 'fast' is not a number"),
     (bad_json(cost_ms={"zz": {"cpu": 1.0}}), r"cost_ms names unknown op 'zz'"),

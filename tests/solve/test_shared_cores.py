@@ -314,7 +314,7 @@ def test_target_cores_errors(cores, message):
 
 def test_target_cores_json_errors():
     d = two_branches(None).to_json()
-    with pytest.raises(ProblemError, match="target_cores must map"):
+    with pytest.raises(ProblemError, match=r"target_cores = \[\[0\]\] is not an object or null"):
         PlacementProblem.from_json({**d, "target_cores": [[0]]})
     with pytest.raises(ProblemError, match="unknown target 'z'"):
         PlacementProblem.from_json({**d, "target_cores": {"z": [0]}})

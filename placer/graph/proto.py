@@ -1,7 +1,7 @@
 """Small helpers over ONNX protobufs: dtypes, tensor types, attribute values, tensor bytes.
 
-Private to :mod:`placer.graph` (and :mod:`placer.zoo`). Everything here works on plain protos and
-numpy; nothing copies a large initializer unless it has to (protobuf copies of big byte fields
+Shared by :mod:`placer.graph` and :mod:`placer.zoo` (imported as ``P``). Everything here works on
+plain protos and numpy; nothing copies a large initializer unless it has to (protobuf copies of big byte fields
 are slow: ~0.3-0.5 GB/s on the reference machine).
 """
 
