@@ -34,9 +34,12 @@ __all__ = ["DEFAULT_CHUNKS", "measure_probes", "probe_assignments", "probe_pairs
 
 #: pieces each probe plan cuts the model into (``chunks - 1`` boundaries per probe)
 DEFAULT_CHUNKS = 6
-#: a target whose single-target prediction is this many times the fastest is not probed (untuned
-#: TVM on a CPU: no plan would give it more than a few ops)
+#: a target whose single-target prediction is this many times the fastest (plus :data:`SLACK_MS`) is
+#: not probed (untuned TVM on a CPU: no plan would give it more than a few ops)
 MAX_SLOWDOWN = 3.0
+#: absolute slack on :data:`MAX_SLOWDOWN`: a model whose ops all cost about nothing (priced at 0 ms
+#: below the call overhead) is probed on every target; its probes cost about nothing too
+SLACK_MS = 1.0
 
 
 def _single_target_ms(problem) -> np.ndarray:
@@ -53,12 +56,12 @@ def _single_target_ms(problem) -> np.ndarray:
 def probe_pairs(problem, targets: Sequence[str] | None = None, max_slowdown: float = MAX_SLOWDOWN
                 ) -> list[tuple[str, str]]:
     """Unordered pairs of ``targets`` (default: all of the problem's) worth probing: each runs most
-    ops and is predicted within ``max_slowdown`` of the fastest single target."""
+    ops and is predicted within ``max_slowdown`` times the fastest single target plus :data:`SLACK_MS`."""
     names = list(problem.targets)
     single = _single_target_ms(problem)
     best = float(np.min(single)) if np.isfinite(single).any() else math.inf
     keep = [n for n in (targets or names)
-            if n in names and math.isfinite(single[names.index(n)]) and single[names.index(n)] <= max_slowdown * best]
+            if n in names and math.isfinite(single[names.index(n)]) and single[names.index(n)] <= max_slowdown * best + SLACK_MS]
     return list(itertools.combinations(keep, 2))
 
 

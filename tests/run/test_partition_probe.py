@@ -40,11 +40,14 @@ def test_probe_plans_alternate_equal_work_chunks_and_respect_support_pins_and_gr
 
 def test_probe_pairs_leave_out_targets_far_slower_or_running_few_ops():
     cost = np.ones((10, 3))
-    cost[:, 2] = 5.0  # c: 5x the fastest single target
+    cost[:, 2] = 5.0  # c: 5x the fastest single target (50 ms vs 10 ms)
     assert probe_pairs(_chain(10, cost)) == [("a", "b")]
     cost[:, 2] = 1.0
     cost[:6, 1] = math.inf  # b runs 4 of 10 ops
     assert probe_pairs(_chain(10, cost)) == [("a", "c")]
+    tiny = np.zeros((10, 3))  # every op priced at 0 (below the call overhead): all probed
+    tiny[:, 2] = 0.05
+    assert probe_pairs(_chain(10, tiny)) == [("a", "b"), ("a", "c"), ("b", "c")]
 
 
 @pytest.fixture
