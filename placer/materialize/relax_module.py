@@ -186,7 +186,7 @@ class RelaxProgram:
             except TargetError:
                 raise
             except Exception as exc:
-                raise TargetError(f"tvm: compiling the Relax module failed: {_first_line(exc)}") from exc
+                raise TargetError(f"tvm: compiling the Relax module failed: {_tvm_error_line(exc)}") from exc
             # The VM resolves packed functions at init, from the registry: create it while ours are in.
             for sym, c in callouts.items():
                 tvm_ffi.register_global_func(sym, c, override=True)
@@ -211,14 +211,14 @@ def load_compiled(program: RelaxProgram, path, name=None) -> "RelaxCompiled":
         try:
             lib = tvm.runtime.load_module(str(path))
         except Exception as exc:
-            raise TargetError(f"{name}: cannot load the compiled Relax module: {_first_line(exc)}") from exc
+            raise TargetError(f"{name}: cannot load the compiled Relax module: {_tvm_error_line(exc)}") from exc
         for sym, c in callouts.items():
             tvm_ffi.register_global_func(sym, c, override=True)
         try:
             vm = relax.VirtualMachine(lib, tvm.cpu(0))
         except Exception as exc:  # a library that is not a Relax executable (another .so)
             raise TargetError(f"{name}: not a compiled Relax module ({type(exc).__name__}: "
-                              f"{_first_line(exc)})") from exc
+                              f"{_tvm_error_line(exc)})") from exc
     return RelaxCompiled(program, lib, vm, callouts, 0.0)
 
 
@@ -311,7 +311,12 @@ def _to_tvm(arr: np.ndarray, device):
     return tvm.runtime.tensor(arr, device)
 
 
-def _first_line(exc: BaseException) -> str:
+def _tvm_error_line(exc: BaseException) -> str:
+    """The line of a TVM exception's message that says what went wrong: the first (non-blank) line
+    naming an error or a mismatch, else the last line, at most 300 characters (its type's name when
+    the message is blank). Not ``placer.errors.first_line``: TVM's messages start with a traceback
+    or context lines and put the error itself further down (``...\nInternalError: Check failed``),
+    so the first line would quote a stack frame."""
     lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
     for ln in lines:
         if "Error" in ln or "error" in ln or "mismatch" in ln:
