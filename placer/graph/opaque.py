@@ -125,15 +125,7 @@ def contract_dynamic(
     """
     g = model.graph
     nodes = list(g.node)
-    constants = {t.name for t in g.initializer}
-
-    def static(t: str) -> bool:
-        if t in constants:
-            return True
-        vi = types.get(t)
-        tt = P.tensor_type_of(vi) if vi is not None else None
-        return tt is not None and tt[0] != 0 and P.is_static(tt[1])
-
+    static = _static_test(types, {t.name for t in g.initializer})
     producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
     reads = [_reads(n) for n in nodes]
     dynamic = {
@@ -161,13 +153,50 @@ def contract_dynamic(
             if not static(t) and t in producer:
                 sets.union(i, producer[t])
     regions = _convex(sets, users, reads, producer)
-    outputs_of_model = {o.name for o in g.output}
-    region_of = {i: k for k, members in enumerate(regions) for i in members}
+    calls, boundary = _region_calls(model, nodes, regions, reads, users, static, types, where)
+    order = _contracted_order(nodes, regions, calls, reads)
+    if order is None:  # _convex prevents it
+        raise GraphError(f"{where}: contracting the dynamic regions left a cycle")
+    del g.node[:]
+    g.node.extend(order)
+    if not any(o.domain == OPAQUE_DOMAIN for o in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid(OPAQUE_DOMAIN, 1))
+    model.ir_version = max(model.ir_version, MIN_IR_FOR_FUNCTIONS)
+    return boundary
+
+
+def _static_test(types: Mapping[str, onnx.ValueInfoProto], constants: set[str]) -> Callable[[str], bool]:
+    """``static(t)``: whether tensor ``t`` is a constant or has a known element type and a static
+    inferred shape."""
+
+    def static(t: str) -> bool:
+        if t in constants:
+            return True
+        vi = types.get(t)
+        tt = P.tensor_type_of(vi) if vi is not None else None
+        return tt is not None and tt[0] != 0 and P.is_static(tt[1])
+
+    return static
+
+
+def _region_calls(
+    model: onnx.ModelProto,
+    nodes: list[onnx.NodeProto],
+    regions: list[list[int]],
+    reads: list[list[str]],
+    users: list[list[int]],
+    static: Callable[[str], bool],
+    types: Mapping[str, onnx.ValueInfoProto],
+    where: str,
+) -> tuple[dict[int, onnx.NodeProto], dict[str, onnx.ValueInfoProto]]:
+    """``(calls, boundary)``: region index -> the node calling its function (added to
+    ``model.functions``, once per distinct body), and the value infos of the regions' outputs."""
+    outputs_of_model = {o.name for o in model.graph.output}
     taken = {n.name for n in nodes}
     opset_ir = [o for o in model.opset_import if o.domain != OPAQUE_DOMAIN]
-    boundary: dict[str, onnx.ValueInfoProto] = {}
     new_nodes: dict[int, onnx.NodeProto] = {}  # region index -> its call node
     known_functions = {f.name for f in model.functions if f.domain == OPAQUE_DOMAIN}
+    boundary: dict[str, onnx.ValueInfoProto] = {}
     for k, members in enumerate(regions):
         inside = set(members)
         produced = {o for i in members for o in nodes[i].output if o}
@@ -196,13 +225,24 @@ def contract_dynamic(
             name, j = f"opaque_{k}_{j}", j + 1
         taken.add(name)
         new_nodes[k] = onnx.helper.make_node(fn.name, ins, outs, name=name, domain=OPAQUE_DOMAIN)
-    # Stable topological order of the contracted graph (ties: the first original index of a unit).
+    return new_nodes, boundary
+
+
+def _contracted_order(
+    nodes: list[onnx.NodeProto],
+    regions: list[list[int]],
+    calls: Mapping[int, onnx.NodeProto],
+    reads: list[list[str]],
+) -> list[onnx.NodeProto] | None:
+    """The nodes of the contracted graph (each region's call in place of its first member) in a
+    stable topological order (ties: the first original index of a unit); None if it has a cycle."""
+    region_of = {i: k for k, members in enumerate(regions) for i in members}
     units: list[tuple[int, onnx.NodeProto, list[str]]] = []
     for i, n in enumerate(nodes):
         if i not in region_of:
             units.append((i, n, reads[i]))
         elif regions[region_of[i]][0] == i:
-            call = new_nodes[region_of[i]]
+            call = calls[region_of[i]]
             units.append((i, call, list(call.input)))
     unit_producer = {o: u for u, (_, n, _) in enumerate(units) for o in n.output if o}
     deps = [{unit_producer[t] for t in r if t in unit_producer} for _, _, r in units]
@@ -221,14 +261,7 @@ def contract_dynamic(
             indeg[v] -= 1
             if indeg[v] == 0:
                 heapq.heappush(ready, (units[v][0], v))
-    if len(order) != len(units):  # _convex prevents it
-        raise GraphError(f"{where}: contracting the dynamic regions left a cycle")
-    del g.node[:]
-    g.node.extend(order)
-    if not any(o.domain == OPAQUE_DOMAIN for o in model.opset_import):
-        model.opset_import.append(onnx.helper.make_opsetid(OPAQUE_DOMAIN, 1))
-    model.ir_version = max(model.ir_version, MIN_IR_FOR_FUNCTIONS)
-    return boundary
+    return order if len(order) == len(units) else None
 
 
 def _convex(sets: _Sets, users: list[list[int]], reads: list[list[str]], producer: dict[str, int]) -> list[list[int]]:

@@ -186,7 +186,7 @@ class RelaxProgram:
             except TargetError:
                 raise
             except Exception as exc:
-                raise TargetError(f"tvm: compiling the Relax module failed: {_first_line(exc)}") from exc
+                raise TargetError(f"tvm: compiling the Relax module failed: {_tvm_error_line(exc)}") from exc
             # The VM resolves packed functions at init, from the registry: create it while ours are in.
             for sym, c in callouts.items():
                 tvm_ffi.register_global_func(sym, c, override=True)
@@ -211,14 +211,14 @@ def load_compiled(program: RelaxProgram, path, name=None) -> "RelaxCompiled":
         try:
             lib = tvm.runtime.load_module(str(path))
         except Exception as exc:
-            raise TargetError(f"{name}: cannot load the compiled Relax module: {_first_line(exc)}") from exc
+            raise TargetError(f"{name}: cannot load the compiled Relax module: {_tvm_error_line(exc)}") from exc
         for sym, c in callouts.items():
             tvm_ffi.register_global_func(sym, c, override=True)
         try:
             vm = relax.VirtualMachine(lib, tvm.cpu(0))
         except Exception as exc:  # a library that is not a Relax executable (another .so)
             raise TargetError(f"{name}: not a compiled Relax module ({type(exc).__name__}: "
-                              f"{_first_line(exc)})") from exc
+                              f"{_tvm_error_line(exc)})") from exc
     return RelaxCompiled(program, lib, vm, callouts, 0.0)
 
 
@@ -311,7 +311,12 @@ def _to_tvm(arr: np.ndarray, device):
     return tvm.runtime.tensor(arr, device)
 
 
-def _first_line(exc: BaseException) -> str:
+def _tvm_error_line(exc: BaseException) -> str:
+    """The line of a TVM exception's message that says what went wrong: the first (non-blank) line
+    naming an error or a mismatch, else the last line, at most 300 characters (its type's name when
+    the message is blank). Not ``placer.errors.first_line``: TVM's messages start with a traceback
+    or context lines and put the error itself further down (``...\nInternalError: Check failed``),
+    so the first line would quote a stack frame."""
     lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
     for ln in lines:
         if "Error" in ln or "error" in ln or "mismatch" in ln:
@@ -367,13 +372,6 @@ def build_relax_program(
             "placer.materialize.relax_module)"
         )
     vd = VDevice(_llvm_for(tvm_target), 0, "global")
-
-    def set_vdevice(var):
-        ty = var.ty
-        if isinstance(ty, relax.TensorType):
-            return relax.TensorType(ty.shape, ty.dtype, vd)
-        return None
-
     bb = relax.BlockBuilder()
     gvars: dict[str, Any] = {}
     externals: dict[str, ExternalPartition] = {}
@@ -388,36 +386,9 @@ def build_relax_program(
             "placer.n_ops": len(p.ops),
         }
         if p.runtime == "tvm":
-            imod = import_onnx(sub, f"partition {p.id} ({p.target})")
-            imod = relax.transform.UpdateParamType(set_vdevice)(imod)
-            func = imod["main"]
-            if len(func.params) != len(p.inputs):
-                raise TargetError(
-                    f"tvm: partition {p.id} imports with {len(func.params)} inputs, "
-                    f"its sub-model has {len(p.inputs)}"
-                )
-            ret = func.ret_ty
-            rets = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
-            if len(rets) != len(p.outputs):
-                raise TargetError(
-                    f"tvm: partition {p.id} imports with {len(rets)} outputs, expected {len(p.outputs)}")
-            for t, r in zip(p.outputs, rets):
-                if not _same_type(r, _tensor_type(graph, t)):
-                    raise TargetError(
-                        f"tvm: partition {p.id} output {t!r} imports as {r} (expected a tensor "
-                        f"{list(graph.tensors[t].shape)} {graph.tensors[t].dtype}); "
-                        "place its producer on another target"
-                    )
-            func = func.without_attr("num_input").with_attrs(attrs)
+            func = _tvm_partition_function(graph, p, sub, attrs, vd)
         else:
-            params = [relax.Var(_var_name(t), _tensor_type(graph, t)) for t in p.inputs]
-            out_ty = [_tensor_type(graph, t) for t in p.outputs]
-            fb = relax.BlockBuilder()
-            with fb.function(p.symbol, params, attrs={"Codegen": p.runtime, **attrs}):
-                ty = out_ty if len(out_ty) > 1 else out_ty[0]
-                out = fb.emit(relax.call_dps_packed(p.symbol, params, ty))
-                fb.emit_func_output(out)
-            func = fb.get()[p.symbol]
+            func = _external_partition_function(graph, p, attrs)
             externals[p.symbol] = ExternalPartition(
                 symbol=p.symbol,
                 partition=p.id,
@@ -431,6 +402,77 @@ def build_relax_program(
 
     input_names = graph_input_names(graph)
     output_names = graph_output_names(graph)
+    _emit_main(bb, graph, partitions, gvars, vd, input_names, output_names)
+    mod = bb.get()
+    mod.update_global_info("vdevice", [vd])
+    return RelaxProgram(
+        mod=mod,
+        partitions=tuple(partitions),
+        externals=externals,
+        input_names=input_names,
+        output_names=output_names,
+        tvm_target=tvm_target,
+        vdevice=f"llvm:0 ({tvm_target or 'llvm'}); every tensor of main and of the TVM partitions",
+        notes=notes,
+    )
+
+
+def _tvm_partition_function(graph, p: Partition, sub: Any, attrs: Mapping[str, Any], vd: Any) -> Any:
+    """The Relax function of a TVM partition: its sub-model imported, every tensor parameter on
+    ``vd``, its inputs and outputs checked against the partition's (TargetError if they differ)."""
+    from tvm import relax
+
+    def set_vdevice(var):
+        ty = var.ty
+        if isinstance(ty, relax.TensorType):
+            return relax.TensorType(ty.shape, ty.dtype, vd)
+        return None
+
+    imod = import_onnx(sub, f"partition {p.id} ({p.target})")
+    imod = relax.transform.UpdateParamType(set_vdevice)(imod)
+    func = imod["main"]
+    if len(func.params) != len(p.inputs):
+        raise TargetError(
+            f"tvm: partition {p.id} imports with {len(func.params)} inputs, "
+            f"its sub-model has {len(p.inputs)}"
+        )
+    ret = func.ret_ty
+    rets = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
+    if len(rets) != len(p.outputs):
+        raise TargetError(
+            f"tvm: partition {p.id} imports with {len(rets)} outputs, expected {len(p.outputs)}")
+    for t, r in zip(p.outputs, rets):
+        if not _same_type(r, _tensor_type(graph, t)):
+            raise TargetError(
+                f"tvm: partition {p.id} output {t!r} imports as {r} (expected a tensor "
+                f"{list(graph.tensors[t].shape)} {graph.tensors[t].dtype}); "
+                "place its producer on another target"
+            )
+    return func.without_attr("num_input").with_attrs(attrs)
+
+
+def _external_partition_function(graph, p: Partition, attrs: Mapping[str, Any]) -> Any:
+    """The Relax function of a partition another runtime runs: a ``Codegen``-tagged wrapper of one
+    ``call_dps_packed`` to the packed function named by the partition's symbol."""
+    from tvm import relax
+
+    params = [relax.Var(_var_name(t), _tensor_type(graph, t)) for t in p.inputs]
+    out_ty = [_tensor_type(graph, t) for t in p.outputs]
+    fb = relax.BlockBuilder()
+    with fb.function(p.symbol, params, attrs={"Codegen": p.runtime, **attrs}):
+        ty = out_ty if len(out_ty) > 1 else out_ty[0]
+        out = fb.emit(relax.call_dps_packed(p.symbol, params, ty))
+        fb.emit_func_output(out)
+    return fb.get()[p.symbol]
+
+
+def _emit_main(bb: Any, graph, partitions: Sequence[Partition], gvars: Mapping[str, Any], vd: Any,
+               input_names: Sequence[str], output_names: Sequence[str]) -> None:
+    """Emit ``main`` into ``bb``: one dataflow block calling the partitions in order, each reading
+    the model's inputs or earlier partitions' outputs (PlanError if one is read before it is made);
+    an external partition's outputs are cast onto ``vd``."""
+    from tvm import relax
+
     params = [relax.Var(_var_name(t), _tensor_type(graph, t, vd)) for t in input_names]
     with bb.function("main", params, attrs={"num_input": len(params)}):
         with bb.dataflow():
@@ -453,18 +495,6 @@ def build_relax_program(
             outs = [env[t] for t in output_names]
             ret = bb.emit_output(outs[0] if len(outs) == 1 else relax.Tuple(outs))
         bb.emit_func_output(ret)
-    mod = bb.get()
-    mod.update_global_info("vdevice", [vd])
-    return RelaxProgram(
-        mod=mod,
-        partitions=tuple(partitions),
-        externals=externals,
-        input_names=input_names,
-        output_names=output_names,
-        tvm_target=tvm_target,
-        vdevice=f"llvm:0 ({tvm_target or 'llvm'}); every tensor of main and of the TVM partitions",
-        notes=notes,
-    )
 
 
 def _var_name(tensor: str) -> str:

@@ -436,7 +436,25 @@ def check_stage_config(
     assignment: Mapping[str, str] | None = None,
     stage_of: Mapping[str, int] | None = None,
 ) -> None:
-    """Check a stage config against its model (and plan); PlanError naming the first mismatch."""
+    """Check a stage config against its model (and plan); PlanError naming the first mismatch.
+
+    The checks run in this order: the model (hash, inputs, outputs), the partitions (ids, indices,
+    stages, the ops they cover, their inputs and outputs), the tensors, the stages' resources, the
+    connections, and the plan (``assignment``, ``stage_of``) when given."""
+    _check_model(cfg, graph)
+    known_ops = _check_partition_ops(cfg, graph)
+    _check_partition_io(cfg, graph)
+    _check_tensor_entries(cfg, graph)
+    _check_stage_resources(cfg)
+    _check_connections(cfg, graph)
+    if assignment is not None:
+        _check_assignment(cfg, graph, known_ops, assignment)
+    if stage_of is not None:
+        _check_stage_of(cfg, stage_of)
+
+
+def _check_model(cfg: StageConfig, graph) -> None:
+    """The config is for this model: its hash, its inputs and outputs in order."""
     if cfg.model_hash != graph.model_hash:
         raise PlanError(
             f"stage config is for model hash {cfg.model_hash[:16]}, the model {graph.name!r} has "
@@ -450,6 +468,11 @@ def check_stage_config(
             f"stage config model outputs {list(cfg.model_outputs)} != "
             f"model's {list(graph_output_names(graph))}"
         )
+
+
+def _check_partition_ops(cfg: StageConfig, graph) -> set[str]:
+    """Partition ids distinct, indices 0..n-1, each listed under its own stage, and every op of the
+    model in exactly one partition. Returns the model's op ids."""
     parts = cfg.partitions
     ids = [p.id for p in parts]
     if len(set(ids)) != len(ids):
@@ -472,7 +495,13 @@ def check_stage_config(
     missing = [o for o in known_ops if o not in where]
     if missing:
         raise PlanError(f"stage config places no partition on op(s) {sorted(missing)[:3]}")
-    for p in parts:
+    return known_ops
+
+
+def _check_partition_io(cfg: StageConfig, graph) -> None:
+    """Each partition's inputs and outputs are tensors of the model, exactly those its ops read and
+    write across its boundary."""
+    for p in cfg.partitions:
         for t in (*p.inputs, *p.outputs):
             if t not in graph.tensors:
                 raise PlanError(f"partition {p.id} names tensor {t!r}, which is not in model {graph.name!r}")
@@ -483,13 +512,23 @@ def check_stage_config(
                 "do not match its ops "
                 f"(expected {sorted(ins)}/{sorted(outs)})"
             )
+
+
+def _check_tensor_entries(cfg: StageConfig, graph) -> None:
+    """Every tensor the config describes is the model's, with its shape, dtype and size."""
     for t, entry in cfg.tensors.items():
         if t not in graph.tensors:
             raise PlanError(f"stage config names tensor {t!r}, which is not in model {graph.name!r}")
         if dict(entry) != _tensor_entry(graph, t):
             raise PlanError(f"stage config describes tensor {t!r} as {dict(entry)}, the model has "
                             f"{_tensor_entry(graph, t)}")
-    _check_stage_resources(cfg)
+
+
+def _check_connections(cfg: StageConfig, graph) -> None:
+    """Each connection goes forwards from a producer of its tensor (a model input or a partition
+    output) to a reader (a partition input or a model output); every partition input and model
+    output is delivered by one and produced by someone."""
+    parts = cfg.partitions
     producer = {t: p for p in parts for t in p.outputs}
     by_id = {p.id: p for p in parts}
     model_inputs = set(cfg.model_inputs)
@@ -499,18 +538,7 @@ def check_stage_config(
         t, src, dst = c["tensor"], c["src"], c["dst"]
         if t not in graph.tensors:
             raise PlanError(f"connection names tensor {t!r}, which is not in model {graph.name!r}")
-        if "model_input" in src:
-            if t not in model_inputs:
-                raise PlanError(f"connection takes {t!r} from the model inputs, but it is not a model input")
-            src_stage, src_index = -1, -1
-        elif "partition" in src:
-            q = by_id.get(src["partition"])
-            if q is None or t not in q.outputs:
-                raise PlanError(
-                    f"connection takes {t!r} from partition {src['partition']}, which does not produce it")
-            src_stage, src_index = q.stage, q.index
-        else:
-            raise PlanError(f"connection of {t!r} has a model output as its source")
+        src_stage, src_index = _connection_source(t, src, by_id, model_inputs)
         if "model_output" in dst:
             produced_outputs.add(t)
         elif "partition" in dst:
@@ -535,27 +563,50 @@ def check_stage_config(
             raise PlanError(f"no connection delivers model output {t!r}")
         if t not in producer and t not in model_inputs:
             raise PlanError(f"model output {t!r} is produced by no partition")
-    if assignment is not None:
-        unknown = sorted(o for o in assignment if o not in known_ops)
-        if unknown:
-            raise PlanError(f"the plan places op {unknown[0]!r}, which is not in model {graph.name!r}")
-        for p in parts:
-            for o in p.ops:
-                if o not in assignment:
-                    raise PlanError(f"the plan assigns no target to op {o!r} (partition {p.id})")
-                if assignment[o] != p.target:
-                    raise PlanError(
-                        f"op {o!r} is in partition {p.id} on {p.target}, "
-                        f"but the plan puts it on {assignment[o]}"
-                    )
-    if stage_of is not None:
-        for p in parts:
-            for o in p.ops:
-                if int(stage_of.get(o, -1)) != p.stage:
-                    raise PlanError(
-                        f"op {o!r} is in partition {p.id} in stage {p.stage}, but the plan puts it in stage "
-                        f"{stage_of.get(o)}"
-                    )
+
+
+def _connection_source(t: str, src: Mapping[str, Any], by_id: Mapping[str, Partition],
+                       model_inputs: set[str]) -> tuple[int, int]:
+    """``(stage, index)`` of a connection's source (``(-1, -1)`` for a model input), which must
+    produce ``t``."""
+    if "model_input" in src:
+        if t not in model_inputs:
+            raise PlanError(f"connection takes {t!r} from the model inputs, but it is not a model input")
+        return -1, -1
+    if "partition" in src:
+        q = by_id.get(src["partition"])
+        if q is None or t not in q.outputs:
+            raise PlanError(
+                f"connection takes {t!r} from partition {src['partition']}, which does not produce it")
+        return q.stage, q.index
+    raise PlanError(f"connection of {t!r} has a model output as its source")
+
+
+def _check_assignment(cfg: StageConfig, graph, known_ops: set[str], assignment: Mapping[str, str]) -> None:
+    """The plan places only the model's ops, each on its partition's target."""
+    unknown = sorted(o for o in assignment if o not in known_ops)
+    if unknown:
+        raise PlanError(f"the plan places op {unknown[0]!r}, which is not in model {graph.name!r}")
+    for p in cfg.partitions:
+        for o in p.ops:
+            if o not in assignment:
+                raise PlanError(f"the plan assigns no target to op {o!r} (partition {p.id})")
+            if assignment[o] != p.target:
+                raise PlanError(
+                    f"op {o!r} is in partition {p.id} on {p.target}, "
+                    f"but the plan puts it on {assignment[o]}"
+                )
+
+
+def _check_stage_of(cfg: StageConfig, stage_of: Mapping[str, int]) -> None:
+    """The plan puts each op in its partition's stage."""
+    for p in cfg.partitions:
+        for o in p.ops:
+            if int(stage_of.get(o, -1)) != p.stage:
+                raise PlanError(
+                    f"op {o!r} is in partition {p.id} in stage {p.stage}, but the plan puts it in stage "
+                    f"{stage_of.get(o)}"
+                )
 
 
 __all__ = [

@@ -40,7 +40,7 @@ from typing import Any
 
 from placer.devices import make_target
 from placer.devices.registry import register_target
-from placer.errors import PlacerError, TargetUnavailable
+from placer.errors import PlacerError, TargetUnavailable, first_line
 from placer.profile.contention import CpuWindow
 from placer.profile.links import measure_cut_points, measure_link_points
 from placer.profile.timing import TimingConfig, random_feeds, time_compiled
@@ -88,9 +88,9 @@ def read_msg(f) -> tuple[dict, bytes]:
     return header, payload
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:500]
+#: longest reason a worker sends back for a failed request: the first line of the exception's message
+#: (``placer.errors.first_line``, which cuts at 300 characters by default)
+_REASON_LIMIT = 500
 
 
 # ---- the request handler (also used in-process when isolate=False) -------------------------------
@@ -126,7 +126,7 @@ class WorkerCore:
         try:
             fingerprints = {t.name: t.fingerprint_hash() for t in uniq}
         except TargetUnavailable as exc:
-            return {"status": "unavailable", "reason": _first_line(exc)}
+            return {"status": "unavailable", "reason": first_line(exc, _REASON_LIMIT)}
         return {"status": "ok", "pid": os.getpid(), "fingerprints": fingerprints}
 
     def measure(self, header: dict, payload: bytes) -> dict:
@@ -141,11 +141,11 @@ class WorkerCore:
         except MemoryError:
             return {"status": "unsupported", "reason": f"{target.name}: out of memory while compiling"}
         except TargetUnavailable as exc:  # the device is gone, not the op's fault
-            return {"status": "unavailable", "reason": _first_line(exc)}
+            return {"status": "unavailable", "reason": first_line(exc, _REASON_LIMIT)}
         except PlacerError as exc:
-            return {"status": "unsupported", "reason": _first_line(exc)}
+            return {"status": "unsupported", "reason": first_line(exc, _REASON_LIMIT)}
         except Exception as exc:  # a runtime's own exception types
-            return {"status": "unsupported", "reason": f"{target.name}: compile failed: {type(exc).__name__}: {_first_line(exc)}"}
+            return {"status": "unsupported", "reason": f"{target.name}: compile failed: {type(exc).__name__}: {first_line(exc, _REASON_LIMIT)}"}
         compile_ms = (time.perf_counter() - t0) * 1e3
         try:
             feeds = random_feeds(model, int(header.get("seed", 0)))
@@ -161,9 +161,9 @@ class WorkerCore:
         except MemoryError:
             return {"status": "unsupported", "reason": f"{target.name}: out of memory while running"}
         except TargetUnavailable as exc:
-            return {"status": "unavailable", "reason": _first_line(exc)}
+            return {"status": "unavailable", "reason": first_line(exc, _REASON_LIMIT)}
         except Exception as exc:
-            return {"status": "error", "reason": f"{target.name}: run failed: {type(exc).__name__}: {_first_line(exc)}"}
+            return {"status": "error", "reason": f"{target.name}: run failed: {type(exc).__name__}: {first_line(exc, _REASON_LIMIT)}"}
         finally:
             try:
                 compiled.close()
@@ -180,13 +180,13 @@ class WorkerCore:
             try:
                 return {"status": "ok", "points": measure_cut_points(src)}
             except Exception as exc:
-                why = f"cut cost on {src.name}: {type(exc).__name__}: {_first_line(exc)}"
+                why = f"cut cost on {src.name}: {type(exc).__name__}: {first_line(exc, _REASON_LIMIT)}"
                 return {"status": "error", "reason": why}
         try:
             pts = measure_link_points(src, dst, header["sizes"], overhead_ms=header.get("overhead_ms") or {},
                                       rounds_s=float(header.get("rounds_s", 0.25)))
         except Exception as exc:
-            return {"status": "error", "reason": f"link {src.name}->{dst.name}: {type(exc).__name__}: {_first_line(exc)}"}
+            return {"status": "error", "reason": f"link {src.name}->{dst.name}: {type(exc).__name__}: {first_line(exc, _REASON_LIMIT)}"}
         return {"status": "ok", "points": pts}
 
     def handle(self, header: dict, payload: bytes) -> dict:
@@ -202,7 +202,7 @@ class WorkerCore:
                 return {"status": "ok"}
             return {"status": "error", "reason": f"unknown worker command {cmd!r}"}
         except Exception as exc:
-            return {"status": "error", "reason": f"{type(exc).__name__}: {_first_line(exc)}",
+            return {"status": "error", "reason": f"{type(exc).__name__}: {first_line(exc, _REASON_LIMIT)}",
                     "traceback": traceback.format_exc()[-2000:]}
 
 

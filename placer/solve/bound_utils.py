@@ -9,7 +9,7 @@ import numpy as np
 from placer.problem import PlacementProblem
 from placer.solve.evaluate import Costs
 
-__all__ = ["MinMaxLoadLP", "edge_delays", "minmax_load_lp", "shave"]
+__all__ = ["MinMaxLoadLP", "edge_delays", "minmax_load_lp", "shave", "unit_costs"]
 
 
 def edge_delays(problem: PlacementProblem, costs: Costs) -> dict[tuple[int, int], np.ndarray]:
@@ -37,7 +37,7 @@ def shave(lp_value: float) -> float:
     return max(0.0, lp_value * (1 - 1e-9) - 1e-9)
 
 
-def _unit_costs(problem: PlacementProblem, costs: Costs) -> np.ndarray:
+def unit_costs(problem: PlacementProblem, costs: Costs) -> np.ndarray:
     """Cost of each placement unit on each target (inf where not allowed)."""
     p = problem
     out = np.empty((len(p.units), p.n_targets))
@@ -45,6 +45,9 @@ def _unit_costs(problem: PlacementProblem, costs: Costs) -> np.ndarray:
         c = costs.cost[list(unit)].sum(axis=0)
         out[i] = np.where(p.allowed[unit[0]], c, np.inf)
     return out
+
+
+_unit_costs = unit_costs  # the former private name, still imported by placer.solve.bounds
 
 
 class MinMaxLoadLP:
@@ -61,7 +64,7 @@ class MinMaxLoadLP:
         from ortools.linear_solver import pywraplp
 
         p = problem
-        uc = _unit_costs(p, costs)
+        uc = unit_costs(p, costs)
         n_u, t = uc.shape
         self._ok = pywraplp.Solver.OPTIMAL
         solver = pywraplp.Solver.CreateSolver("GLOP")

@@ -10,6 +10,7 @@ prefix graphs).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -98,58 +99,100 @@ def _reweight(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelPro
     g = model.graph
     init = {t.name: t for t in g.initializer}
     nodes = list(g.node)
+    shapes = _static_shapes(model)
+    weights = _Weights(g, init, nodes)
+    derived, chain_node_ids = _weight_chains(weights.params, nodes)
+    logits, final = _final_linear(g, nodes)
+
+    calibration = {
+        vi.name: rng.standard_normal(shapes[vi.name], dtype=np.float32)
+        for vi in g.input if vi.name not in init and vi.name in shapes
+    }
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer if t.name not in weights.params}
+    values: dict[str, np.ndarray] = {}
+    forward = _PrefixRun(model, [n for n in nodes if n.output[0] not in weights.cos_by_output], calibration,
+                         consts, values)
+    draw = _Draw(rng, shapes, weights, forward)
+    for n in nodes:
+        if n.op_type == "ConstantOfShape" and n.output[0] in weights.params or id(n) in chain_node_ids:
+            continue
+        for slot, t in enumerate(n.input):
+            p = derived.get(t, t)
+            if t and p in weights.params and p not in values:
+                values[p] = draw.weight(p, n, slot, t)
+
+    if final is not None:
+        _scale_logits(final, forward.value(logits), derived, values)
+    return _rebuild(model, nodes, weights, values)
+
+
+def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    """tensor -> its static shape, where shape inference (with data propagation) gives one."""
     inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     shapes: dict[str, tuple[int, ...]] = {}
     for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
         tt = P.tensor_type_of(vi)
         if tt is not None and P.is_static(tt[1]):
             shapes[vi.name] = tuple(int(d) for d in tt[1])  # type: ignore[union-attr]
+    return shapes
 
-    # Weights: ConstantOfShape outputs and float initializers.
-    cos_nodes = [n for n in nodes if n.op_type == "ConstantOfShape" and n.input and n.input[0] in init]
-    cos_by_output = {n.output[0]: n for n in cos_nodes}
-    params: dict[str, tuple[int, ...]] = {}
-    for n in cos_nodes:
-        params[n.output[0]] = tuple(int(d) for d in numpy_helper.to_array(init[n.input[0]]).reshape(-1))
-    cos_shape_inputs = {n.input[0] for n in cos_nodes}
-    for t in g.initializer:
-        if t.data_type == TensorProto.FLOAT and t.name not in cos_shape_inputs:
-            params.setdefault(t.name, tuple(int(d) for d in t.dims))
 
+class _Weights:
+    """The weights to re-draw: ``ConstantOfShape`` outputs (``cos_by_output``: their nodes) and the
+    float initializers (but the shapes of ``ConstantOfShape``); ``params``: weight -> shape."""
+
+    def __init__(self, g: onnx.GraphProto, init: dict[str, onnx.TensorProto], nodes: list[onnx.NodeProto]) -> None:
+        cos_nodes = [n for n in nodes if n.op_type == "ConstantOfShape" and n.input and n.input[0] in init]
+        self.init = init
+        self.cos_by_output = {n.output[0]: n for n in cos_nodes}
+        self.params: dict[str, tuple[int, ...]] = {}
+        for n in cos_nodes:
+            self.params[n.output[0]] = tuple(int(d) for d in numpy_helper.to_array(init[n.input[0]]).reshape(-1))
+        cos_shape_inputs = {n.input[0] for n in cos_nodes}
+        for t in g.initializer:
+            if t.data_type == TensorProto.FLOAT and t.name not in cos_shape_inputs:
+                self.params.setdefault(t.name, tuple(int(d) for d in t.dims))
+
+    def original(self, p: str) -> np.ndarray:
+        """Weight ``p``'s value in the light model (a ``ConstantOfShape`` fill, or the initializer)."""
+        if p in self.cos_by_output:
+            n = self.cos_by_output[p]
+            value = next(
+                (numpy_helper.to_array(a.t).reshape(-1)[0] for a in n.attribute if a.name == "value"),
+                np.float32(0),
+            )
+            return np.full(self.params[p], value)
+        return numpy_helper.to_array(self.init[p])
+
+
+def _weight_chains(params: Mapping[str, tuple[int, ...]], nodes: list[onnx.NodeProto]
+                   ) -> tuple[dict[str, str], set[int]]:
+    """Each weight's chain of reshape-like nodes (:data:`_WEIGHT_CHAIN_OPS`, as input 0, the only
+    consumer) to its real consumer: ``(derived, chain_node_ids)``, a chain tensor -> its weight, and
+    the ids of the chains' nodes."""
     consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
     for n in nodes:
         for i, t in enumerate(n.input):
             if t:
                 consumers.setdefault(t, []).append((n, i))
-
-    # Each weight's chain of reshape-like nodes to its real consumer.
     derived: dict[str, str] = {}
-    chains: dict[str, list[onnx.NodeProto]] = {}
     chain_node_ids: set[int] = set()
     for p in params:
-        t, chain = p, []
+        t = p
         while True:
             cons = consumers.get(t, [])
             if len(cons) == 1 and cons[0][0].op_type in _WEIGHT_CHAIN_OPS and cons[0][1] == 0:
-                chain.append(cons[0][0])
+                chain_node_ids.add(id(cons[0][0]))
                 t = cons[0][0].output[0]
                 derived[t] = p
                 continue
             break
-        chains[p] = chain
-        chain_node_ids.update(id(c) for c in chain)
+    return derived, chain_node_ids
 
-    def original(p: str) -> np.ndarray:
-        if p in cos_by_output:
-            n = cos_by_output[p]
-            value = next(
-                (numpy_helper.to_array(a.t).reshape(-1)[0] for a in n.attribute if a.name == "value"),
-                np.float32(0),
-            )
-            return np.full(params[p], value)
-        return numpy_helper.to_array(init[p])
 
-    # The logits and the last linear node before them (through positively homogeneous ops).
+def _final_linear(g: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> tuple[str, onnx.NodeProto | None]:
+    """The logits (the softmax's input, else the first graph output) and the last linear node
+    before them through positively homogeneous ops (None if there is none)."""
     producer = {o: n for n in nodes for o in n.output if o}
     logits = g.output[0].name
     if logits in producer and producer[logits].op_type == "Softmax":
@@ -159,82 +202,89 @@ def _reweight(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelPro
         final = producer.get(final.input[0])
     if final is not None and final.op_type not in _LINEAR_OPS:
         final = None
+    return logits, final
 
-    calibration = {
-        vi.name: rng.standard_normal(shapes[vi.name], dtype=np.float32)
-        for vi in g.input if vi.name not in init and vi.name in shapes
-    }
-    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer if t.name not in params}
-    values: dict[str, np.ndarray] = {}
-    forward = _PrefixRun(model, [n for n in nodes if n.output[0] not in cos_by_output], calibration, consts,
-                         values)
 
-    def normal(shape: tuple[int, ...], std: float) -> np.ndarray:
-        arr = rng.standard_normal(shape, dtype=np.float32)
+class _Draw:
+    """Draws each weight from ``rng`` by the slot it fills (see :func:`reweighted`)."""
+
+    def __init__(self, rng: np.random.Generator, shapes: Mapping[str, tuple[int, ...]], weights: _Weights,
+                 forward: _PrefixRun) -> None:
+        self.rng, self.shapes, self.weights, self.forward = rng, shapes, weights, forward
+
+    def normal(self, shape: tuple[int, ...], std: float) -> np.ndarray:
+        arr = self.rng.standard_normal(shape, dtype=np.float32)
         arr *= np.float32(std)
         return arr
 
-    def uniform_std(shape: tuple[int, ...], std: float) -> np.ndarray:
+    def uniform_std(self, shape: tuple[int, ...], std: float) -> np.ndarray:
         """Uniform with the given std (one allocation: much faster than normals for big weights)."""
         arr = np.empty(shape, dtype=np.float32)
-        rng.random(out=arr, dtype=np.float32)
+        self.rng.random(out=arr, dtype=np.float32)
         arr -= np.float32(0.5)
         arr *= np.float32(2.0 * std * math.sqrt(3.0))
         return arr
 
-    def generate(p: str, node: onnx.NodeProto, slot: int, t: str) -> np.ndarray:
+    def weight(self, p: str, node: onnx.NodeProto, slot: int, t: str) -> np.ndarray:
+        """Weight ``p`` (read as ``t`` in input ``slot`` of ``node``)."""
         op = node.op_type
-        shape = params[p]
-        f32 = np.float32
+        shape = self.weights.params[p]
         if op in _LINEAR_OPS and slot == 1:
-            w_shape = shapes.get(t, shape)
-            if op == "Conv":
-                fan_in = math.prod(w_shape[1:])
-            elif op == "Gemm":
-                a_shape = shapes.get(node.input[0]) or forward.value(node.input[0]).shape
-                fan_in = a_shape[0] if _attrs(node).get("transA", 0) else a_shape[1]
-            else:
-                fan_in = w_shape[-2] if len(w_shape) >= 2 else w_shape[0]
-            return uniform_std(shape, math.sqrt(2.0 / max(fan_in, 1)))
+            return self.uniform_std(shape, math.sqrt(2.0 / max(self._fan_in(node, t, shape), 1)))
         if op in ("Conv", "Gemm") and slot == 2:
-            return normal(shape, 0.02)
+            return self.normal(shape, 0.02)
         if op == "BatchNormalization" and slot in (1, 2, 3, 4):
-            if slot == 1:
-                return rng.uniform(0.8, 1.2, size=shape).astype(f32)
-            if slot == 2:
-                return normal(shape, 0.1)
-            x = forward.value(node.input[0]).astype(np.float64)
-            axes = (0,) + tuple(range(2, x.ndim))
-            if slot == 3:
-                mean, std = x.mean(axis=axes), x.std(axis=axes)
-                return (mean + 0.1 * std * rng.standard_normal(mean.shape)).astype(f32).reshape(shape)
-            var = np.maximum(x.var(axis=axes), 1e-6)
-            return (var * rng.uniform(0.8, 1.25, size=var.shape)).astype(f32).reshape(shape)
+            return self._batch_norm(node, slot, shape)
         if op == "Mul":
-            return rng.uniform(0.8, 1.2, size=shape).astype(f32)
+            return self.rng.uniform(0.8, 1.2, size=shape).astype(np.float32)
         if op in ("Add", "Sum", "Sub"):
-            return normal(shape, 0.1)
-        return original(p).astype(f32)
+            return self.normal(shape, 0.1)
+        return self.weights.original(p).astype(np.float32)
 
-    for n in nodes:
-        if n.op_type == "ConstantOfShape" and n.output[0] in params or id(n) in chain_node_ids:
-            continue
-        for slot, t in enumerate(n.input):
-            p = derived.get(t, t)
-            if t and p in params and p not in values:
-                values[p] = generate(p, n, slot, t)
+    def _fan_in(self, node: onnx.NodeProto, t: str, shape: tuple[int, ...]) -> int:
+        w_shape = self.shapes.get(t, shape)
+        if node.op_type == "Conv":
+            return math.prod(w_shape[1:])
+        if node.op_type == "Gemm":
+            a_shape = self.shapes.get(node.input[0]) or self.forward.value(node.input[0]).shape
+            return a_shape[0] if _attrs(node).get("transA", 0) else a_shape[1]
+        return w_shape[-2] if len(w_shape) >= 2 else w_shape[0]
 
-    if final is not None:
-        spread = float(np.std(forward.value(logits).astype(np.float64)))
-        if spread > 0 and math.isfinite(spread):
-            factor = np.float32(_LOGIT_STD / spread)
-            for slot in (1, 2):
-                if slot < len(final.input) and final.input[slot]:
-                    p = derived.get(final.input[slot], final.input[slot])
-                    if p in values:
-                        values[p] *= factor
+    def _batch_norm(self, node: onnx.NodeProto, slot: int, shape: tuple[int, ...]) -> np.ndarray:
+        """Scale, bias, or the statistics of the BatchNormalization's actual input (mean, var)."""
+        f32 = np.float32
+        if slot == 1:
+            return self.rng.uniform(0.8, 1.2, size=shape).astype(f32)
+        if slot == 2:
+            return self.normal(shape, 0.1)
+        x = self.forward.value(node.input[0]).astype(np.float64)
+        axes = (0,) + tuple(range(2, x.ndim))
+        if slot == 3:
+            mean, std = x.mean(axis=axes), x.std(axis=axes)
+            return (mean + 0.1 * std * self.rng.standard_normal(mean.shape)).astype(f32).reshape(shape)
+        var = np.maximum(x.var(axis=axes), 1e-6)
+        return (var * self.rng.uniform(0.8, 1.25, size=var.shape)).astype(f32).reshape(shape)
 
-    # Rebuild: drop ConstantOfShape nodes, install the weights, initializers out of the inputs.
+
+def _scale_logits(final: onnx.NodeProto, logits: np.ndarray, derived: Mapping[str, str],
+                  values: dict[str, np.ndarray]) -> None:
+    """Scale the weight and bias of ``final`` (in ``values``) so the logits' std is :data:`_LOGIT_STD`."""
+    spread = float(np.std(logits.astype(np.float64)))
+    if spread > 0 and math.isfinite(spread):
+        factor = np.float32(_LOGIT_STD / spread)
+        for slot in (1, 2):
+            if slot < len(final.input) and final.input[slot]:
+                p = derived.get(final.input[slot], final.input[slot])
+                if p in values:
+                    values[p] *= factor
+
+
+def _rebuild(model: onnx.ModelProto, nodes: list[onnx.NodeProto], weights: _Weights,
+             values: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """The model without its ConstantOfShape nodes, the new weights installed, initializers out of
+    the inputs."""
+    g = model.graph
+    cos_by_output = weights.cos_by_output
     out = onnx.ModelProto()
     out.ir_version = max(4, min(model.ir_version, 10))
     out.producer_name = "placer.zoo"
@@ -252,9 +302,9 @@ def _reweight(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelPro
             og.initializer.add().CopyFrom(t)
     for p in cos_by_output:
         if p in used:
-            arr = values[p] if p in values else original(p)
+            arr = values[p] if p in values else weights.original(p)
             P.fill_tensor(og.initializer.add(), np.ascontiguousarray(arr), p)
-    og.input.extend(vi for vi in g.input if vi.name not in init and vi.name not in cos_by_output)
+    og.input.extend(vi for vi in g.input if vi.name not in weights.init and vi.name not in cos_by_output)
     og.output.extend(g.output)
     return out
 

@@ -16,7 +16,8 @@ import time
 import numpy as np
 
 from placer.problem import PlacementProblem
-from placer.solve.bounds import _unit_costs, dual_load, edge_delays
+from placer.solve.bound_utils import unit_costs
+from placer.solve.bounds import dual_load, edge_delays
 from placer.solve.evaluate import Costs, latency_schedule
 from placer.solve.heuristics.common import HeuristicError, unit_weight
 from placer.solve.heuristics.earliest_finish import upward_rank
@@ -226,7 +227,7 @@ class DynamicListSearch:
         self.c = costs or Costs.of(p)
         self.engine = DynamicList(p, self.c)
         if lam is None:
-            lam = (dual_load(_unit_costs(p, self.c), resources=p.resource_sets, deadline=deadline)[1]
+            lam = (dual_load(unit_costs(p, self.c), resources=p.resource_sets, deadline=deadline)[1]
                    if p.n_targets > 1
                    else np.ones(1))
         lam = np.maximum(np.asarray(lam, dtype=float), 1e-6)
