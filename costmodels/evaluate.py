@@ -20,7 +20,8 @@ x target: each distinct signature is one prediction). Partition metrics compare 
 measured latency of each measured segment / whole model of ``m``, next to the naive
 ``overhead + sum of net op costs``.
 
-:func:`write_report` writes ``report.md`` (tables), ``rows.json`` and ``scatter.png``.
+:func:`write_report` writes ``report.md`` and ``report.html`` (a :class:`placer.report.Document`, as every
+placer report), ``rows.json`` and ``scatter.png``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import numpy as np
 from costmodels.data import TrainingData
 from costmodels.partition import net_isolated_ms
 from costmodels.train import fit_cost_model
+from placer.report import Document
 from placer.report.plots import DPI, scatter_predicted_measured
 
 
@@ -166,54 +168,58 @@ def repeatability(first: TrainingData, second: TrainingData) -> dict[str, dict]:
 
 
 # ---- report ------------------------------------------------------------------------------------------
-def _fmt(s: Mapping) -> str:
-    return f"{s['n']} | {s['mape_pct']:.1f} | {100 * s['within10']:.1f} | {100 * s['within25']:.1f} | {s['median_ape_pct']:.1f}"
+#: columns of an error summary (:func:`summarize`), after its grouping columns
+_SUMMARY = ["n", "MAPE %", "within 10 %", "within 25 %", "median APE %"]
 
 
-def report_markdown(res: EvalResult, title: str = "Cost model: leave-one-model-out") -> str:
-    lines = [f"# {title}", "", f"Targets: {', '.join(res.settings.get('targets', []))}. "
-             f"Held-out models: {', '.join(res.settings.get('models', []))}.", ""]
-    lines += ["## Ops of the held-out model (its own signatures, isolated latency)", "",
-              "| target | n | MAPE % | within 10 % | within 25 % | median APE % |", "|---|---|---|---|---|---|"]
-    for (t,), s in res.op_summary(("target",)).items():
-        lines.append(f"| {t} | {_fmt(s)} |")
+def _cells(s: Mapping) -> list[str]:
+    return [str(s["n"]), f"{s['mape_pct']:.1f}", f"{100 * s['within10']:.1f}", f"{100 * s['within25']:.1f}",
+            f"{s['median_ape_pct']:.1f}"]
+
+
+def report_document(res: EvalResult, title: str = "Cost model: leave-one-model-out"):
+    """The report as a :class:`placer.report.Document` (the one report path: Markdown and HTML)."""
+    doc = Document(title)
+    doc.p(f"Targets: {', '.join(res.settings.get('targets', []))}. "
+          f"Held-out models: {', '.join(res.settings.get('models', []))}.")
+    doc.h2("Ops of the held-out model (its own signatures, isolated latency)")
+    doc.table(["target"] + _SUMMARY, [[t] + _cells(s) for (t,), s in res.op_summary(("target",)).items()])
     rep = res.settings.get("repeatability")
     if rep:
-        lines += ["", "### Noise floor: the same ops measured twice (second profile vs first)", "",
-                  "| target | n | MAPE % | within 10 % | within 25 % | median APE % |", "|---|---|---|---|---|---|"]
-        for t, s in rep.items():
-            lines.append(f"| {t} | {_fmt(s)} |")
-    lines += ["", "### Per held-out model and target", "",
-              "| model | target | n | MAPE % | within 10 % | within 25 % | median APE % |", "|---|---|---|---|---|---|---|"]
-    for (m, t), s in res.op_summary(("model", "target")).items():
-        lines.append(f"| {m} | {t} | {_fmt(s)} |")
-    lines += ["", "### Per op type (all targets)", "",
-              "| op type | n | MAPE % | within 10 % | within 25 % | median APE % |", "|---|---|---|---|---|---|"]
-    for (o,), s in sorted(res.op_summary(("op_type",)).items(), key=lambda kv: -kv[1]["n"]):
-        lines.append(f"| {o} | {_fmt(s)} |")
-    lines += ["", "## Partitions (segments and whole models) of the held-out model", "",
-              "Predicted = overhead + partition-corrected sum of net op costs; naive = overhead + plain sum.", "",
-              "| scenario | kind | target | n | MAPE % | within 10 % | within 25 % | median APE % | naive MAPE % | naive within 10 % |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    for (sc, k, t), s in res.partition_summary().items():
-        lines.append(f"| {sc} | {k} | {t} | {_fmt(s)} | {s['naive_mape_pct']:.1f} | {100 * s['naive_within10']:.1f} |")
+        doc.h3("Noise floor: the same ops measured twice (second profile vs first)")
+        doc.table(["target"] + _SUMMARY, [[t] + _cells(s) for t, s in rep.items()])
+    doc.h3("Per held-out model and target")
+    doc.table(["model", "target"] + _SUMMARY,
+              [[m, t] + _cells(s) for (m, t), s in res.op_summary(("model", "target")).items()])
+    doc.h3("Per op type (all targets)")
+    doc.table(["op type"] + _SUMMARY, [[o] + _cells(s) for (o,), s in
+                                       sorted(res.op_summary(("op_type",)).items(), key=lambda kv: -kv[1]["n"])])
+    doc.h2("Partitions (segments and whole models) of the held-out model")
+    doc.p("Predicted = overhead + partition-corrected sum of net op costs; naive = overhead + plain sum.")
+    doc.table(["scenario", "kind", "target"] + _SUMMARY + ["naive MAPE %", "naive within 10 %"],
+              [[sc, k, t] + _cells(s) + [f"{s['naive_mape_pct']:.1f}", f"{100 * s['naive_within10']:.1f}"]
+               for (sc, k, t), s in res.partition_summary().items()])
     models = [r for r in res.partition_rows if r["kind"] == "model"]
     sums = op_sum_errors(res)
     if sums:
-        lines += ["", "### Whole-model sum of op costs: predicted (unseen) vs measured ops", "",
-                  "Sum over every op of the model (with repeats) of the isolated net costs: the part of a plan's "
-                  "latency the op regressors are responsible for (no fusion, no transfers).", "",
-                  "| target | models | mean abs error % | max abs error % |", "|---|---|---|---|"]
-        for t, errs in sorted(sums.items()):
-            lines.append(f"| {t} | {len(errs)} | {100 * np.mean(np.abs(errs)):.1f} | {100 * np.max(np.abs(errs)):.1f} |")
+        doc.h3("Whole-model sum of op costs: predicted (unseen) vs measured ops")
+        doc.p("Sum over every op of the model (with repeats) of the isolated net costs: the part of a plan's "
+              "latency the op regressors are responsible for (no fusion, no transfers).")
+        doc.table(["target", "models", "mean abs error %", "max abs error %"],
+                  [[t, str(len(errs)), f"{100 * np.mean(np.abs(errs)):.1f}", f"{100 * np.max(np.abs(errs)):.1f}"]
+                   for t, errs in sorted(sums.items())])
     if models:
-        lines += ["", "### Whole models", "", "| model | target | scenario | measured ms | predicted ms | error % | naive ms |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in sorted(models, key=lambda r: (r["model"], r["target"], r["scenario"])):
-            err = 100 * (r["predicted_ms"] - r["measured_ms"]) / r["measured_ms"]
-            lines.append(f"| {r['model']} | {r['target']} | {r['scenario']} | {r['measured_ms']:.3f} | "
-                         f"{r['predicted_ms']:.3f} | {err:+.1f} | {r['naive_ms']:.3f} |")
-    return "\n".join(lines) + "\n"
+        doc.h3("Whole models")
+        doc.table(["model", "target", "scenario", "measured ms", "predicted ms", "error %", "naive ms"],
+                  [[r["model"], r["target"], r["scenario"], f"{r['measured_ms']:.3f}", f"{r['predicted_ms']:.3f}",
+                    f"{100 * (r['predicted_ms'] - r['measured_ms']) / r['measured_ms']:+.1f}", f"{r['naive_ms']:.3f}"]
+                   for r in sorted(models, key=lambda r: (r["model"], r["target"], r["scenario"]))])
+    return doc
+
+
+def report_markdown(res: EvalResult, title: str = "Cost model: leave-one-model-out") -> str:
+    """The report's Markdown text (:func:`report_document`)."""
+    return report_document(res, title).markdown()
 
 
 def op_sum_errors(res: EvalResult) -> dict[str, list[float]]:
@@ -249,11 +255,13 @@ def scatter_png(res: EvalResult, path: str | Path) -> None:
 
 
 def write_report(res: EvalResult, out_dir: str | Path, title: str = "Cost model: leave-one-model-out") -> Path:
-    """Write ``report.md``, ``rows.json`` and ``scatter.png`` under ``out_dir``; returns the report path."""
+    """Write ``report.md`` / ``report.html`` (the one report path, :class:`placer.report.Document`),
+    ``rows.json`` and ``scatter.png`` under ``out_dir``; returns the Markdown report's path."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
-    (d / "report.md").write_text(report_markdown(res, title))
+    doc = report_document(res, title)
+    doc.image("scatter.png", "predicted vs measured: ops and partitions of the held-out models")
     (d / "rows.json").write_text(json.dumps({"settings": res.settings, "ops": res.op_rows,
                                              "partitions": res.partition_rows}, indent=1, default=str))
     scatter_png(res, d / "scatter.png")
-    return d / "report.md"
+    return doc.write(d)

@@ -87,6 +87,9 @@ class Document:
     def h2(self, text: str) -> None:
         self.blocks.append(("h2", text))
 
+    def h3(self, text: str) -> None:
+        self.blocks.append(("h3", text))
+
     def p(self, text: str) -> None:
         self.blocks.append(("p", text))
 
@@ -104,6 +107,8 @@ class Document:
         for kind, v in self.blocks:
             if kind == "h2":
                 out += [f"## {v}", ""]
+            elif kind == "h3":
+                out += [f"### {v}", ""]
             elif kind == "p":
                 out += [v, ""]
             elif kind == "table":

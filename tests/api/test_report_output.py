@@ -249,3 +249,22 @@ def test_explain_is_a_list_of_rows_that_prints_as_a_table(tiny_model):
     # without a graph the op-type column is left out, the rows stay the same
     bare = explain(plan, problem)
     assert "op type" not in bare.header() and [r["op"] for r in bare] == [r["op"] for r in ex]
+
+
+def test_cost_model_report_is_written_by_the_one_report_path(tmp_path):
+    """costmodels' evaluation report is a placer.report.Document: Markdown and HTML, escaped cells."""
+    from costmodels.evaluate import EvalResult, write_report
+
+    ops = [{"target": t, "model": "m|1", "op_type": op, "measured_ms": 1.0, "predicted_ms": 1.0 + e, "ape": e}
+           for t in ("onnxruntime", "openvino") for op, e in (("Conv", 0.05), ("Add", 0.2), ("Relu", 0.5))]
+    parts = [{"target": "onnxruntime", "model": "m|1", "scenario": "ops-profiled", "kind": "model",
+              "measured_ms": 2.0, "predicted_ms": 2.2, "naive_ms": 3.0, "ape": 0.1, "naive_ape": 0.5}]
+    res = EvalResult(op_rows=ops, partition_rows=parts, settings={"targets": ["onnxruntime", "openvino"],
+                                                                  "models": ["m|1"]})
+    md_path = write_report(res, tmp_path)
+    md = md_path.read_text()
+    assert md_path.name == "report.md" and (tmp_path / "report.html").exists() and (tmp_path / "scatter.png").exists()
+    assert "### Per held-out model and target" in md
+    assert "| onnxruntime | 3 | 25.0 | 33.3 | 66.7 | 20.0 |" in md  # MAPE, within 10/25 %, median APE
+    assert r"m\|1" in md  # a model name cannot break the table
+    assert "+10.0" in md and "<table>" in (tmp_path / "report.html").read_text()
