@@ -6,7 +6,9 @@ time limit; the coarse problem gets the rest (minus a reserve for the expansion)
 (options ``dynamic``, ``window_bound``, ``lns`` of ``cpsat``) the fine heuristics include
 :class:`~placer.solve.heuristics.DynamicListSearch`; the window LP bound follows (at most a tenth of
 the time left); the coarse solve is skipped when the best fine plan is already within
-``lns_skip_coarse_gap`` of that bound and otherwise gets half of the time left; the rest goes to
+``lns_skip_coarse_gap`` of that bound (after the critical-path search of
+:mod:`placer.solve.latency_search`, option ``local_search``, improved the best fine plan for that
+share of the time left) and otherwise gets half of the time left; the rest goes to
 CP-SAT window LNS (:mod:`placer.solve.lns`) on the best plan so far (after up to half of it lets the
 dynamic search finish two passes per portfolio member).
 """
@@ -37,6 +39,7 @@ from placer.solve.evaluate import (
 )
 from placer.solve.heuristics import DynamicListSearch
 from placer.solve.ideals import ideals_bound, ideals_plan_stats, ideals_warm_start, proven_bound
+from placer.solve.latency_search import polish
 from placer.solve.lns import LatencyLNS
 from placer.solve.pipeline_candidates import pipeline_candidates
 
@@ -58,6 +61,9 @@ def solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext, 
     if impl.exact:
         s.fine_heuristics()
     bound = None if s.pipeline else s.latency_lower_bound()
+    if s.fine_latency and s.fine_best is not None:  # the critical-path search (option local_search)
+        s.fine_best = polish(p, *s.fine_best, s.opts_all, ctx.deadline, ctx.seed)
+        s.best_val = float(latency_schedule(p, s.fine_best[1], s.fine_best[2])[1].max())
     use_lns = s.fine_latency and s.opts_all.get("lns", False) and s.fine_best is not None
     gap_ok = float(s.opts_all.get("lns_skip_coarse_gap", 0.02))
     skip_coarse = use_lns and s.best_val - bound <= gap_ok * s.best_val

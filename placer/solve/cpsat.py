@@ -35,6 +35,12 @@ lns : bool, default True; lns_skip_coarse_gap : float, default 0.02
     (:mod:`placer.solve.lns`) in the time the coarse solve leaves; the coarse solve gets half of
     the time after the fine heuristics, none when the best fine plan is already within
     ``lns_skip_coarse_gap`` (relative) of the lower bound.
+local_search : float, default 0.5; local_search_rate : float, default 6e5
+    Latency mode (makespan only, ``transfer_weight`` 0): improve the best heuristic plan with the
+    critical-path search of :mod:`placer.solve.latency_search` for this share of the time left
+    (0: off), before CP-SAT (hinted with the result); above ``AUTO_COARSEN_OPS`` ops, on the best
+    fine plan, before the window LNS. Its budget is deterministic: ``local_search_rate`` ops
+    re-timed per second of that share (the share's end is a wall-clock backstop).
 window_bound : bool, default True
     Latency mode: strengthen the lower bound with the start / end window LP
     (:func:`~placer.solve.bounds.window_load_bound`).
@@ -96,7 +102,7 @@ class CpSat(Solver):
         "hint": True, "heuristic_fraction": 0.3, "symmetry_breaking": True, "redundant": True, "gap_limit": 0.0,
         "phase1_fraction": 0.7, "contiguous_warm_start": True, "warm_start_fraction": 0.25, "log": False, "cumulative_max_ops": 3000, "pool_identical": True, "edge_finding": True, "probing_max_size": 1000, "cpsat_params": None,
         "dynamic": True, "window_bound": True, "comm_bound": True, "shave_fraction": 0.0,
-        "lns": True, "lns_skip_coarse_gap": 0.02,
+        "lns": True, "lns_skip_coarse_gap": 0.02, "local_search": 0.5, "local_search_rate": 6e5,
         "ideals": True, "ideals_fraction": 0.5, "ideals_max": 200_000,
     }
 

@@ -91,6 +91,7 @@ from placer.solve.cpsat_util import (
 )
 from placer.solve.evaluate import Costs, latency_schedule, make_latency_plan, needed_transfers, order_by_start
 from placer.solve.heuristics import DynamicListSearch, HeuristicError, heft, lp_list, priority_assign
+from placer.solve.latency_search import polish
 
 __all__ = ["LatencyModel", "latency_candidates", "solve_latency"]
 
@@ -215,6 +216,7 @@ class LatencyModel:
                       if options.get("dynamic", True) and self.t > 1 else None)
             cands = latency_candidates(p, t0 + span, search=search, search_dtime=0.8 * span,
                                        tails=None if self.ht_f is None else self.ht_f[1])
+            cands += self._local_search(cands)
         self.best_plan: Plan | None = None
         self.best_name = ""
         best_val = math.inf
@@ -231,6 +233,16 @@ class LatencyModel:
             obj_i = float(e_i.max()) + tw * _transfer_total(p, assign, ci)
             if obj_i < hint_obj:
                 hint_obj, self.hint = obj_i, (assign, s_i, e_i)
+
+    def _local_search(self, cands: list[tuple[str, np.ndarray, Any]]) -> list[tuple[str, np.ndarray, Any]]:
+        """The best candidate (float makespan) improved by :func:`~placer.solve.latency_search.polish`
+        (options ``local_search``, ``local_search_rate``), as one more candidate."""
+        if not cands:
+            return []
+        fc = self.fc
+        best = min(cands, key=lambda c: float(latency_schedule(self.p, c[1], c[2], fc)[1].max()))
+        out = polish(self.p, *best, self.options, self.ctx.deadline, self.ctx.seed)
+        return [out] if out[0] != best[0] else []
 
     # ---------------------------------------------------------------- bounds
     def lower_bound(self) -> None:

@@ -1,0 +1,342 @@
+r"""Critical-path local search for latency mode: better plans from a good one, fast.
+
+A plan is an assignment plus a topological *priority order*; its schedule is the list schedule of
+:func:`~placer.solve.evaluate.latency_schedule` (the evaluator's semantics: each op in turn starts
+when its inputs have arrived and its target, and every target sharing a core with it, is free;
+ops of cost 0 are instantaneous). :class:`CriticalPathSearch` keeps such a plan and improves its
+makespan with moves on its *critical chain*, the ops whose start times, followed back from the op
+that ends last, each set the next one's start (through a copy or the target being busy):
+
+* **move**: an op of the chain goes to another allowed target (its colocation group with it), at
+  the same place in the order;
+* **join**: an op of the chain goes to the target of the producer it waits for (no copy), or that
+  producer goes to the op's target;
+* **hoist**: an op of the chain goes earlier in the order, just after its last predecessor (it may
+  then pass ops that held its target).
+
+A move is kept when the makespan drops, or stays equal while the sum of the targets' finishing
+times drops (this lets the search cross plateaus; it cannot cycle). When no move of the chain
+improves, the search *kicks*: a few random ops of the chain move to random allowed targets, and
+it goes on from there while remembering the best plan seen; the kicked plan is given up for the
+best one after ``patience`` kicks without progress. Memory caps are respected (a move that breaks
+one is skipped). Schedules are recomputed from the first op whose place changed
+(prefix states are kept), so a move costs a fraction of a full evaluation.
+
+Every budget is deterministic (``max_evals`` schedule evaluations, counted in ops re-timed); a
+``deadline`` (``time.monotonic()``) is a wall-clock backstop for benchmarks. The best plan is
+re-checked with :func:`~placer.solve.evaluate.latency_schedule`, whose makespan is the one
+reported.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from placer.problem import PlacementProblem
+from placer.solve.evaluate import Costs, latency_schedule
+
+__all__ = ["CriticalPathSearch", "improve_plan"]
+
+
+class CriticalPathSearch:
+    """Local search on the critical chain of a latency plan (see the module docstring).
+
+    Parameters
+    ----------
+    problem, assign, order
+        The problem and a feasible plan (``order``: a topological order of all ops).
+    costs
+        Default: the problem's float costs (the evaluator's).
+    seed
+        Seed of the kicks (the search is deterministic for a seed and a budget).
+    """
+
+    def __init__(self, problem: PlacementProblem, assign: np.ndarray, order: list[int],
+                 costs: Costs | None = None, seed: int = 0) -> None:
+        p = problem
+        self.p = p
+        self.c = costs or Costs.of(p)
+        n, t = p.n_ops, p.n_targets
+        self.n, self.t = n, t
+        cost = np.where(p.allowed, self.c.cost, np.inf)
+        self.cost = cost.tolist()
+        # inputs of each op: (producer, delay row-major T*T list) per tensor read
+        ptr_a, ks = p.in_tensor_arrays
+        ptr = ptr_a.tolist()
+        prod = p.tensor_producer
+        link = np.asarray(self.c.link)
+        entry = np.asarray(self.c.entry)
+        self.ins: list[list[tuple[int, list[list[float]]]]] = []
+        for v in range(n):
+            row = []
+            for j in range(ptr[v], ptr[v + 1]):
+                k = int(ks[j])
+                u = prod[k]
+                if u < 0:
+                    continue
+                m = link[k] + entry[None, :]
+                row.append((u, m.tolist()))
+            self.ins.append(row)
+        self.preds = [sorted({u for u, _ in row}) for row in self.ins]
+        self.allowed = [[int(d) for d in np.flatnonzero(p.allowed[v])] for v in range(n)]
+        self.group = [list(u) for u in p.units]
+        self.unit_of = [0] * n
+        for i, unit in enumerate(p.units):
+            for v in unit:
+                self.unit_of[v] = i
+        self.conf = [list(x) for x in p.conflicts] if p.shares_resources else None
+        self.caps = np.asarray(p.memory_cap_bytes, dtype=float)
+        self.capped = bool(np.isfinite(self.caps).any() and np.asarray(p.weight_bytes).any())
+        self.w = np.asarray(p.weight_bytes, dtype=float)
+        self.rng = np.random.default_rng(seed)
+        self.assign = [int(d) for d in assign]
+        self.order = [int(v) for v in order]
+        self.evals = 0  # ops re-timed so far (the deterministic effort)
+        self.moves = 0  # moves kept
+        self._full()
+        self.best = (self.makespan, self.score, list(self.assign), list(self.order))
+
+    # ------------------------------------------------------------------ schedule
+    def _simulate(self, assign: list[int], order: list[int], start_pos: int,
+                  avail0: list[float], start: list[float], end: list[float],
+                  snaps: list[list[float]] | None) -> list[float]:
+        """List-schedule ``order[start_pos:]`` from the target state ``avail0`` (times of earlier
+        ops in ``start`` / ``end``, updated in place); returns the final state. ``snaps`` (if
+        given) receives the state before each position."""
+        cost, ins, conf = self.cost, self.ins, self.conf
+        avail = list(avail0)
+        for i in range(start_pos, len(order)):
+            if snaps is not None:
+                snaps[i] = list(avail)
+            v = order[i]
+            d = assign[v]
+            t0 = 0.0
+            for u, m in ins[v]:
+                a = assign[u]
+                r = end[u] if a == d else end[u] + m[a][d]
+                if r > t0:
+                    t0 = r
+            c_v = cost[v][d]
+            if c_v > 0:
+                s_v = t0 if t0 > avail[d] else avail[d]
+                e_v = s_v + c_v
+                if conf is None:
+                    avail[d] = e_v
+                else:
+                    for d2 in conf[d]:
+                        if avail[d2] < e_v:
+                            avail[d2] = e_v
+            else:
+                s_v = e_v = t0
+            start[v] = s_v
+            end[v] = e_v
+        self.evals += len(order) - start_pos
+        return avail
+
+    def _full(self) -> None:
+        n = self.n
+        self.start = [0.0] * n
+        self.end = [0.0] * n
+        self.snaps: list[list[float]] = [[]] * n
+        self.avail = self._simulate(self.assign, self.order, 0, [0.0] * self.t, self.start, self.end, self.snaps)
+        self.pos = [0] * n
+        for i, v in enumerate(self.order):
+            self.pos[v] = i
+        self.makespan = max(self.end) if n else 0.0
+        self.score = self._score(self.end, self.assign)
+
+    def _score(self, end: list[float], assign: list[int]) -> float:
+        fin = [0.0] * self.t
+        for v in range(self.n):
+            d = assign[v]
+            if end[v] > fin[d]:
+                fin[d] = end[v]
+        return sum(fin)
+
+    def _try(self, assign: list[int], order: list[int], from_pos: int) -> tuple[float, float, list[float], list[float]]:
+        """Makespan and score of a changed plan equal to the current one before ``from_pos``."""
+        start = list(self.start)
+        end = list(self.end)
+        self._simulate(assign, order, from_pos, self.snaps[from_pos], start, end, None)
+        return max(end), self._score(end, assign), start, end
+
+    def _accept(self, assign: list[int], order: list[int]) -> None:
+        self.assign, self.order = assign, order
+        self._full()
+        self.moves += 1
+
+    def _memory_ok(self, assign: list[int]) -> bool:
+        if not self.capped:
+            return True
+        load = np.zeros(self.t)
+        np.add.at(load, np.asarray(assign), self.w)
+        return bool((load <= self.caps).all())
+
+    # ------------------------------------------------------------------ critical chain
+    def chain(self) -> list[tuple[int, int]]:
+        """The critical chain, last op first: ``(op, cause)`` with ``cause`` the op whose end (plus
+        a copy) or whose hold on the target set the op's start, or -1 (starts at 0 / its inputs)."""
+        assign, start, end, order, pos = self.assign, self.start, self.end, self.order, self.pos
+        v = max(range(self.n), key=lambda i: (end[i], -i))
+        out: list[tuple[int, int]] = []
+        seen = set()
+        while v >= 0 and v not in seen:
+            seen.add(v)
+            d = assign[v]
+            s_v = start[v]
+            cause = -1
+            for u, m in self.ins[v]:
+                a = assign[u]
+                r = end[u] if a == d else end[u] + m[a][d]
+                if abs(r - s_v) <= 1e-12 * max(1.0, s_v):
+                    cause = u
+                    break
+            if cause < 0 and s_v > 0:  # the target was busy: the op before it on the target
+                for i in range(pos[v] - 1, -1, -1):
+                    w = order[i]
+                    dw = assign[w]
+                    if (dw == d or (self.conf is not None and dw in self.conf[d])) and end[w] > start[w]:
+                        if abs(end[w] - s_v) <= 1e-12 * max(1.0, s_v):
+                            cause = w
+                        break
+            out.append((v, cause))
+            v = cause
+        return out
+
+    # ------------------------------------------------------------------ moves
+    def _moved(self, v: int, d: int) -> list[int] | None:
+        unit = self.group[self.unit_of[v]]
+        if any(d not in self.allowed[w] for w in unit):
+            return None
+        assign = list(self.assign)
+        for w in unit:
+            assign[w] = d
+        return assign if self._memory_ok(assign) else None
+
+    def _better(self, mk: float, sc: float) -> bool:
+        tol = 1e-12 * max(1.0, self.makespan)
+        return mk < self.makespan - tol or (mk <= self.makespan + tol and sc < self.score - tol)
+
+    def _improve_once(self, max_evals: float) -> bool:
+        """Try the moves of the chain, first improvement; True if one was kept."""
+        chain = self.chain()
+        for v, cause in chain:
+            if self.evals >= max_evals:
+                return False
+            unit = self.group[self.unit_of[v]]
+            first = min(self.pos[w] for w in unit)
+            cands: list[tuple[list[int], list[int], int]] = []
+            # join: to the producer's target, or the producer to v's target
+            if cause >= 0 and cause in self.preds[v] and self.assign[cause] != self.assign[v]:
+                a = self._moved(v, self.assign[cause])
+                if a is not None:
+                    cands.append((a, self.order, first))
+                a = self._moved(cause, self.assign[v])
+                if a is not None:
+                    cands.append((a, self.order, min(self.pos[w] for w in self.group[self.unit_of[cause]])))
+            # hoist: just after the last predecessor
+            if cause >= 0 and cause not in self.preds[v]:
+                lo = max([self.pos[u] for u in self.preds[v]] + [-1]) + 1
+                if lo < self.pos[v]:
+                    order = list(self.order)
+                    order.pop(self.pos[v])
+                    order.insert(lo, v)
+                    cands.append((self.assign, order, lo))
+            # move: every other allowed target
+            for d in self.allowed[v]:
+                if d != self.assign[v]:
+                    a = self._moved(v, d)
+                    if a is not None:
+                        cands.append((a, self.order, first))
+            for assign, order, from_pos in cands:
+                mk, sc, _, _ = self._try(assign, order, from_pos)
+                if self._better(mk, sc):
+                    self._accept(assign, order)
+                    return True
+        return False
+
+    def _kick(self, strength: int) -> None:
+        """Move ``strength`` random ops of the chain to random allowed targets that are not much
+        slower than their cheapest (at most twice its cost)."""
+        chain = [v for v, _ in self.chain()]
+        picks = self.rng.choice(len(chain), size=min(strength, len(chain)), replace=False)
+        assign = list(self.assign)
+        for i in sorted(int(i) for i in picks):
+            v = chain[i]
+            cv = self.cost[v]
+            best = min(cv[d] for d in self.allowed[v])
+            ds = [d for d in self.allowed[v] if d != assign[v] and cv[d] <= 2 * best]
+            if not ds:
+                continue
+            d = ds[int(self.rng.integers(len(ds)))]
+            unit = self.group[self.unit_of[v]]
+            if all(d in self.allowed[w] for w in unit):
+                for w in unit:
+                    assign[w] = d
+        if self._memory_ok(assign):
+            self._accept(assign, self.order)
+
+    def _record(self) -> None:
+        b = self.best
+        tol = 1e-12 * max(1.0, b[0])
+        if self.makespan < b[0] - tol or (self.makespan <= b[0] + tol and self.score < b[1] - tol):
+            self.best = (self.makespan, self.score, list(self.assign), list(self.order))
+
+    def run(self, max_evals: float = np.inf, deadline: float | None = None, kick: int = 2,
+            patience: int = 4) -> tuple[float, np.ndarray, list[int]]:
+        """Improve until ``max_evals`` ops have been re-timed (cumulative over calls) or the
+        ``deadline``; returns the best ``(makespan, assign, order)`` seen, the makespan from
+        :func:`~placer.solve.evaluate.latency_schedule`."""
+        stale = 0
+        if max_evals == np.inf and deadline is None:
+            raise ValueError("CriticalPathSearch.run needs max_evals or a deadline")
+        while self.evals < max_evals and (deadline is None or time.monotonic() < deadline):
+            if self._improve_once(max_evals):
+                self._record()
+                continue
+            before = self.best[0]
+            self._record()
+            stale = stale + 1 if self.best[0] >= before else 0
+            if stale >= patience:  # back to the best plan
+                _, _, a, o = self.best
+                self.assign, self.order = list(a), list(o)
+                self._full()
+                stale = 0
+            self._kick(kick)
+        self._record()
+        mk, _, a, o = self.best
+        a_np = np.asarray(a, dtype=int)
+        return float(latency_schedule(self.p, a_np, o, self.c)[1].max()), a_np, list(o)
+
+
+def improve_plan(problem: PlacementProblem, assign: np.ndarray, order: list[int], *,
+                 max_evals: float = np.inf, deadline: float | None = None, seed: int = 0,
+                 costs: Costs | None = None) -> tuple[float, np.ndarray, list[int]]:
+    """One-call :class:`CriticalPathSearch`: ``(makespan, assign, order)`` of the best plan found
+    (never worse than the given one)."""
+    return CriticalPathSearch(problem, assign, order, costs, seed).run(max_evals, deadline)
+
+
+def polish(problem: PlacementProblem, name: str, assign: np.ndarray, order: list[int] | None,
+           options: dict, deadline: float, seed: int = 0) -> tuple[str, np.ndarray, list[int] | None]:
+    """The plan ``(name, assign, order)`` improved by :class:`CriticalPathSearch` for the share
+    ``options["local_search"]`` of the time until ``deadline``, with the deterministic budget
+    ``options["local_search_rate"]`` ops re-timed per second of that share (its end is a
+    wall-clock backstop); the plan itself when the search finds nothing better, is off (share 0)
+    or the objective weighs transfers (``transfer_weight``)."""
+    share = float(options.get("local_search", 0.0) or 0.0)
+    if share <= 0 or float(options.get("transfer_weight", 0.0) or 0.0) > 0 or problem.n_targets < 2:
+        return name, assign, order
+    now = time.monotonic()
+    secs = share * max(0.0, deadline - now)
+    if secs <= 0:
+        return name, assign, order
+    o = list(range(problem.n_ops)) if order is None else list(order)
+    before = float(latency_schedule(problem, assign, o)[1].max())
+    mk, a, o = improve_plan(problem, assign, o, max_evals=float(options.get("local_search_rate", 6e5)) * secs,
+                            deadline=now + secs, seed=seed)
+    if mk < before - 1e-12 * max(1.0, before):
+        return f"{name} + critical-path", a, o
+    return name, assign, order
