@@ -35,12 +35,14 @@ lns : bool, default True; lns_skip_coarse_gap : float, default 0.02
     (:mod:`placer.solve.lns`) in the time the coarse solve leaves; the coarse solve gets half of
     the time after the fine heuristics, none when the best fine plan is already within
     ``lns_skip_coarse_gap`` (relative) of the lower bound.
-local_search : float, default 0.5; local_search_rate : float, default 6e5
+local_search : float, default 0.5; local_search_rate : float, default 1.5e6
     Latency mode (makespan only, ``transfer_weight`` 0): improve the best heuristic plan with the
     critical-path search of :mod:`placer.solve.latency_search` for this share of the time left
     (0: off), before CP-SAT (hinted with the result); above ``AUTO_COARSEN_OPS`` ops, on the best
     fine plan, before the window LNS. Its budget is deterministic: ``local_search_rate`` ops
-    re-timed per second of that share (the share's end is a wall-clock backstop).
+    re-timed per second of that share (the share's end is a wall-clock backstop). When CP-SAT
+    stops early (deterministic time) with a plan better than the heuristics', the search goes on
+    from that plan in the time left.
 window_bound : bool, default True
     Latency mode: strengthen the lower bound with the start / end window LP
     (:func:`~placer.solve.bounds.window_load_bound`).
@@ -48,11 +50,12 @@ comm_bound : bool, default True
     Latency mode: the communication-aware per-target heads and tails of
     :mod:`placer.solve.bounds_comm` in the lower bound and in the model (``x[v,d]`` implies
     ``s[v] >= H[v,d]`` and ``e[v] + Q[v,d] <= makespan``; a pair that cannot beat the hint is out).
-shave_fraction : float, default 0
+shave_fraction : float, default 0.15
     Latency mode with ``comm_bound``: give at most this share of the time left (after the
     heuristics) to the shaved bound (:func:`~placer.solve.bounds_comm.shaved_bound`, 6 bisection
-    steps). Off by default: on 500 ops x 8 targets it adds 0.6% to the bound for about 1.5 s, and
-    a wall-clock share would make the model's lower bound depend on the machine's speed.
+    steps, 4 rounds each: a deterministic amount of work; the share is a wall-clock backstop, so
+    only a much slower machine stops it earlier, with a lower but valid bound). On 500 ops x 8
+    targets it adds about 0.6 % to the bound for 1.5 s (2 % at 200 ops for 0.5 s); 0: off.
 symmetry_breaking, redundant, pool_identical : bool, default True
     Model strengthening (interchangeable targets; load and cumulative constraints; one
     cumulative resource for a pool of identical targets, latency mode).
@@ -101,8 +104,8 @@ class CpSat(Solver):
         "num_workers": 2, "deterministic": True, "dtime_per_s": 0.3, "transfer_weight": 0.0, "time_resolution_ms": "auto",
         "hint": True, "heuristic_fraction": 0.3, "symmetry_breaking": True, "redundant": True, "gap_limit": 0.0,
         "phase1_fraction": 0.7, "contiguous_warm_start": True, "warm_start_fraction": 0.25, "log": False, "cumulative_max_ops": 3000, "pool_identical": True, "edge_finding": True, "probing_max_size": 1000, "cpsat_params": None,
-        "dynamic": True, "window_bound": True, "comm_bound": True, "shave_fraction": 0.0,
-        "lns": True, "lns_skip_coarse_gap": 0.02, "local_search": 0.5, "local_search_rate": 6e5,
+        "dynamic": True, "window_bound": True, "comm_bound": True, "shave_fraction": 0.15,
+        "lns": True, "lns_skip_coarse_gap": 0.02, "local_search": 0.5, "local_search_rate": 1.5e6,
         "ideals": True, "ideals_fraction": 0.5, "ideals_max": 200_000,
     }
 

@@ -45,7 +45,8 @@ Lower bound
     (:func:`~placer.solve.bounds.window_load_bound`, option ``window_bound``; it gets at most a
     tenth of the time left; fed the communication-aware heads and tails), then, with option
     ``shave_fraction`` > 0, shaved (:func:`~placer.solve.bounds_comm.shaved_bound`, at most that
-    share of the time left once the hint is known), all on the rounded costs. With ``comm_bound``
+    share of the time left once the hint is known; on the float costs, the model's ``LB`` taking
+    it less the rounding slack), the rest on the rounded costs. With ``comm_bound``
     the per-target heads ``H`` and tails ``Q`` also enter the model: ``x[v,d] => s[v] >= H[v,d]`` and
     ``x[v,d] => e[v] + Q[v,d] <= M``, and ``x[v,d] = 0`` when ``H + c + Q`` exceeds ``UB``.
 Hint and fallback
@@ -53,9 +54,12 @@ Hint and fallback
     ``comm_bound``), LP-rounding + list scheduling, greedy and every single-target plan, and the
     price-guided dynamic list scheduling search (:class:`~placer.solve.heuristics.DynamicListSearch`,
     option ``dynamic``; it runs last, until a deterministic effort of 80 % of the heuristic time) —
-    by the rounded objective; computed within ``heuristic_fraction`` of the time limit — is the
-    hint and sets ``UB``; the returned plan is the best (float-evaluated) of CP-SAT's solution,
-    re-timed, and those heuristic plans, so it is never worse than HEFT.
+    by the rounded objective; computed within ``heuristic_fraction`` of the time limit, plus the
+    best of them (float makespan) improved by the critical-path search of
+    :mod:`placer.solve.latency_search` (option ``local_search``: its share of the time left) — is
+    the hint and sets ``UB``; the returned plan is the best (float-evaluated) of CP-SAT's
+    solution, re-timed (and improved by that search when CP-SAT stops early with time left), and
+    those heuristic plans, so it is never worse than HEFT.
 """
 
 from __future__ import annotations
@@ -172,6 +176,7 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     m.add_objective()
     m.add_hints()
     m.solve()
+    m.polish()
     plan, source = m.final_plan()
     return _replace_stats(plan, m.stats(plan, source), ctx)
 
@@ -288,11 +293,15 @@ class LatencyModel:
             ub = self._serial_horizon()
         frac = float(self.options.get("shave_fraction", 0.0) or 0.0)
         # bisection over "no schedule below L"
-        if self.comm and self.hint is not None and frac > 0 and ub > self.lb:
-            shaved = shaved_bound(self.p, self.ci, self.lb, ub,
+        # on the float costs (the rounded ones would lose the rounding slack, often more than
+        # shaving gains): a bound on every plan's float makespan, hence on the rounded model's
+        # optimum once the slack is taken off
+        best = self.best_plan
+        if self.comm and best is not None and frac > 0 and best.makespan_ms > self.lb_ms:
+            shaved = shaved_bound(self.p, self.fc, self.lb_ms, best.makespan_ms,
                                   deadline=time.monotonic() + frac * self.ctx.remaining(), steps=6)
-            self.lb = max(self.lb, math.ceil(shaved - 1e-6))
-            self.lb_ms = max(self.lb_ms, self.lb * self.r - self.chain_slack)
+            self.lb_ms = max(self.lb_ms, shaved)
+            self.lb = max(self.lb, math.ceil((shaved - self.chain_slack) / self.r - 1e-6))
         self.ub = ub = max(ub, self.lb)
         horizon = ub if self.tw == 0 else self._serial_horizon()
         self.horizon = max(horizon, ub)
@@ -534,6 +543,27 @@ class LatencyModel:
             self.plan = make_latency_plan(p, assign, ctx.name, order=order_by_start(p, starts),
                                           options=ctx.plan_options())
 
+    def polish(self) -> None:
+        """CP-SAT's plan, when it beats the heuristics' and CP-SAT stopped with time left (on its
+        deterministic time), improved by :func:`~placer.solve.latency_search.polish` in that time
+        (makespan only)."""
+        self.polished = False
+        plan, p = self.plan, self.p
+        if plan is None or self.tw > 0 or self.name == "OPTIMAL" or self.t < 2:
+            return
+        if self.best_plan is not None and self.objective_ms(plan) >= self.objective_ms(self.best_plan) - 1e-9:
+            return
+        left = self.ctx.remaining() - (0.1 + 1e-4 * self.n)  # building and returning the plan
+        if left < 0.2:
+            return
+        assign = np.array([p.target_index[plan.assignment[o]] for o in p.ops], dtype=int)
+        order = sorted(range(self.n), key=lambda i: (plan.start_ms[p.ops[i]], i))
+        name, a, o = polish(p, "cpsat", assign, order, {**self.options, "local_search": 1.0},
+                            time.monotonic() + left, self.ctx.seed)
+        if name != "cpsat":
+            self.plan = make_latency_plan(p, a, self.ctx.name, order=o, options=self.ctx.plan_options())
+            self.polished = True
+
     def final_plan(self) -> tuple[Plan, str]:
         """The better (float objective) of CP-SAT's plan and the heuristic fallback, and its source;
         a heuristic win takes back an ``OPTIMAL`` status."""
@@ -546,7 +576,7 @@ class LatencyModel:
             if self.name == "OPTIMAL" or self.name == "UNKNOWN":
                 self.name = "FEASIBLE"
             return best_plan, self.best_name
-        return plan, "cpsat"
+        return plan, "cpsat + critical-path" if getattr(self, "polished", False) else "cpsat"
 
     # ---------------------------------------------------------------- stats
     def stats(self, plan: Plan, source: str) -> SolverStats:

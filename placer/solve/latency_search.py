@@ -101,10 +101,10 @@ class CriticalPathSearch:
     # ------------------------------------------------------------------ schedule
     def _simulate(self, assign: list[int], order: list[int], start_pos: int,
                   avail0: list[float], start: list[float], end: list[float],
-                  snaps: list[list[float]] | None) -> list[float]:
+                  snaps: list[list[float]] | None, cutoff: float = np.inf) -> list[float] | None:
         """List-schedule ``order[start_pos:]`` from the target state ``avail0`` (times of earlier
-        ops in ``start`` / ``end``, updated in place); returns the final state. ``snaps`` (if
-        given) receives the state before each position."""
+        ops in ``start`` / ``end``, updated in place); returns the final state, or None as soon as
+        an op ends after ``cutoff``. ``snaps`` (if given) receives the state before each position."""
         cost, ins, conf = self.cost, self.ins, self.conf
         avail = list(avail0)
         for i in range(start_pos, len(order)):
@@ -132,6 +132,9 @@ class CriticalPathSearch:
                 s_v = e_v = t0
             start[v] = s_v
             end[v] = e_v
+            if e_v > cutoff:
+                self.evals += i + 1 - start_pos
+                return None
         self.evals += len(order) - start_pos
         return avail
 
@@ -159,7 +162,9 @@ class CriticalPathSearch:
         """Makespan and score of a changed plan equal to the current one before ``from_pos``."""
         start = list(self.start)
         end = list(self.end)
-        self._simulate(assign, order, from_pos, self.snaps[from_pos], start, end, None)
+        cutoff = self.makespan + 1e-12 * max(1.0, self.makespan)  # a later end cannot win
+        if self._simulate(assign, order, from_pos, self.snaps[from_pos], start, end, None, cutoff) is None:
+            return np.inf, np.inf, start, end
         return max(end), self._score(end, assign), start, end
 
     def _accept(self, assign: list[int], order: list[int]) -> None:
@@ -285,11 +290,13 @@ class CriticalPathSearch:
             self.best = (self.makespan, self.score, list(self.assign), list(self.order))
 
     def run(self, max_evals: float = np.inf, deadline: float | None = None, kick: int = 2,
-            patience: int = 4) -> tuple[float, np.ndarray, list[int]]:
-        """Improve until ``max_evals`` ops have been re-timed (cumulative over calls) or the
-        ``deadline``; returns the best ``(makespan, assign, order)`` seen, the makespan from
-        :func:`~placer.solve.evaluate.latency_schedule`."""
+            patience: int = 4, max_stale_kicks: int = 1000) -> tuple[float, np.ndarray, list[int]]:
+        """Improve until ``max_evals`` ops have been re-timed (cumulative over calls), the
+        ``deadline``, or ``max_stale_kicks`` kicks in a row without a better plan (small problems
+        run out of moves long before their budget); returns the best ``(makespan, assign,
+        order)`` seen, the makespan from :func:`~placer.solve.evaluate.latency_schedule`."""
         stale = 0
+        since_best = 0
         if max_evals == np.inf and deadline is None:
             raise ValueError("CriticalPathSearch.run needs max_evals or a deadline")
         while self.evals < max_evals and (deadline is None or time.monotonic() < deadline):
@@ -299,6 +306,9 @@ class CriticalPathSearch:
             before = self.best[0]
             self._record()
             stale = stale + 1 if self.best[0] >= before else 0
+            since_best = since_best + 1 if self.best[0] >= before else 0
+            if since_best > max_stale_kicks:
+                break
             if stale >= patience:  # back to the best plan
                 _, _, a, o = self.best
                 self.assign, self.order = list(a), list(o)
@@ -335,7 +345,7 @@ def polish(problem: PlacementProblem, name: str, assign: np.ndarray, order: list
         return name, assign, order
     o = list(range(problem.n_ops)) if order is None else list(order)
     before = float(latency_schedule(problem, assign, o)[1].max())
-    mk, a, o = improve_plan(problem, assign, o, max_evals=float(options.get("local_search_rate", 6e5)) * secs,
+    mk, a, o = improve_plan(problem, assign, o, max_evals=float(options.get("local_search_rate", 1.5e6)) * secs,
                             deadline=now + secs, seed=seed)
     if mk < before - 1e-12 * max(1.0, before):
         return f"{name} + critical-path", a, o
