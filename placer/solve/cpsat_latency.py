@@ -544,25 +544,29 @@ class LatencyModel:
                                           options=ctx.plan_options())
 
     def polish(self) -> None:
-        """CP-SAT's plan, when it beats the heuristics' and CP-SAT stopped with time left (on its
-        deterministic time), improved by :func:`~placer.solve.latency_search.polish` in that time
+        """When CP-SAT stopped with time left (on its deterministic time): the better of its plan
+        and the heuristics' improved by :func:`~placer.solve.latency_search.polish` in that time
         (makespan only)."""
         self.polished = False
-        plan, p = self.plan, self.p
-        if plan is None or self.tw > 0 or self.name == "OPTIMAL" or self.t < 2:
-            return
-        if self.best_plan is not None and self.objective_ms(plan) >= self.objective_ms(self.best_plan) - 1e-9:
+        p, plan, best = self.p, self.plan, self.best_plan
+        if self.tw > 0 or self.name == "OPTIMAL" or self.t < 2 or (plan is None and best is None):
             return
         left = self.ctx.remaining() - (0.1 + 1e-4 * self.n)  # building and returning the plan
         if left < 0.2:
             return
-        assign = np.array([p.target_index[plan.assignment[o]] for o in p.ops], dtype=int)
-        order = sorted(range(self.n), key=lambda i: (plan.start_ms[p.ops[i]], i))
-        name, a, o = polish(p, "cpsat", assign, order, {**self.options, "local_search": 1.0},
+        from_cpsat = best is None or (plan is not None and self.objective_ms(plan) < self.objective_ms(best) - 1e-9)
+        base = plan if from_cpsat else best
+        assign = np.array([p.target_index[base.assignment[o]] for o in p.ops], dtype=int)
+        order = sorted(range(self.n), key=lambda i: (base.start_ms[p.ops[i]], i))
+        name, a, o = polish(p, "", assign, order, {**self.options, "local_search": 1.0},
                             time.monotonic() + left, self.ctx.seed)
-        if name != "cpsat":
-            self.plan = make_latency_plan(p, a, self.ctx.name, order=o, options=self.ctx.plan_options())
-            self.polished = True
+        if not name:
+            return
+        new = make_latency_plan(p, a, self.ctx.name, order=o, options=self.ctx.plan_options())
+        if from_cpsat:
+            self.plan, self.polished = new, True
+        else:
+            self.best_plan, self.best_name = new, self.best_name + " + critical-path"
 
     def final_plan(self) -> tuple[Plan, str]:
         """The better (float objective) of CP-SAT's plan and the heuristic fallback, and its source;
