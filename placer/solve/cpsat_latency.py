@@ -549,7 +549,8 @@ class LatencyModel:
         (makespan only)."""
         self.polished = False
         p, plan, best = self.p, self.plan, self.best_plan
-        if self.tw > 0 or self.name == "OPTIMAL" or self.t < 2 or (plan is None and best is None):
+        if (self.tw > 0 or self.name == "OPTIMAL" or self.t < 2 or (plan is None and best is None)
+                or float(self.options.get("local_search", 0.0) or 0.0) <= 0):
             return
         left = self.ctx.remaining() - (0.1 + 1e-4 * self.n)  # building and returning the plan
         if left < 0.2:
