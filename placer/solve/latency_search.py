@@ -18,9 +18,11 @@ A move is kept when the makespan drops, or stays equal while the sum of the targ
 times drops (this lets the search cross plateaus; it cannot cycle). When no move of the chain
 improves, the search *kicks*: a few random ops of the chain move to random allowed targets, and
 it goes on from there while remembering the best plan seen; the kicked plan is given up for the
-best one after ``patience`` kicks without progress. Memory caps are respected (a move that breaks
-one is skipped). Schedules are recomputed from the first op whose place changed
-(prefix states are kept), so a move costs a fraction of a full evaluation.
+best one after ``patience`` kicks without progress, and the search stops after ``max_stale_kicks``
+kicks without a better plan. Memory caps are respected (a move that breaks one is skipped).
+Schedules are recomputed from the first op whose place changed (the target states before every
+position are kept), and a trial stops as soon as an op ends after the current makespan, so a
+move costs a fraction of a full evaluation.
 
 Every budget is deterministic (``max_evals`` schedule evaluations, counted in ops re-timed); a
 ``deadline`` (``time.monotonic()``) is a wall-clock backstop for benchmarks. The best plan is
