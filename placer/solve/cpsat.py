@@ -40,9 +40,10 @@ local_search : float, default 0.5; local_search_rate : float, default 1.5e6
     critical-path search of :mod:`placer.solve.latency_search` for this share of the time left
     (0: off), before CP-SAT (hinted with the result); above ``AUTO_COARSEN_OPS`` ops, on the best
     fine plan, before the window LNS. Its budget is deterministic: ``local_search_rate`` ops
-    re-timed per second of that share (the share's end is a wall-clock backstop). When CP-SAT
-    stops early (deterministic time) with a plan better than the heuristics', the search goes on
-    from that plan in the time left.
+    re-timed per second of that share of what the heuristics' span (``heuristic_fraction``)
+    leaves of the time limit (the share of the time actually left is a wall-clock backstop). When
+    CP-SAT stops early (deterministic time), the search goes on from the better of its plan and
+    the heuristics' in the time left, with the budget of a tenth of the time limit.
 window_bound : bool, default True
     Latency mode: strengthen the lower bound with the start / end window LP
     (:func:`~placer.solve.bounds.window_load_bound`).

@@ -246,7 +246,12 @@ class LatencyModel:
             return []
         fc = self.fc
         best = min(cands, key=lambda c: float(latency_schedule(self.p, c[1], c[2], fc)[1].max()))
-        out = polish(self.p, *best, self.options, self.ctx.deadline, self.ctx.seed)
+        # deterministic budget: the share of what the heuristics' span leaves of the time limit
+        # (the heuristics usually end earlier: the share of the time actually left is the backstop)
+        share = float(self.options.get("local_search", 0.0) or 0.0)
+        heuristic = float(self.options.get("heuristic_fraction", 0.3))
+        budget = share * (1.0 - heuristic) * max(0.0, self.ctx.deadline - self.t0)
+        out = polish(self.p, *best, self.options, self.ctx.deadline, self.ctx.seed, budget_s=budget)
         return [out] if out[0] != best[0] else []
 
     # ---------------------------------------------------------------- bounds
@@ -545,8 +550,8 @@ class LatencyModel:
 
     def polish(self) -> None:
         """When CP-SAT stopped with time left (on its deterministic time): the better of its plan
-        and the heuristics' improved by :func:`~placer.solve.latency_search.polish` in that time
-        (makespan only)."""
+        and the heuristics' improved by :func:`~placer.solve.latency_search.polish` in that time,
+        with the deterministic budget of a tenth of the time limit (makespan only)."""
         self.polished = False
         p, plan, best = self.p, self.plan, self.best_plan
         if (self.tw > 0 or self.name == "OPTIMAL" or self.t < 2 or (plan is None and best is None)
@@ -559,8 +564,9 @@ class LatencyModel:
         base = plan if from_cpsat else best
         assign = np.array([p.target_index[base.assignment[o]] for o in p.ops], dtype=int)
         order = sorted(range(self.n), key=lambda i: (base.start_ms[p.ops[i]], i))
+        # deterministic budget: a tenth of the time limit's worth, within the time left
         name, a, o = polish(p, "", assign, order, {**self.options, "local_search": 1.0},
-                            time.monotonic() + left, self.ctx.seed)
+                            time.monotonic() + left, self.ctx.seed, budget_s=0.1 * self.ctx.time_limit)
         if not name:
             return
         new = make_latency_plan(p, a, self.ctx.name, order=o, options=self.ctx.plan_options())

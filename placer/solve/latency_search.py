@@ -332,12 +332,14 @@ def improve_plan(problem: PlacementProblem, assign: np.ndarray, order: list[int]
 
 
 def polish(problem: PlacementProblem, name: str, assign: np.ndarray, order: list[int] | None,
-           options: dict, deadline: float, seed: int = 0) -> tuple[str, np.ndarray, list[int] | None]:
+           options: dict, deadline: float, seed: int = 0,
+           budget_s: float | None = None) -> tuple[str, np.ndarray, list[int] | None]:
     """The plan ``(name, assign, order)`` improved by :class:`CriticalPathSearch` for the share
-    ``options["local_search"]`` of the time until ``deadline``, with the deterministic budget
-    ``options["local_search_rate"]`` ops re-timed per second of that share (its end is a
-    wall-clock backstop); the plan itself when the search finds nothing better, is off (share 0)
-    or the objective weighs transfers (``transfer_weight``)."""
+    ``options["local_search"]`` of the time until ``deadline`` (a wall-clock backstop), with the
+    deterministic budget of ``options["local_search_rate"]`` ops re-timed per second of
+    ``budget_s`` (default: that share of the time left; callers that want the same plan on any
+    machine give a budget computed from the time limit); the plan itself when the search finds
+    nothing better, is off (share 0) or the objective weighs transfers (``transfer_weight``)."""
     share = float(options.get("local_search", 0.0) or 0.0)
     if share <= 0 or float(options.get("transfer_weight", 0.0) or 0.0) > 0 or problem.n_targets < 2:
         return name, assign, order
@@ -347,7 +349,8 @@ def polish(problem: PlacementProblem, name: str, assign: np.ndarray, order: list
         return name, assign, order
     o = list(range(problem.n_ops)) if order is None else list(order)
     before = float(latency_schedule(problem, assign, o)[1].max())
-    mk, a, o = improve_plan(problem, assign, o, max_evals=float(options.get("local_search_rate", 1.5e6)) * secs,
+    budget = secs if budget_s is None else max(0.0, budget_s)
+    mk, a, o = improve_plan(problem, assign, o, max_evals=float(options.get("local_search_rate", 1.5e6)) * budget,
                             deadline=now + secs, seed=seed)
     if mk < before - 1e-12 * max(1.0, before):
         return f"{name} + critical-path", a, o
