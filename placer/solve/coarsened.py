@@ -6,9 +6,9 @@ time limit; the coarse problem gets the rest (minus a reserve for the expansion)
 (options ``dynamic``, ``window_bound``, ``lns`` of ``cpsat``) the fine heuristics include
 :class:`~placer.solve.heuristics.DynamicListSearch`; the window LP bound follows (at most a tenth of
 the time left); the coarse solve is skipped when the best fine plan is already within
-``lns_skip_coarse_gap`` of that bound (after the critical-path search of
-:mod:`placer.solve.latency_search`, option ``local_search``, improved the best fine plan for that
-share of the time left) and otherwise gets half of the time left; the rest goes to
+``lns_skip_coarse_gap`` of that bound (once the critical-path search of
+:mod:`placer.solve.latency_search` has improved the best fine plan for the share ``local_search``
+of the time left) and otherwise gets half of the time left; the rest goes to
 CP-SAT window LNS (:mod:`placer.solve.lns`) on the best plan so far (after up to half of it lets the
 dynamic search finish two passes per portfolio member).
 """
