@@ -47,8 +47,6 @@ def unit_costs(problem: PlacementProblem, costs: Costs) -> np.ndarray:
     return out
 
 
-_unit_costs = unit_costs  # the former private name, still imported by placer.solve.bounds
-
 
 class MinMaxLoadLP:
     """``min M s.t. sum_d x[u,d] = 1, sum_{d uses r} sum_u c[u,d] x[u,d] + offset[r] <= M,

@@ -39,7 +39,7 @@ import time
 import numpy as np
 
 from placer.problem import PlacementProblem
-from placer.solve.bound_utils import MinMaxLoadLP, _unit_costs, edge_delays, minmax_load_lp, shave
+from placer.solve.bound_utils import MinMaxLoadLP, edge_delays, minmax_load_lp, shave, unit_costs
 from placer.solve.bounds_comm import comm_heads_tails, path_bound
 from placer.solve.evaluate import Costs
 
@@ -202,12 +202,12 @@ def load_bound(problem: PlacementProblem, costs: Costs, num_stages: int | None =
                lp_max_size: int = 12000, deadline: float | None = None) -> float:
     """Bound on the largest per-resource load (see the module docstring): the LP optimum (GLOP) for
     problems with at most ``lp_max_size`` (unit, target) pairs, else its Lagrangian dual bound."""
-    uc = _unit_costs(problem, costs)
+    uc = unit_costs(problem, costs)
     if np.isfinite(uc).sum() > lp_max_size:
         return shave(dual_load_bound(uc, num_stages, resources=problem.resource_sets, deadline=deadline))
     res = minmax_load_lp(problem, costs, num_stages)
     if res is None:  # pragma: no cover
-        uc = _unit_costs(problem, costs)
+        uc = unit_costs(problem, costs)
         return float(uc.min(axis=1).sum() / problem.n_targets)
     return shave(res[0])
 
@@ -227,7 +227,7 @@ def latency_bound(problem: PlacementProblem, costs: Costs | None = None, load: f
 def pipeline_bound(problem: PlacementProblem, costs: Costs | None = None, num_stages: int | None = None) -> float:
     """Lower bound on the bottleneck with at most ``num_stages`` stages."""
     c = costs or Costs.of(problem)
-    uc = _unit_costs(problem, c)
+    uc = unit_costs(problem, c)
     return max(float(uc.min(axis=1).max()), load_bound(problem, c, num_stages))
 
 
@@ -300,7 +300,7 @@ def window_load_bound(problem: PlacementProblem, costs: Costs, lower: float = 0.
     if heads_tails is None:
         heads_tails = comm_heads_tails(p, costs)
     taus, a, b = _window_work(p, costs, lower, n_windows, heads_tails)
-    lp = _WindowLP(p, _unit_costs(p, costs))
+    lp = _WindowLP(p, unit_costs(p, costs))
     best = lower
     added: set[tuple[int, int, int]] = set()
     for _ in range(max_rounds + 1):

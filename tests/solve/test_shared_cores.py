@@ -21,8 +21,8 @@ from solve_testlib import random_problem
 from placer.errors import PlanError, ProblemError
 from placer.problem import PlacementProblem, Tensor
 from placer.solve import solve
+from placer.solve.bound_utils import unit_costs
 from placer.solve.bounds import (
-    _unit_costs,
     critical_path_bound,
     dual_load_bound,
     latency_bound,
@@ -146,7 +146,7 @@ def test_latency_solvers_against_bruteforce(p):
     assert critical_path_bound(p, c) <= opt + 1e-6
     assert load_bound(p, c) <= opt + 1e-6
     assert load_bound(p, c, lp_max_size=0) <= opt + 1e-6  # the Lagrangian path
-    assert dual_load_bound(_unit_costs(p, c), resources=p.resource_sets) <= opt + 1e-6
+    assert dual_load_bound(unit_costs(p, c), resources=p.resource_sets) <= opt + 1e-6
     assert lb <= opt + 1e-6
     assert window_load_bound(p, c, lb) <= opt + 1e-6
 
