@@ -174,9 +174,8 @@ def _partition_rows(graph, problem, targets, store, *, measure: bool, say) -> li
         missing += [p for p in pairs if f"probe:{p[0]}|{p[1]}" in busy]
     if not (measure and missing):
         return rows
-    with _phase(say, f"time {len(missing)} probe plan(s) cutting the model between targets"):
-        with CpuWindow() as window:
-            new = measure_probes(graph, problem, load_inputs("seed:0", graph, 2), pairs=missing)
+    with _phase(say, f"time {len(missing)} probe plan(s) cutting the model between targets"), CpuWindow() as window:
+        new = measure_probes(graph, problem, load_inputs("seed:0", graph, 2), pairs=missing, say=say)
     contended = window.others is not None and window.others >= CONTENDED
     if contended:
         say(f"measurement conditions: other processes used {window.others:.0%} of the CPU while the probe plans "

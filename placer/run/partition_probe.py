@@ -22,10 +22,12 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from placer.errors import PlacerError, first_line
 from placer.interrupts import raise_if_stopped
 from placer.materialize import materialize
 from placer.run.executors import HybridExecutor
@@ -89,10 +91,14 @@ def probe_assignments(problem, pairs: Sequence[tuple[str, str]], chunks: int = D
                 j = other if math.isfinite(cost[i, other]) else int(np.nanargmin(finite[i]))
             asg[op] = names[j]
         asg.update(dict(problem.pinned))
+        idx = {op: i for i, op in enumerate(problem.ops)}
         for group in problem.colocate:
-            first = asg[group[0]]
+            rows = [idx[op] for op in group]
+            # the first member's target if every member runs there, else the pair's or any target that runs them all
+            choices = [names.index(asg[group[0]]), ja, jb] + list(range(len(names)))
+            j = next((c for c in choices if np.isfinite(cost[rows, c]).all()), names.index(asg[group[0]]))
             for op in group:
-                asg[op] = first
+                asg[op] = names[j]
         out[f"probe:{a}|{b}"] = asg
     return out
 
@@ -106,7 +112,8 @@ def measure_probes(graph, problem, feeds: Sequence[Mapping[str, np.ndarray]], *,
     Returns one row per partition: ``probe``, ``partition``, ``target``, ``prev`` (the target of
     the partition run just before it; None for the first), ``ops``, ``n_inputs``, ``median_ms`` /
     ``p10_ms`` / ``p90_ms`` / ``n`` (its time in context plus an equal share of the executor's time
-    between partitions). ``time_limit_s`` bounds compiling (probes left are skipped, said).
+    between partitions). ``time_limit_s`` bounds compiling (probes left are skipped, said); a probe
+    a target cannot compile or run (a PlacerError) is left out, said, and the others are timed.
     """
     say = say or (lambda msg: None)
     pairs = probe_pairs(problem) if pairs is None else list(pairs)
@@ -119,10 +126,17 @@ def measure_probes(graph, problem, feeds: Sequence[Mapping[str, np.ndarray]], *,
                 say(f"partition probes: time limit reached after {len(probes)} of {len(assignments)}")
                 break
             raise_if_stopped()
-            ex = HybridExecutor(materialize(graph, asg), parallel=False)
-            ex.compile()
-            for f in feeds[:2]:
-                ex.run(f)
+            ex = None
+            try:
+                ex = HybridExecutor(materialize(graph, asg), parallel=False)
+                ex.compile()
+                for f in feeds[:2]:
+                    ex.run(f)
+            except PlacerError as exc:  # a probe a target cannot run is left out; the others still count
+                say(f"partition probe {name} left out: {first_line(exc)}")
+                if ex is not None:
+                    ex.close()
+                continue
             probes[name] = ex
         return _time_probes(probes, feeds, rounds, per_round)
     finally:

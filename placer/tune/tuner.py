@@ -33,9 +33,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
-
-import numpy as np
+from typing import Callable, Mapping, Sequence
 
 from placer import context
 from placer.costing import segment_ratio_stats
@@ -48,10 +46,9 @@ from placer.run.bench import PlanBench
 from placer.run.numerics import check_against_reference, load_inputs
 from placer.run.yardsticks import DESCRIPTIONS, YardstickSet, latency_kinds
 from placer.solve import solve
-from placer.tune import learned, space
+from placer.tune import learned, shared_study, space
 from placer.tune.pipeline_tuner import tune_throughput
 from placer.tune.records import TrialRecord, TuneResult, assignment_key, load_tune_result, write_outputs
-from placer.tune import shared_study
 from placer.tune.study import GRACE_PERIOD_S, asked_trial, fail_stale, open_study, storage_for, tell_trial
 
 __all__ = ["LatencySearch", "TrialRecord", "TuneResult", "add_yardsticks", "fill", "final_requests",

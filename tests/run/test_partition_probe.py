@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -34,6 +35,10 @@ def test_probe_plans_alternate_equal_work_chunks_and_respect_support_pins_and_gr
     p2 = _chain(12, cost, colocate=[("o6", "o8")])
     asg2 = probe_assignments(p2, [("a", "b")], chunks=3)["probe:a|b"]  # o4 in chunk 1 (b): unsupported on both
     assert asg2["o4"] == "c" and asg2["o8"] == asg2["o6"]
+    cost3 = np.ones((12, 3))
+    cost3[7, 0] = math.inf  # a group whose first member's chunk target (a) cannot run a member: b runs both
+    asg3 = probe_assignments(_chain(12, cost3, colocate=[("o6", "o7")]), [("a", "b")], chunks=4)["probe:a|b"]
+    assert asg3["o6"] == asg3["o7"] == "b" and asg3["o8"] == "a"
     with pytest.raises(ValueError, match="chunks"):
         probe_assignments(p, [("a", "b")], chunks=1)
 
@@ -62,7 +67,7 @@ def test_measured_probe_rows_follow_the_run_order_and_cover_the_model(two_target
                           per_round=2)
     assert {r["probe"] for r in rows} == {"probe:onnxruntime@cpu:t1|openvino@cpu:t1"}
     assert rows[0]["prev"] is None
-    assert all(r["prev"] == q["target"] for q, r in zip(rows, rows[1:]))
+    assert all(r["prev"] == q["target"] for q, r in itertools.pairwise(rows))
     assert sorted(o for r in rows for o in r["ops"]) == sorted(op.id for op in ctx.graph.ops)
     assert len({r["target"] for r in rows}) == 2  # both targets ran a piece
     for r in rows:
@@ -85,3 +90,22 @@ def test_prepare_stores_probe_rows_once_and_charges_what_they_learned(tiny_model
     assert sorted(r["key"] for r in again.partition_rows) == keys
     none = prepare(tiny_model, targets=targets, db=tmp_path / "q.db", probe_partitions=False)
     assert none.partition_rows == [] and not np.any(np.asarray(none.problem.partition_overhead_ms))
+
+
+def test_a_probe_a_target_cannot_run_is_left_out_and_said(tiny_model, tmp_path, monkeypatch):
+    from placer.devices.testing import FAULT_ENV, register_test_targets
+
+    register_test_targets()
+    monkeypatch.setenv(FAULT_ENV, "Relu")
+    ctx = prepare(tiny_model, targets=["onnxruntime:t1", "openvino:t1"], db=tmp_path / "p.db",
+                  probe_partitions=False)
+    # priced as if test-error ran every op: its probe puts the Relu there, and compiling it fails
+    names = list(ctx.problem.targets) + ["test-error"]
+    cost = np.concatenate([np.asarray(ctx.problem.cost_ms), np.ones((len(ctx.problem.ops), 1))], axis=1)
+    p = PlacementProblem(ops=list(ctx.problem.ops), targets=names, cost_ms=cost, tensors=list(ctx.problem.tensors))
+    said = []
+    rows = measure_probes(ctx.graph, p, load_inputs("seed:0", ctx.graph, 2), chunks=2, rounds=1, per_round=2,
+                          pairs=[("test-error", "onnxruntime@cpu:t1"), ("onnxruntime@cpu:t1", "openvino@cpu:t1")],
+                          say=said.append)
+    assert [m for m in said if "probe:test-error|onnxruntime@cpu:t1 left out" in m and "Relu" in m], said
+    assert rows and {r["probe"] for r in rows} == {"probe:onnxruntime@cpu:t1|openvino@cpu:t1"}
