@@ -80,16 +80,15 @@ from placer.solve.bounds_comm import comm_heads_tails, path_bound, shaved_bound
 from placer.solve.cpsat_util import (
     add_first_use_order,
     add_memory_caps,
-    build_seconds,
     canonical_assign,
     choose_resolution,
     first_use_values,
     interchangeable_classes,
     make_solver,
+    plan_if_no_time_to_build,
     read_assign,
     reported_bound,
     rounding_slack,
-    skipped_stats_plan,
     status_name,
     to_int,
 )
@@ -166,9 +165,9 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     m = LatencyModel(problem, ctx, options)
     m.run_heuristics()
     m.lower_bound()
-    if m.best_plan is not None and ctx.remaining() < 2 * build_seconds(problem, "latency") + 0.2:
-        return skipped_stats_plan(m.best_plan, ctx, m.t0, m.lb_ms, m.r, m.best_name,
-                                  "not enough time left to build the model")
+    late = plan_if_no_time_to_build(m, problem, ctx, "latency")
+    if late is not None:
+        return late
     m.upper_bound()
     m.symmetry()
     m.add_variables()

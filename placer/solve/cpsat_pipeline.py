@@ -72,12 +72,12 @@ from placer.solve.bounds import pipeline_bound
 from placer.solve.cpsat_util import (
     add_first_use_order,
     add_memory_caps,
-    build_seconds,
     canonical_assign,
     choose_resolution,
     first_use_values,
     interchangeable_classes,
     make_solver,
+    plan_if_no_time_to_build,
     read_assign,
     reported_bound,
     rounding_slack,
@@ -102,9 +102,9 @@ def solve_pipeline(problem: PlacementProblem, ctx: SolveContext, options: dict[s
                                   "the ideals DP proved its plan optimal")
     m.run_heuristics()
     m.lower_bound()
-    if m.best_plan is not None and ctx.remaining() < 2 * build_seconds(problem, "pipeline") + 0.2:
-        return skipped_stats_plan(m.best_plan, ctx, m.t0, m.lb_ms, m.r, m.best_name,
-                                  "not enough time left to build the model")
+    late = plan_if_no_time_to_build(m, problem, ctx, "pipeline")
+    if late is not None:
+        return late
     m.add_variables()
     m.add_constraints()
     m.add_hints()

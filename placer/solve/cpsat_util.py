@@ -318,3 +318,13 @@ def to_int(x: float) -> int:
     """Round a rounded-units float (finite) to int."""
     return round(float(x))
 
+
+def plan_if_no_time_to_build(m: Any, problem: PlacementProblem, ctx: Any, mode: str) -> Plan | None:
+    """The heuristic plan of model ``m`` (a :class:`~placer.solve.cpsat_latency.LatencyModel` or
+    :class:`~placer.solve.cpsat_pipeline.PipelineModel` after its heuristics and lower bound), with its
+    stats, when less time is left than twice the model's estimated build time + 0.2 s; None when
+    there is time enough, or no plan yet."""
+    if m.best_plan is None or ctx.remaining() >= 2 * build_seconds(problem, mode) + 0.2:
+        return None
+    return skipped_stats_plan(m.best_plan, ctx, m.t0, m.lb_ms, m.r, m.best_name,
+                              "not enough time left to build the model")
