@@ -18,6 +18,15 @@ from placer.interrupts import raise_if_stopped
 from placer.run.executors import make_executor
 
 
+def time_between_partitions(plan_ms: float | None, partition_ms: Sequence[float]) -> float:
+    """The executor's own time between a plan's partitions, shared equally among them: what a
+    plan's request took (``plan_ms``) beyond the sum of its partitions' times, over their number;
+    never negative (partitions that overlapped run in parallel). 0 without ``plan_ms``."""
+    if not plan_ms or not partition_ms:
+        return 0.0
+    return max(float(plan_ms) - float(sum(partition_ms)), 0.0) / len(partition_ms)
+
+
 @dataclass(frozen=True)
 class LatencyStats:
     median_ms: float

@@ -30,6 +30,7 @@ import numpy as np
 from placer.errors import PlacerError, first_line
 from placer.interrupts import raise_if_stopped
 from placer.materialize import materialize
+from placer.run.bench import time_between_partitions
 from placer.run.executors import HybridExecutor
 
 __all__ = ["DEFAULT_CHUNKS", "measure_probes", "probe_assignments", "probe_pairs"]
@@ -160,7 +161,7 @@ def _time_probes(probes: Mapping[str, HybridExecutor], feeds, rounds: int, per_r
     rows = []
     for k, ex in probes.items():
         med = {pid: float(np.median(v)) for pid, v in part_ms[k].items()}
-        between = max(float(np.median(total_ms[k])) - sum(med.values()), 0.0) / max(len(med), 1)
+        between = time_between_partitions(float(np.median(total_ms[k])), list(med.values()))
         prev = None
         for p in ex.partitions:  # the sequential executor runs them in this order
             v = np.asarray(part_ms[k][p.id]) + between

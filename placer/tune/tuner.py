@@ -42,7 +42,7 @@ from placer.devices.registry import default_target_names
 from placer.errors import PlacerError, first_line
 from placer.interrupts import raise_if_stopped
 from placer.materialize import materialize
-from placer.run.bench import PlanBench
+from placer.run.bench import PlanBench, time_between_partitions
 from placer.run.numerics import check_against_reference, load_inputs
 from placer.run.yardsticks import DESCRIPTIONS, YardstickSet, latency_kinds
 from placer.solve import solve
@@ -121,8 +121,7 @@ def _partition_feedback(problem, plan, mat, measured: Mapping[str, float], plan_
     sum, when the plan ran them one after another)."""
     idx = {o: i for i, o in enumerate(problem.ops)}
     overheads = problem.provenance.get("overhead_ms", {}) or {}
-    inside = sum(measured.get(p.id, 0.0) for p in mat.partitions)
-    between = max(float(plan_ms) - inside, 0.0) / max(len(mat.partitions), 1) if plan_ms else 0.0
+    between = time_between_partitions(plan_ms, [measured.get(p.id, 0.0) for p in mat.partitions])
     rows = []
     prev = None
     for p in mat.partitions:

@@ -109,3 +109,11 @@ def test_a_probe_a_target_cannot_run_is_left_out_and_said(tiny_model, tmp_path, 
                           say=said.append)
     assert [m for m in said if "probe:test-error|onnxruntime@cpu:t1 left out" in m and "Relu" in m], said
     assert rows and {r["probe"] for r in rows} == {"probe:onnxruntime@cpu:t1|openvino@cpu:t1"}
+
+
+def test_time_between_partitions_is_shared_equally_and_never_negative():
+    from placer.run.bench import time_between_partitions
+
+    assert time_between_partitions(10.0, [3.0, 4.0, 1.0]) == pytest.approx(2.0 / 3)
+    assert time_between_partitions(5.0, [3.0, 4.0]) == 0.0  # partitions that overlapped
+    assert time_between_partitions(None, [1.0]) == 0.0 and time_between_partitions(4.0, []) == 0.0
