@@ -2,11 +2,14 @@
 
 A profile taken while another process held a core can be 1.5-3x slow (docs/design.md, "Profiles
 under contention"), and a slow row silently steers the solver. Every measurement therefore
-records the share of the machine's CPU time that went to other processes during its sampling
-window: from ``/proc/stat`` (all CPUs: busy time, including a hypervisor's steal) minus this
-process's own CPU time (:func:`os.times`, all its threads), over wall time x cores.
+records the share of CPU time on *the cores this process may run on* (its affinity) that went to
+other processes during its sampling window: from ``/proc/stat``'s per-CPU lines for those cores
+(busy time, including a hypervisor's steal) minus this process's own CPU time (:func:`os.times`,
+all its threads), over wall time x cores. Work on cores outside the affinity does not count: a
+worker pinned to core 0 (a one-core "host", experiments/bench_scaleout.py) is not disturbed by
+another worker pinned to core 1, and is not told it was.
 
-It is a ratio in [0, 1]: 0 on a quiet machine, 0.5 when other work kept one of two cores busy
+It is a ratio in [0, 1]: 0 on quiet cores, 0.5 when other work kept one of two cores busy
 throughout. It counts in clock ticks (10 ms), so a window of a few tens of ms reads coarsely; the
 campaign judges a row by it and re-measures contended rows (:data:`CONTENDED`).
 """
@@ -20,38 +23,65 @@ import time
 CONTENDED = 0.25
 
 
-def _busy_ticks() -> int | None:
-    """Busy clock ticks of all CPUs since boot (None where /proc/stat is not there)."""
+def _cores() -> frozenset[int]:
+    """The CPUs this process may run on."""
     try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()
-    except OSError:
-        return None
-    if not fields or fields[0] != "cpu":
-        return None
-    vals = [int(v) for v in fields[1:]]
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return frozenset(range(os.cpu_count() or 1))
+
+
+def _busy(vals: list[int]) -> int:
     idle = vals[3] + (vals[4] if len(vals) > 4 else 0)  # idle + iowait
     guest = sum(vals[8:10]) if len(vals) > 9 else 0  # guest time is already counted in user
     return sum(vals) - idle - guest
 
 
+def _busy_ticks(cores: frozenset[int]) -> int | None:
+    """Busy clock ticks since boot of the CPUs in ``cores`` (None where /proc/stat does not list
+    them: not Linux, or a CPU missing from the file)."""
+    try:
+        with open("/proc/stat") as f:
+            return busy_ticks_of(f.read(), cores)
+    except OSError:
+        return None
+
+
+def busy_ticks_of(proc_stat: str, cores: frozenset[int]) -> int | None:
+    """Busy ticks of the CPUs in ``cores`` in the text of ``/proc/stat`` (None if one is missing)."""
+    total, seen = 0, set()
+    for line in proc_stat.splitlines():
+        fields = line.split()
+        if not fields or not fields[0].startswith("cpu") or fields[0] == "cpu":
+            continue
+        try:
+            cpu = int(fields[0][3:])
+        except ValueError:
+            continue
+        if cpu in cores:
+            total += _busy([int(v) for v in fields[1:]])
+            seen.add(cpu)
+    return total if seen == set(cores) else None
+
+
 class CpuWindow:
-    """``with CpuWindow() as w: ...`` then ``w.others``: the share of the machine's CPU time other
-    processes used during the block (None where the platform does not tell)."""
+    """``with CpuWindow() as w: ...`` then ``w.others``: the share of CPU time on this process's
+    cores that other processes used during the block (None where the platform does not tell)."""
 
     def __init__(self) -> None:
         self.others: float | None = None
         self.loadavg: float | None = None
 
     def __enter__(self) -> "CpuWindow":
+        self._cores = _cores()
         self._t0 = time.perf_counter()
-        self._busy0 = _busy_ticks()
+        self._busy0 = _busy_ticks(self._cores)
         t = os.times()
         self._own0 = t.user + t.system
         return self
 
     def __exit__(self, *exc) -> None:
-        busy1 = _busy_ticks()
+        busy1 = _busy_ticks(self._cores)
         wall = time.perf_counter() - self._t0
         t = os.times()
         own = t.user + t.system - self._own0
@@ -63,7 +93,7 @@ class CpuWindow:
             return
         hz = os.sysconf("SC_CLK_TCK")
         busy = (busy1 - self._busy0) / hz
-        cores = os.cpu_count() or 1  # /proc/stat's first line sums every CPU of the machine
+        cores = len(self._cores)
         # both counters tick at 1/hz: discount two ticks of rounding, so that a short window is not
         # judged contended on one stray tick
         self.others = min(1.0, max(0.0, (busy - own - 2.0 / hz) / (wall * cores)))

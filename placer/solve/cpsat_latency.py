@@ -163,8 +163,8 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     """Solve latency mode with CP-SAT (see the module docstring): a short driver of the phases of
     :class:`LatencyModel`."""
     m = LatencyModel(problem, ctx, options)
-    m.run_heuristics()
     m.lower_bound()
+    m.run_heuristics()
     late = plan_if_no_time_to_build(m, problem, ctx, "latency")
     if late is not None:
         return late
@@ -182,7 +182,8 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
 
 class LatencyModel:
     """The latency-mode CP-SAT model of the module docstring, built and solved in named phases that
-    must run in this order: :meth:`run_heuristics` (hint and fallback), :meth:`lower_bound`,
+    must run in this order: :meth:`lower_bound`, :meth:`run_heuristics` (hint and fallback; the
+    local search stops at the bound),
     :meth:`upper_bound` (and the horizon), :meth:`symmetry` (interchangeable targets and pools),
     :meth:`add_variables`, :meth:`add_constraints`, :meth:`add_objective`, :meth:`add_hints`,
     :meth:`solve`, :meth:`final_plan` and :meth:`stats`. CP-SAT's search depends on the order in
@@ -210,15 +211,16 @@ class LatencyModel:
         (``best_plan``), the best by the rounded one the hint (``hint`` = assign, starts, ends)."""
         p, ctx, options, t0, tw, ci, fc = self.p, self.ctx, self.options, self.t0, self.tw, self.ci, self.fc
         share = float(options.get("heuristic_fraction", 0.3))
-        self.comm = bool(options.get("comm_bound", True)) and self.t > 1
-        # float ms: HEFT's lookahead and the float bound
-        self.ht_f = comm_heads_tails(p, fc) if self.comm else None
         cands = []
         if options.get("hint", True):
+            # the effort (search_dtime) is a share of the time limit, the same on any machine; the
+            # wall-clock backstops count from now (the lower bound ran first), within the deadline
             span = share * max(0.0, ctx.deadline - t0)
-            search = (DynamicListSearch(p, fc, deadline=t0 + 0.5 * span)
+            start = time.monotonic()
+            search = (DynamicListSearch(p, fc, deadline=min(start + 0.5 * span, ctx.deadline))
                       if options.get("dynamic", True) and self.t > 1 else None)
-            cands = latency_candidates(p, t0 + span, search=search, search_dtime=0.8 * span,
+            cands = latency_candidates(p, min(start + span, ctx.deadline), search=search,
+                                       search_dtime=0.8 * span,
                                        tails=None if self.ht_f is None else self.ht_f[1])
             cands += self._local_search(cands)
         self.best_plan: Plan | None = None
@@ -250,13 +252,18 @@ class LatencyModel:
         share = float(self.options.get("local_search", 0.0) or 0.0)
         heuristic = float(self.options.get("heuristic_fraction", 0.3))
         budget = share * (1.0 - heuristic) * max(0.0, self.ctx.deadline - self.t0)
-        out = polish(self.p, *best, self.options, self.ctx.deadline, self.ctx.seed, budget_s=budget)
+        # a plan that meets the lower bound is optimal: the search stops there
+        out = polish(self.p, *best, self.options, self.ctx.deadline, self.ctx.seed, budget_s=budget,
+                     floor=self.lb_ms)
         return [out] if out[0] != best[0] else []
 
     # ---------------------------------------------------------------- bounds
     def lower_bound(self) -> None:
         """Heads and tails, ``lb`` (rounded units) and ``lb_ms`` (valid for the float objective)."""
         p, ctx, ci, t0 = self.p, self.ctx, self.ci, self.t0
+        self.comm = bool(self.options.get("comm_bound", True)) and self.t > 1
+        # float ms: HEFT's lookahead (run_heuristics) and the float bound
+        self.ht_f = comm_heads_tails(p, self.fc) if self.comm else None
         head, tail = heads_tails(p, ci)
         self.minc = np.where(p.allowed, ci.cost, np.inf).min(axis=1)
         h_dt = q_dt = None  # per-target heads / tails with communication (rounded units)
@@ -565,7 +572,8 @@ class LatencyModel:
         order = sorted(range(self.n), key=lambda i: (base.start_ms[p.ops[i]], i))
         # deterministic budget: a tenth of the time limit's worth, within the time left
         name, a, o = polish(p, "", assign, order, {**self.options, "local_search": 1.0},
-                            time.monotonic() + left, self.ctx.seed, budget_s=0.1 * self.ctx.time_limit)
+                            time.monotonic() + left, self.ctx.seed, budget_s=0.1 * self.ctx.time_limit,
+                            floor=self.lb_ms)
         if not name:
             return
         new = make_latency_plan(p, a, self.ctx.name, order=o, options=self.ctx.plan_options())

@@ -9,7 +9,7 @@ import sys
 import time
 
 from placer.profile import ProfileStore, profile_graph
-from placer.profile.contention import CONTENDED, CpuWindow, is_contended
+from placer.profile.contention import CONTENDED, CpuWindow, busy_ticks_of, is_contended
 
 
 def test_a_process_burning_a_core_shows_up_as_contention():
@@ -27,6 +27,38 @@ def test_a_process_burning_a_core_shows_up_as_contention():
 
     assert w.others >= 0.8 / (os.cpu_count() or 1)
     assert w.loadavg is not None
+
+
+def test_only_the_cores_this_process_may_use_count():
+    # /proc/stat's per-CPU lines (user nice system idle iowait irq softirq steal guest guest_nice)
+    stat = ("cpu  300 0 100 900 0 0 0 0 0 0\n"
+            "cpu0 250 0 50 100 0 0 0 0 0 0\n"
+            "cpu1 50 0 50 800 0 0 0 0 0 0\n"
+            "intr 12345\n")
+    assert busy_ticks_of(stat, frozenset({0})) == 300
+    assert busy_ticks_of(stat, frozenset({1})) == 100
+    assert busy_ticks_of(stat, frozenset({0, 1})) == 400
+    assert busy_ticks_of(stat, frozenset({2})) is None  # a core the file does not list: unknown, not 0
+
+
+def test_a_burner_on_this_process_core_is_contention_when_pinned():
+    import os
+
+    core = min(os.sched_getaffinity(0))
+    code = f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"
+    burner = subprocess.Popen([sys.executable, "-c", code])
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {core})
+        time.sleep(0.3)
+        with CpuWindow() as w:
+            time.sleep(0.6)  # this process idles on its one core: the burner owns it
+    finally:
+        os.sched_setaffinity(0, before)
+        burner.kill()
+        burner.wait()
+    # the window covers this process's one core only, which the burner kept busy throughout
+    assert w.others is not None and w.others >= 0.8
 
 
 def test_own_work_is_not_counted_as_contention():

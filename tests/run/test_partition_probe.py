@@ -88,7 +88,8 @@ def test_prepare_stores_probe_rows_once_and_charges_what_they_learned(tiny_model
     assert ctx.problem.provenance["entry_rows"] == len(keys)
     again = prepare(tiny_model, targets=targets, db=db)  # measured again only if flagged busy: same keys
     assert sorted(r["key"] for r in again.partition_rows) == keys
-    none = prepare(tiny_model, targets=targets, db=tmp_path / "q.db", probe_partitions=False)
+    # probes off: not charged, even from a store that holds probe rows
+    none = prepare(tiny_model, targets=targets, db=db, probe_partitions=False)
     assert none.partition_rows == [] and not np.any(np.asarray(none.problem.partition_overhead_ms))
 
 
