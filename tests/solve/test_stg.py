@@ -21,7 +21,7 @@ STG_ROOT = Path(__file__).resolve().parents[1] / "data" / "stg"
 
 #: CP-SAT deterministic-time cap (40x what the hardest of the 70 instances needs).
 DTIME = 2.0
-#: Wall-clock backstop (seconds); the subset takes well under 2 s per instance on 2 cores.
+#: Wall-clock backstop (seconds); the subset takes at most 3 s per instance on 2 cores.
 TIME_LIMIT = 60.0
 
 SUBSET = [
