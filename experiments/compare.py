@@ -55,6 +55,15 @@ def geomean(xs):
     return float(np.exp(np.mean(np.log(xs)))) if xs else math.nan
 
 
+
+def _relative_dir(info):
+    """The tuner's cost-model record with its directory relative to the working directory when it
+    lies inside it (a committed report names no path of the machine that made it)."""
+    if not isinstance(info, dict) or not isinstance(info.get("dir"), str):
+        return info
+    rel = os.path.relpath(info["dir"])
+    return {**info, "dir": rel} if not rel.startswith("..") else info
+
 def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, solver_time_limit: float,
                   pipeline: bool, say, work: Path, label: str | None = None) -> dict:
     from placer import api
@@ -164,7 +173,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
             tmat = materialize(graph, tuned.best.plan)
             bench.add(trow["key"], tmat)
             priced[trow["key"]] = (tuned.best.plan, problem, tmat)
-        trow["cost_model"] = tuned.extra.get("cost_model")
+        trow["cost_model"] = _relative_dir(tuned.extra.get("cost_model"))
         rows.append(trow)
         stats = bench.measure(list(bench.candidates))
         for row in rows:
