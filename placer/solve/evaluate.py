@@ -12,6 +12,8 @@ they are re-exported here, the one module the solvers import them from.
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 import numpy as np
@@ -60,12 +62,21 @@ __all__ = [
 
 
 def _stats(stats: SolverStats | dict[str, Any] | None, objective: float) -> SolverStats:
-    if isinstance(stats, SolverStats):
-        return stats
-    s = dict(stats or {})
+    if isinstance(stats, SolverStats):  # e.g. a plan solved on the canonical listing, re-timed here
+        s = {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)}
+    else:
+        s = dict(stats or {})
     s.setdefault("status", "HEURISTIC")
     s.setdefault("objective", objective)
     bound = s.get("best_bound")
+    # a solver that priced this plan another way (a DP's sums, another summation order) may hand a
+    # bound or objective a few ulps off the plan's own figure: a bound is never above the plan it
+    # bounds, and the objective is the plan's
+    noise = 1e-9 * max(1.0, abs(objective))
+    if s["objective"] is not None and abs(s["objective"] - objective) <= noise:
+        s["objective"] = objective
+    if bound is not None and objective < bound <= objective + noise:
+        s["best_bound"] = bound = objective
     if "gap" not in s:
         s["gap"] = None if bound is None else _gap(objective, bound)
     return SolverStats(**s)

@@ -103,3 +103,23 @@ def test_stage_order_detects_cycles():
     assert stage_order(p, ASSIGN) is None  # cpu -> gpu -> cpu
     with pytest.raises(ProblemError, match="no monotone stage order"):
         make_pipeline_plan(p, ASSIGN, "t")
+
+
+def test_stats_priced_another_way_never_bound_above_the_plan():
+    # a solver that priced the plan in another summation order (the canonical listing, a DP) hands
+    # figures a few ulps off the plan's own: the bound is capped at the plan, the objective is the plan's
+    from placer.plan import SolverStats
+    from placer.solve.evaluate import make_pipeline_plan
+
+    p = fanout()
+    assign = np.zeros(p.n_ops, dtype=int)
+    plain = make_pipeline_plan(p, assign, "test")
+    off = plain.bottleneck_ms * (1 + 1e-15) + 1e-15
+    for stats in ({"status": "OPTIMAL", "objective": off, "best_bound": off, "gap": 0.0},
+                  SolverStats(status="OPTIMAL", objective=off, best_bound=off, gap=0.0)):
+        plan = make_pipeline_plan(p, assign, "test", stats=stats)
+        assert plan.stats.best_bound <= plan.bottleneck_ms == plan.stats.objective
+    # a bound above the plan by more than float noise is not hidden
+    far = plain.bottleneck_ms + 1.0
+    plan = make_pipeline_plan(p, assign, "test", stats={"status": "FEASIBLE", "best_bound": far})
+    assert plan.stats.best_bound == far
