@@ -95,14 +95,40 @@ def open_storage(url: str, *, heartbeat_interval: int = HEARTBEAT_INTERVAL_S, gr
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_interval,
-                                                  grace_period=grace_period)
+                storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs,
+                                                     heartbeat_interval=heartbeat_interval,
+                                                     grace_period=grace_period)
+            if url.startswith("sqlite"):
+                _serialize_sqlite_writes(storage.engine)
+            return storage
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
             # SQLite: "table ... already exists" / locked; PostgreSQL: DuplicateTable, UniqueViolation
             if attempt == 7:
                 raise
             time.sleep(0.1 + 0.4 * random.random())
     raise AssertionError("unreachable")
+
+
+def _serialize_sqlite_writes(engine) -> None:
+    """Every transaction on ``engine`` starts with ``BEGIN IMMEDIATE`` (the write lock first).
+
+    Optuna checks a trial's state and then writes it in one transaction: popping a WAITING trial,
+    telling a RUNNING one. With SQLite's default deferred transactions two workers can both read
+    the old state before either writes, and both win: one enqueued trial run twice, or one trial
+    told twice and another worker's trial never created (seen in
+    ``tests/scaleout/test_tune_workers.py::test_open_storage_race``: 3 trials instead of 4). Taking
+    the lock at the start makes check-then-write atomic (SQLAlchemy's recipe for pysqlite: the
+    driver's own transaction handling off, the BEGIN emitted here). PostgreSQL needs none of it.
+    """
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def _no_driver_transactions(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None
+
+    @sqlalchemy.event.listens_for(engine, "begin")
+    def _begin_immediate(conn):
+        conn.connection.dbapi_connection.isolation_level = None  # a connection made before the listener
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def ask(study):
