@@ -38,7 +38,7 @@ from placer.errors import ProblemError
 from placer.plan import Plan
 from placer.problem import PlacementProblem
 from placer.solve.base import SolveContext, Solver, register_solver
-from placer.solve.evaluate import Costs, make_latency_plan, make_pipeline_plan, stage_order
+from placer.solve.evaluate import Costs, float_noise, make_latency_plan, make_pipeline_plan, stage_order
 
 __all__ = ["BruteForce", "exact_latency", "exact_pipeline"]
 
@@ -243,7 +243,7 @@ def exact_pipeline(problem: PlacementProblem, num_stages: int, contiguous: bool,
     bott = np.where(ok, per_res.max(axis=1), np.inf)
     lat = np.where(ok, total.sum(axis=1), np.inf)
     bmin = bott.min()
-    cand = ok & (bott <= bmin + 1e-9 * max(1.0, bmin))
+    cand = ok & (bott <= bmin + float_noise(bmin))
     i = int(np.argmin(np.where(cand, lat, np.inf)))
     return float(bott[i]), float(lat[i]), A[i].astype(int)
 

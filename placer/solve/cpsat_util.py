@@ -30,6 +30,7 @@ from ortools.sat.python import cp_model
 
 from placer.plan import Plan, SolverStats
 from placer.problem import PlacementProblem
+from placer.solve.evaluate import float_noise
 
 __all__ = [
     "add_first_use_order",
@@ -109,7 +110,7 @@ def reported_bound(objective: float, bounds: list[float]) -> tuple[float, bool]:
     ``objective`` optimal (within relative 1e-9, the float noise of re-evaluating an exact integer
     optimum; the bound is then capped at the objective so the gap reads 0)."""
     bound = max([0.0] + [b for b in bounds if math.isfinite(b)])
-    if objective - bound <= 1e-9 * max(1.0, abs(objective)):
+    if objective - bound <= float_noise(objective):
         return min(bound, objective), True
     return bound, False
 

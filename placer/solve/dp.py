@@ -59,7 +59,7 @@ from placer.errors import ProblemError
 from placer.plan import Plan
 from placer.problem import PlacementProblem
 from placer.solve.base import SolveContext, Solver, register_solver
-from placer.solve.evaluate import Costs, make_pipeline_plan
+from placer.solve.evaluate import Costs, float_noise, make_pipeline_plan
 
 __all__ = ["CHECK_EVERY", "ContiguousDP", "DPResult", "dp_contiguous", "dp_search"]
 
@@ -330,7 +330,7 @@ def _result(p: PlacementProblem, final_states: dict[tuple, list[_Label]], n_labe
         raise ProblemError(f"dp: {why} reached at op {stopped_at} of {n} ({n_labels} labels) before any "
                            "complete pipeline; use solver='cpsat'")
     bmin = min(lab.bottleneck() for lab in finals)
-    best = min((lab for lab in finals if lab.bottleneck() <= bmin + 1e-9 * max(1.0, bmin)),
+    best = min((lab for lab in finals if lab.bottleneck() <= bmin + float_noise(bmin)),
                key=lambda lab: lab.csum)
     assign = np.full(n, -1, dtype=int)
     order: list[int] = []

@@ -45,6 +45,7 @@ __all__ = [
     "assignment_indices",
     "better",
     "check_assignment",
+    "float_noise",
     "is_contiguous",
     "latency_schedule",
     "make_latency_plan",
@@ -61,6 +62,12 @@ __all__ = [
 ]
 
 
+def float_noise(x: float) -> float:
+    """How far two prices of the same plan may differ by float rounding alone (another summation
+    order, a DP's running sums): relative 1e-9, at least 1e-9 ms. Every solver compares within it."""
+    return 1e-9 * max(1.0, abs(x))
+
+
 def _stats(stats: SolverStats | dict[str, Any] | None, objective: float) -> SolverStats:
     if isinstance(stats, SolverStats):  # e.g. a plan solved on the canonical listing, re-timed here
         s = {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)}
@@ -72,7 +79,7 @@ def _stats(stats: SolverStats | dict[str, Any] | None, objective: float) -> Solv
     # a solver that priced this plan another way (a DP's sums, another summation order) may hand a
     # bound or objective a few ulps off the plan's own figure: a bound is never above the plan it
     # bounds, and the objective is the plan's
-    noise = 1e-9 * max(1.0, abs(objective))
+    noise = float_noise(objective)
     if s["objective"] is not None and abs(s["objective"] - objective) <= noise:
         s["objective"] = objective
     if bound is not None and objective < bound <= objective + noise:

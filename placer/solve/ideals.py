@@ -76,7 +76,7 @@ from placer.problem import PlacementProblem
 from placer.solve.base import SolveContext, Solver, register_solver
 from placer.solve.bounds import pipeline_bound
 from placer.solve.cpsat_util import interchangeable_classes, reported_bound
-from placer.solve.evaluate import Costs, better, make_pipeline_plan
+from placer.solve.evaluate import Costs, better, float_noise, make_pipeline_plan
 from placer.solve.pipeline_candidates import pipeline_candidates
 
 __all__ = ["MAX_IDEALS", "IdealsDP", "IdealsResult", "ideals_search", "stage_prices"]
@@ -593,7 +593,7 @@ def ideals_proven(r: IdealsResult, plan: Plan) -> bool:
         return True
 
     def tight(x: float, lower: float) -> bool:
-        return x - lower <= 1e-9 * max(1.0, abs(lower))
+        return x - lower <= float_noise(lower)
 
     return tight(plan.bottleneck_ms, r.value) and tight(plan.makespan_ms, r.latency)
 

@@ -39,7 +39,7 @@ import time
 import numpy as np
 
 from placer.problem import PlacementProblem
-from placer.solve.evaluate import Costs, latency_schedule
+from placer.solve.evaluate import Costs, float_noise, latency_schedule
 
 __all__ = ["CriticalPathSearch", "improve_plan"]
 
@@ -305,8 +305,7 @@ class CriticalPathSearch:
         since_best = 0
         if max_evals == np.inf and deadline is None:
             raise ValueError("CriticalPathSearch.run needs max_evals or a deadline")
-        self._record()
-        at_floor = floor + 1e-9 * max(1.0, floor)
+        at_floor = floor + float_noise(floor)
         while (self.evals < max_evals and (deadline is None or time.monotonic() < deadline)
                and self.best[0] > at_floor):
             if self._improve_once(max_evals):

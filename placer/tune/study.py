@@ -121,13 +121,10 @@ def _serialize_sqlite_writes(engine) -> None:
     driver's own transaction handling off, the BEGIN emitted here). PostgreSQL needs none of it.
     """
 
-    @sqlalchemy.event.listens_for(engine, "connect")
-    def _no_driver_transactions(dbapi_connection, _record):
-        dbapi_connection.isolation_level = None
-
     @sqlalchemy.event.listens_for(engine, "begin")
     def _begin_immediate(conn):
-        conn.connection.dbapi_connection.isolation_level = None  # a connection made before the listener
+        # the driver's own BEGIN off (on every connection, those made before this listener too)
+        conn.connection.dbapi_connection.isolation_level = None
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
