@@ -167,6 +167,13 @@ class Target(abc.ABC):
     def compile(self, model: Any) -> CompiledModel:
         """Compile an ``onnx.ModelProto`` for this target. Raises TargetError naming the target."""
 
+    def compile_alone(self, model: Any) -> CompiledModel:
+        """Compile ``model`` for a process where it is the only thing that runs: a plan of one
+        partition, a whole-model profile. A runtime may then keep its threads hot between calls, as
+        its own default does, where :meth:`compile` hands the cores back after each call for the
+        next partition. The same as :meth:`compile` unless a target says otherwise."""
+        return self.compile(model)
+
     def pin_current_thread(self) -> None:
         """Pin the calling thread to this target's cores (threads it creates later inherit it)."""
         if self.spec.cores:

@@ -22,11 +22,14 @@ def spins(threads: int) -> bool:
     return threads > 1
 
 
-def session_options(threads: int):
+def session_options(threads: int, *, alone: bool = False):
     """Session options shared by profiling and execution (time ops the way they will run).
 
     One intra-op pool of ``threads``, sequential execution; spinning only while a run is in
-    flight (:func:`spins`).
+    flight (:func:`spins`). With ``alone`` (the session is the only thing the process runs: a
+    one-partition plan, a whole-model profile) the pool also spins between runs, as ONNX Runtime's
+    default does: parking it after every run cost 2-5% on squeezenet and bert-tiny at 2 threads
+    (docs/design.md, "Spinning between requests").
     """
     import onnxruntime as ort
 
@@ -36,7 +39,7 @@ def session_options(threads: int):
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spins(threads) else "0")
-    if spins(threads):
+    if spins(threads) and not alone:
         so.add_session_config_entry("session.force_spinning_stop", "1")
     so.log_severity_level = 3
     return so
@@ -79,12 +82,17 @@ class OnnxRuntimeTarget(Target):
         return True, ""
 
     def compile(self, model: Any) -> CompiledModel:
+        return self._session(model, alone=False)
+
+    def compile_alone(self, model: Any) -> CompiledModel:
+        return self._session(model, alone=True)
+
+    def _session(self, model: Any, *, alone: bool) -> CompiledModel:
         import onnxruntime as ort
 
         try:
-            sess = ort.InferenceSession(
-                model.SerializeToString(), session_options(self.spec.threads), providers=["CPUExecutionProvider"]
-            )
+            sess = ort.InferenceSession(model.SerializeToString(), session_options(self.spec.threads, alone=alone),
+                                        providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT raises several exception types (Fail, InvalidGraph, NotImplemented...)
             raise TargetError(f"{self.name}: cannot build a session for {model.graph.name!r}: {first_line(exc)}") from exc
         return OrtCompiled(sess)

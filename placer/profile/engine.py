@@ -191,7 +191,8 @@ class Engine:
             self._count(task, "failed", None)
             return
         header = {"cmd": "measure", "target": task.target.name, "key": task.key, "seed": self.seed,
-                  "timing": self.timing.to_dict(), "repeat": 3 if task.kind == "overhead" else 1}
+                  "timing": self.timing.to_dict(), "repeat": 3 if task.kind == "overhead" else 1,
+                  "alone": task.kind == "model"}
         try:
             payload = self._payload(task)
         except PlacerError as exc:

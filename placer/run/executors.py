@@ -175,7 +175,10 @@ class HybridExecutor(_Executor):
 
     def _compile_one(self, p) -> Any:
         try:
-            return make_target(p.target).compile(self.mat.submodels[p.id])
+            target = make_target(p.target)
+            # one partition: nothing else runs in this process, so its runtime may keep its threads hot
+            compile_fn = target.compile_alone if len(self.partitions) == 1 else target.compile
+            return compile_fn(self.mat.submodels[p.id])
         except PlacerError as exc:
             raise PartitionError(f"partition {p.id} (stage {p.stage}) on {p.target}: {exc}", p.id, p.target,
                                  p.stage) from exc

@@ -1,4 +1,5 @@
-"""Real campaigns: squeezenet on the three default targets, links, segments, whole models."""
+"""Real campaigns: squeezenet on the framework runtimes, a small model on all three targets, links, segments,
+whole models."""
 
 from __future__ import annotations
 
@@ -20,26 +21,43 @@ from placer.profile.keys import chain_segments
 pytestmark = pytest.mark.slow
 
 
+#: squeezenet on the two framework runtimes; TVM compiles every signature (about 1.2 s each on this CPU), so
+#: it is profiled on the tiny model, with the links between all three targets
+SQUEEZE = ["onnxruntime", "openvino"]
+
+
 @pytest.fixture(scope="module")
 def squeeze_store(tmp_path_factory, squeezenet, fast_timing):
     db = tmp_path_factory.mktemp("sq") / "squeezenet.db"
+    res = profile_graph(squeezenet, SQUEEZE, db, progress=False, links=False, whole_model=False,
+                        timing=fast_timing, timeout_s=120)
+    return db, res
+
+
+@pytest.fixture(scope="module")
+def three_store(tmp_path_factory, tiny, fast_timing):
+    db = tmp_path_factory.mktemp("three") / "tiny.db"
     # two link sizes (1 KiB, 1 MiB) instead of six: the fit and every pair are tested, in a third of the time
-    res = profile_graph(squeezenet, THREE, db, progress=False, links=True, whole_model=False, timing=fast_timing,
+    res = profile_graph(tiny, THREE, db, progress=False, links=True, whole_model=False, timing=fast_timing,
                         timeout_s=120, link_sizes=(1 << 10, 1 << 20))
     return db, res
 
 
-def test_squeezenet_every_op_measured_or_unsupported(squeeze_store, squeezenet):
-    db, res = squeeze_store
-    n_sigs = len(squeezenet.unique_signatures())
+@pytest.mark.parametrize("case", ["squeezenet", "tiny"])
+def test_every_op_measured_or_unsupported(case, request):
+    db, res = request.getfixturevalue("squeeze_store" if case == "squeezenet" else "three_store")
+    graph = request.getfixturevalue(case)
+    targets = SQUEEZE if case == "squeezenet" else THREE
+    n_sigs = len(graph.unique_signatures())
     assert res.unique_signatures == n_sigs
-    assert res.measured + res.unsupported + res.failed == 3 * (n_sigs + 1)  # + one overhead per target
+    n_t = len(targets)
+    assert res.measured + res.unsupported + res.failed == n_t * (n_sigs + 1)  # + one overhead per target
     assert res.failed == 0, res.problems
     with ProfileStore(db) as st:
-        for t in THREE:
+        for t in targets:
             ov = st.get(OVERHEAD_KEY, t)
             assert ov.ok and ov.kind == "overhead" and 0 < ov.median_ms < 1.0  # stored apart, < 1 ms
-            for h, (sig, ids) in squeezenet.unique_signatures().items():
+            for h, (sig, ids) in graph.unique_signatures().items():
                 m = st.get(h, t)
                 assert m is not None, (t, sig.op_type)
                 if m.ok:
@@ -47,25 +65,26 @@ def test_squeezenet_every_op_measured_or_unsupported(squeeze_store, squeezenet):
                     assert m.net_ms == pytest.approx(max(m.median_ms - ov.median_ms, 0.0))
                 else:
                     assert m.status == "unsupported" and m.reason
-        costs = st.op_costs(squeezenet, THREE)
-        assert len(costs) == len(squeezenet.ops) * 3
+        costs = st.op_costs(graph, targets)
+        assert len(costs) == len(graph.ops) * n_t
         # every op runs somewhere; ORT runs everything
-        for op in squeezenet.ops:
+        for op in graph.ops:
             assert not math.isinf(costs[(op.id, "onnxruntime@cpu:t1")])
         rows = st.measurements(kind="op")
-        assert len(rows) == 3 * n_sigs and all(r["signature"] for r in rows)
+        assert len(rows) == n_t * n_sigs and all(r["signature"] for r in rows)
         assert st.integrity_check() == "ok"
 
 
-def test_squeezenet_rerun_measures_nothing(squeeze_store, squeezenet, fast_timing):
-    db, _ = squeeze_store
-    res = profile_graph(squeezenet, THREE, db, progress=False, links=True, whole_model=False, timing=fast_timing)
+def test_rerun_measures_nothing(three_store, tiny, fast_timing):
+    db, _ = three_store
+    res = profile_graph(tiny, THREE, db, progress=False, links=True, whole_model=False, timing=fast_timing,
+                        link_sizes=(1 << 10, 1 << 20))
     assert res.measured == 0 and res.links_measured == 0
-    assert res.cached == 3 * (len(squeezenet.unique_signatures()) + 1)
+    assert res.cached == 3 * (len(tiny.unique_signatures()) + 1)
 
 
-def test_links_each_pair(squeeze_store):
-    db, _ = squeeze_store
+def test_links_each_pair(three_store):
+    db, _ = three_store
     with ProfileStore(db) as st:
         lm = st.link_model(THREE)
         names = [f"{k}@cpu:t1" for k in THREE]

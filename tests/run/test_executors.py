@@ -109,6 +109,30 @@ def test_one_runtime_plan_is_one_partition_run_inline():
     assert set(out) == {"y", "z"}
 
 
+def _parks_after_run(session) -> bool:
+    try:
+        return session.get_session_options().get_session_config_entry("session.force_spinning_stop") == "1"
+    except Exception:  # ONNX Runtime raises when the entry was never set
+        return False
+
+
+def test_a_one_partition_plan_keeps_its_pool_hot_and_a_cut_plan_parks_it():
+    """One partition: nothing else runs, so the 2-thread pool spins between requests as ONNX Runtime's
+    default does; with two partitions on core-sharing targets each session parks its pool after a run."""
+    g = graph_of(diamond_model())
+    alone = materialize(g, {op.id: "onnxruntime:t2" for op in g.ops})
+    order = [op.id for op in g.ops]
+    cut = materialize(g, {i: ("onnxruntime:t2" if k < 2 else "openvino:t2") for k, i in enumerate(order)})
+    feeds = random_inputs(g, 1)
+    with HybridExecutor(alone) as ex_alone, HybridExecutor(cut) as ex_cut:
+        ex_alone.run(feeds)
+        ex_cut.run(feeds)
+        (only,) = ex_alone.compiled.values()
+        assert not _parks_after_run(only.session)
+        ort_parts = [c for p, c in ex_cut.compiled.items() if hasattr(c, "session")]
+        assert ort_parts and all(_parks_after_run(c.session) for c in ort_parts)
+
+
 def test_measurement_json_round_trip():
     g = graph_of(diamond_model())
     mat = materialize(g, {"a": "onnxruntime", "b": "openvino", "c": "onnxruntime", "d": "onnxruntime",
