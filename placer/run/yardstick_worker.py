@@ -39,7 +39,10 @@ LATENCY_KINDS = ("ort-default", "ort-parallel", "ov-default", "ov-latency")
 THROUGHPUT_KINDS = ("ov-throughput", "ort-sessions")
 #: a latency yardstick only where the CPU has bf16 (:func:`placer.run.yardsticks.latency_kinds`)
 BF16_KINDS = ("ov-latency-bf16",)
-KINDS = LATENCY_KINDS + BF16_KINDS + THROUGHPUT_KINDS
+#: a throughput yardstick only where the CPU has bf16, where OpenVINO's THROUGHPUT default computes in
+#: bf16: the same hint pinned to f32 (:func:`placer.run.yardsticks.throughput_kinds`)
+F32_THROUGHPUT_KINDS = ("ov-throughput-f32",)
+KINDS = LATENCY_KINDS + BF16_KINDS + THROUGHPUT_KINDS + F32_THROUGHPUT_KINDS
 
 DESCRIPTIONS = {
     "ort-default": "ONNX Runtime, InferenceSession(path) with default options",
@@ -48,6 +51,8 @@ DESCRIPTIONS = {
     "ov-latency": "OpenVINO, PERFORMANCE_HINT=LATENCY, INFERENCE_PRECISION_HINT=f32",
     "ov-latency-bf16": "OpenVINO, PERFORMANCE_HINT=LATENCY, INFERENCE_PRECISION_HINT=bf16 (CPUs with bf16)",
     "ov-throughput": "OpenVINO, PERFORMANCE_HINT=THROUGHPUT driven by an AsyncInferQueue",
+    "ov-throughput-f32": "OpenVINO, PERFORMANCE_HINT=THROUGHPUT, INFERENCE_PRECISION_HINT=f32, driven by an "
+                         "AsyncInferQueue (CPUs with bf16)",
     "ort-sessions": "ONNX Runtime, one 1-thread session per core, each in its own thread",
 }
 
@@ -129,6 +134,7 @@ def _ov(model_path: str, kind: str) -> _Runner:
         "ov-latency": {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"},
         "ov-latency-bf16": {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "bf16"},
         "ov-throughput": {"PERFORMANCE_HINT": "THROUGHPUT"},
+        "ov-throughput-f32": {"PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_PRECISION_HINT": "f32"},
     }[kind]
     compiled = core.compile_model(model_path, "CPU", config)
     info = {"runtime": f"openvino {ov.__version__}", "config": config}
@@ -148,7 +154,7 @@ def _ov(model_path: str, kind: str) -> _Runner:
         return [res[o] for o in compiled.outputs]
 
     throughput = None
-    if kind == "ov-throughput":
+    if kind.startswith("ov-throughput"):
         n_req = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
         queue = ov.AsyncInferQueue(compiled, n_req)
 

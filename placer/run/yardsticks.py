@@ -33,10 +33,16 @@ import numpy as np
 from placer.devices.openvino_target import cpu_has_bf16
 from placer.errors import PlacerError
 from placer.graph.opaque import OPAQUE_DOMAIN
-from placer.run.yardstick_worker import BF16_KINDS, DESCRIPTIONS, LATENCY_KINDS, THROUGHPUT_KINDS
+from placer.run.yardstick_worker import (
+    BF16_KINDS,
+    DESCRIPTIONS,
+    F32_THROUGHPUT_KINDS,
+    LATENCY_KINDS,
+    THROUGHPUT_KINDS,
+)
 
 __all__ = ["DESCRIPTIONS", "LATENCY_KINDS", "THROUGHPUT_KINDS", "Yardstick", "YardstickSet", "label",
-           "latency_kinds"]
+           "latency_kinds", "throughput_kinds"]
 
 
 def latency_kinds() -> tuple[str, ...]:
@@ -44,6 +50,13 @@ def latency_kinds() -> tuple[str, ...]:
     bf16 natively (OpenVINO's default there), OpenVINO's LATENCY hint in bf16 too: the best
     latency setting a user of that CPU would try."""
     return LATENCY_KINDS + (BF16_KINDS if cpu_has_bf16() else ())
+
+
+def throughput_kinds() -> tuple[str, ...]:
+    """The throughput yardsticks of this machine: :data:`THROUGHPUT_KINDS`, and where the CPU computes
+    bf16 natively (OpenVINO's THROUGHPUT default there is bf16, outside an f32 tolerance), the same
+    hint pinned to f32: the fastest way a user who needs f32 outputs would serve requests."""
+    return THROUGHPUT_KINDS + (F32_THROUGHPUT_KINDS if cpu_has_bf16() else ())
 
 #: seconds a yardstick may take to load a model and answer its first request
 LOAD_TIMEOUT_S = 600.0

@@ -52,7 +52,7 @@ from placer.materialize import materialize
 from placer.run import bench as run_bench
 from placer.run.numerics import ReferenceRunner, check_against_reference, compare, load_inputs
 from placer.run.pipeline import PipelineExecutor
-from placer.run.yardsticks import DESCRIPTIONS, THROUGHPUT_KINDS, YardstickSet
+from placer.run.yardsticks import DESCRIPTIONS, YardstickSet, throughput_kinds
 from placer.solve import solve
 from placer.tune import space
 from placer.tune.records import TrialRecord, TuneResult, assignment_key, write_outputs
@@ -187,7 +187,7 @@ class ThroughputSearch:
         try:
             stats = self.measure_baselines()
             self.yardsticks = stack_outer.enter_context(
-                YardstickSet(self.graph.model, self.feeds, THROUGHPUT_KINDS, say=self.say))
+                YardstickSet(self.graph.model, self.feeds, throughput_kinds(), say=self.say))
             self.measure_yardsticks()
             self.measure_replicas(stats)
             self.open_study()
@@ -238,12 +238,19 @@ class ThroughputSearch:
         return stats
 
     def measure_yardsticks(self) -> None:
-        """The runtimes' own ways to serve many requests, each in its own process: a first figure each."""
+        """The runtimes' own ways to serve many requests, each in its own process: a first figure each,
+        and their outputs checked against the reference as the candidates' are."""
         for kind, y in self.yardsticks.ready.items():
-            y.throughput(max(4, self.n_requests // 4))  # warm-up at its own concurrency
-            rps = y.throughput(self.n_requests)
             rec = TrialRecord(y.key, y.key, "yardstick", {"what": DESCRIPTIONS[kind], **y.info}, None, math.nan,
-                              throughput_rps=rps, n_partitions=1)
+                              n_partitions=1)
+            outs = y.outputs(len(self.feeds), self.yardsticks.output_names)
+            if outs is not None:
+                report = check_against_reference(self.graph.model, self.feeds, outs, reference=self.reference,
+                                                 **self.ctx.tolerance)
+                rec.numerics_ok = bool(report.passed)
+                rec.max_abs_err = float(max((o.max_abs for o in report.outputs), default=0.0))
+            y.throughput(max(4, self.n_requests // 4))  # warm-up at its own concurrency
+            rps = rec.throughput_rps = y.throughput(self.n_requests)
             self.records.append(rec)
             self.ys_rps[y.key] = []
             self.say(f"{y.key}: {rps:.1f} req/s" if rps else f"{y.key}: failed ({y.error})")

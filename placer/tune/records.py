@@ -90,6 +90,17 @@ class TuneResult:
             return max(ys, key=lambda r: r.throughput_rps or 0.0)
         return min(ys, key=lambda r: r.measured_ms or math.inf)
 
+    @property
+    def best_default_passing(self) -> TrialRecord | None:
+        """The fastest yardstick whose outputs passed the numerics check (OpenVINO's defaults compute in
+        bf16 on a CPU that has it, outside an f32 tolerance), or None."""
+        ys = [r for r in self.yardsticks if r.numerics_ok]
+        if not ys:
+            return None
+        if self.objective == "throughput":
+            return max(ys, key=lambda r: r.throughput_rps or 0.0)
+        return min(ys, key=lambda r: r.measured_ms or math.inf)
+
     def yardstick(self, kind: str) -> TrialRecord | None:
         return next((r for r in self.yardsticks if r.key == label(kind)), None)
 

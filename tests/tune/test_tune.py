@@ -117,6 +117,19 @@ def test_api_tune_throughput_pipeline(tmp_path, db):
     saved = json.loads((tmp_path / "trials.json").read_text())
     assert {r["key"] for r in saved if r["kind"] == "replicas"} == set(reps)
     assert main(["run", str(tmp_path), "--pipeline", "--requests", "8", "--check"]) == 0
+    # the throughput yardsticks of this machine, each measured and its outputs checked
+    from placer.run.yardsticks import label, throughput_kinds
+
+    ys = {r.key: r for r in res.yardsticks}
+    assert set(ys) == {label(k) for k in throughput_kinds()}
+    assert all(r.throughput_rps > 0 and r.numerics_ok in (True, False) for r in ys.values())
+    # the f32 ones pass at the f32 tolerance; the fastest of those that pass is the fair yardstick
+    assert ys[label("ort-sessions")].numerics_ok
+    if label("ov-throughput-f32") in ys:
+        assert ys[label("ov-throughput-f32")].numerics_ok
+    passing = res.best_default_passing
+    assert passing is not None and passing.numerics_ok
+    assert passing.throughput_rps == max(r.throughput_rps for r in ys.values() if r.numerics_ok)
 
 
 def test_throughput_tune_writes_a_replicated_plan_dir_when_it_wins(tmp_path, db, monkeypatch):
