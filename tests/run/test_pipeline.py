@@ -147,6 +147,30 @@ def test_replicated_stage_returns_every_output_in_request_order(target):
 
 
 @two_cores
+def test_an_openvino_replica_thread_keeps_its_own_core():
+    """A 1-thread OpenVINO target built in a thread pinned to one core of a 2-core process (a replica
+    worker) must leave OpenVINO's own pinning off: with it on, every replica ran on the first core
+    (two replicas measured 1.01x one). The whole-machine target keeps OpenVINO's default pinning."""
+    from placer.devices import make_target
+
+    assert "ENABLE_CPU_PINNING" not in make_target(f"openvino:t{len(os.sched_getaffinity(0))}").config()
+    seen = {}
+
+    def build(core):
+        os.sched_setaffinity(0, {core})
+        t = make_target("openvino:t1")
+        seen[core] = (t.owns_machine(), t.config().get("ENABLE_CPU_PINNING"), t.fingerprint_hash())
+
+    for core in sorted(os.sched_getaffinity(0))[:2]:
+        th = threading.Thread(target=build, args=(core,))
+        th.start()
+        th.join()
+    # the same fingerprint as in this unpinned thread: the profiles stored for the target still apply
+    unpinned = make_target("openvino:t1").fingerprint_hash()
+    assert seen and all(v == (False, False, unpinned) for v in seen.values()), seen
+
+
+@two_cores
 def test_replicated_later_stage_keeps_order_and_closes_all_workers():
     g = graph_of(chain_model(6))
     stage_of = {op.id: int(op.index >= 3) for op in g.ops}
