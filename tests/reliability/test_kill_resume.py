@@ -156,7 +156,8 @@ def test_tune_killed_twice_then_resumed(tmp_path):
     rows2 = _measurements(db)
     assert rows1.keys() <= rows2.keys(), "a measurement of run 1 vanished"
     flagged = _contended(db) | contended1
-    assert all(rows2[key] == v for key, v in rows1.items() if key not in flagged), "a measurement of run 1 changed"
+    changed = [(key, v, rows2[key]) for key, v in rows1.items() if key not in flagged and rows2[key] != v]
+    assert not changed, f"a measurement of run 1 changed: {changed[:3]}"
     trials2 = _finished_trials(study)
     assert trials2
 
@@ -167,7 +168,8 @@ def test_tune_killed_twice_then_resumed(tmp_path):
     rows3 = _measurements(db)
     assert rows2.keys() <= rows3.keys(), "a measurement of run 2 vanished"
     flagged = _contended(db) | flagged
-    assert all(rows3[key] == v for key, v in rows2.items() if key not in flagged), "a measurement of run 2 changed"
+    changed = [(key, v, rows3[key]) for key, v in rows2.items() if key not in flagged and rows3[key] != v]
+    assert not changed, f"a measurement of run 2 changed (key, target), (id, time, status): {changed[:3]}"
     trials3 = _finished_trials(study)
     assert all(trials3.get(n) == v for n, v in trials2.items()), "a finished trial of run 2 was lost"
     assert len(trials3) >= len(trials2) + 1
