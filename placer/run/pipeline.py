@@ -259,8 +259,12 @@ class PipelineExecutor:
             if cores:
                 os.sched_setaffinity(0, set(cores))
 
+            # the whole model in one partition on one worker: nothing else runs, so its runtime may
+            # keep its threads hot between requests (Target.compile_alone)
+            alone = len(self.mat.partitions) == 1 and sum(len(w) for w in self._workers) == 1
             for p in st.partitions:
-                compiled[p.id] = make_target(p.target).compile(self.mat.submodels[p.id])
+                target = make_target(p.target)
+                compiled[p.id] = (target.compile_alone if alone else target.compile)(self.mat.submodels[p.id])
         except BaseException as exc:  # reported per request, below
             with self._lock:
                 self._compile_errors.setdefault(i, (j, exc))

@@ -58,6 +58,7 @@ def throughput_kinds() -> tuple[str, ...]:
     hint pinned to f32: the fastest way a user who needs f32 outputs would serve requests."""
     return THROUGHPUT_KINDS + (F32_THROUGHPUT_KINDS if cpu_has_bf16() else ())
 
+
 #: seconds a yardstick may take to load a model and answer its first request
 LOAD_TIMEOUT_S = 600.0
 #: pause before each batch so the previous process's pool threads have stopped spinning
