@@ -147,10 +147,18 @@ def _ov(model_path: str, kind: str) -> _Runner:
         except Exception:  # noqa: BLE001 - a property this version does not report
             pass
     request = compiled.create_infer_request()
-    names = [p.get_any_name() for p in compiled.inputs]
+    # an input port may carry several tensor names (OpenVINO merges a Reshape's output into the
+    # input of GPT-2's exported graph): feed it by whichever of them the request has
+    ports = [p.get_names() for p in compiled.inputs]
+    names: list[str] = []
+
+    def _names(feeds: dict) -> list[str]:
+        if not names:
+            names.extend(next((n for n in sorted(ns) if n in feeds), next(iter(ns))) for ns in ports)
+        return names
 
     def run_one(feeds: dict) -> list:
-        res = request.infer([feeds[n] for n in names], share_inputs=True, share_outputs=True)
+        res = request.infer([feeds[n] for n in _names(feeds)], share_inputs=True, share_outputs=True)
         return [res[o] for o in compiled.outputs]
 
     throughput = None
@@ -159,7 +167,7 @@ def _ov(model_path: str, kind: str) -> _Runner:
         queue = ov.AsyncInferQueue(compiled, n_req)
 
         def throughput(feeds: list[dict], n: int) -> float:
-            inputs = [[f[nm] for nm in names] for f in feeds]
+            inputs = [[f[nm] for nm in _names(f)] for f in feeds]
             t0 = time.perf_counter()
             for i in range(n):
                 queue.start_async(inputs[i % len(inputs)], share_inputs=True)
