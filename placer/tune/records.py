@@ -80,26 +80,23 @@ class TuneResult:
     def yardsticks(self) -> list[TrialRecord]:
         return [r for r in self.records if r.kind == "yardstick" and (r.measured_ms or r.throughput_rps)]
 
+    def _fastest(self, records: list[TrialRecord]) -> TrialRecord | None:
+        if not records:
+            return None
+        if self.objective == "throughput":
+            return max(records, key=lambda r: r.throughput_rps or 0.0)
+        return min(records, key=lambda r: r.measured_ms or math.inf)
+
     @property
     def best_default(self) -> TrialRecord | None:
         """The fastest yardstick (what a user would run instead), or None if none was measured."""
-        ys = self.yardsticks
-        if not ys:
-            return None
-        if self.objective == "throughput":
-            return max(ys, key=lambda r: r.throughput_rps or 0.0)
-        return min(ys, key=lambda r: r.measured_ms or math.inf)
+        return self._fastest(self.yardsticks)
 
     @property
     def best_default_passing(self) -> TrialRecord | None:
         """The fastest yardstick whose outputs passed the numerics check (OpenVINO's defaults compute in
         bf16 on a CPU that has it, outside an f32 tolerance), or None."""
-        ys = [r for r in self.yardsticks if r.numerics_ok]
-        if not ys:
-            return None
-        if self.objective == "throughput":
-            return max(ys, key=lambda r: r.throughput_rps or 0.0)
-        return min(ys, key=lambda r: r.measured_ms or math.inf)
+        return self._fastest([r for r in self.yardsticks if r.numerics_ok])
 
     def yardstick(self, kind: str) -> TrialRecord | None:
         return next((r for r in self.yardsticks if r.key == label(kind)), None)
