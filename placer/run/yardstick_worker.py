@@ -192,7 +192,30 @@ def _outputs_of(runner: _Runner, feeds: list[dict]) -> dict[str, np.ndarray]:
     return out
 
 
+#: the environment variable through which a worker learns its parent's pid
+PARENT_ENV = "PLACER_YARDSTICK_PARENT"
+
+
+def _die_with_parent() -> None:
+    """A worker is frozen (SIGSTOP) between its batches, so it cannot notice that its parent is gone:
+    a ``placer tune`` killed with SIGKILL (or by the OOM killer) left its yardsticks stopped forever.
+    Ask the kernel to SIGKILL this process when its parent dies (Linux ``PR_SET_PDEATHSIG``;
+    elsewhere nothing), and exit if the parent is already gone."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        return
+    parent = os.environ.get(PARENT_ENV)
+    if parent and parent.isdigit() and os.getppid() != int(parent):
+        os._exit(1)  # the parent died before prctl took effect
+
+
 def main(argv: list[str]) -> int:
+    _die_with_parent()
     kind, model_path, feeds_path = argv
     with np.load(feeds_path, allow_pickle=False) as z:
         n_feeds = 1 + max(int(k.split("__", 1)[0]) for k in z.files)

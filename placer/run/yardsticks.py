@@ -35,6 +35,7 @@ from placer.errors import PlacerError
 from placer.graph.opaque import OPAQUE_DOMAIN
 from placer.run.yardstick_worker import (
     BF16_KINDS,
+    PARENT_ENV,
     DESCRIPTIONS,
     F32_THROUGHPUT_KINDS,
     LATENCY_KINDS,
@@ -80,9 +81,11 @@ class Yardstick:
         self.error: str | None = None
         self.info: dict[str, Any] = {}
         self._stderr = open(workdir / f"{kind}.stderr", "w+b")  # noqa: SIM115 - closed in close()
+        # the worker dies with this process (PARENT_ENV: it checks it did not miss our death)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "placer.run.yardstick_worker", kind, str(model_path), str(feeds_path)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1,
+            env={**os.environ, PARENT_ENV: str(os.getpid())})
 
     def wait_ready(self, timeout_s: float = LOAD_TIMEOUT_S) -> bool:
         reply = self._read(timeout_s)

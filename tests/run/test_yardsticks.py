@@ -18,7 +18,7 @@ def _renamed_input_model() -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "renamed_input", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
                               [numpy_helper.from_array(np.array([1, 4], dtype=np.int64), "s")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def test_openvino_yardsticks_feed_an_input_port_that_has_several_names():
@@ -32,3 +32,48 @@ def test_openvino_yardsticks_feed_an_input_port_that_has_several_names():
             np.testing.assert_allclose(o["y"], np.maximum(f["x"], 0.0), rtol=1e-2)  # bf16 where the CPU has it
         assert len(ys["ov-default"].run_batch(3)) == 3
         assert (ys["ov-throughput"].throughput(8) or 0) > 0
+
+
+def test_yardstick_workers_die_with_a_killed_parent(tmp_path):
+    """Workers are frozen between batches, so a SIGKILLed parent (placer tune killed, or OOM) used to
+    leave them stopped forever; the kernel now kills them with it (Linux PR_SET_PDEATHSIG)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import numpy as np, sys\n"
+        "sys.path.insert(0, %r)\n"
+        "from test_yardsticks import _renamed_input_model\n"
+        "from placer.run.yardsticks import YardstickSet\n"
+        "ys = YardstickSet(_renamed_input_model(), [{'x': np.ones((1, 4), np.float32)}], ('ort-default', 'ov-default'))\n"
+        "print(' '.join(str(y.proc.pid) for y in ys.all.values()), flush=True)\n"
+        "import time; time.sleep(600)\n"
+    ) % os.path.dirname(__file__)
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2
+        for pid in pids:
+            assert os.path.exists(f"/proc/{pid}")
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 30  # a hang guard, not a timing assertion
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            alive = [p for p in pids if os.path.exists(f"/proc/{p}") and _state(p) != "Z"]
+            time.sleep(0.05)
+        assert not alive, f"yardstick workers {alive} outlived their killed parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
