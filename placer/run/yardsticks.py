@@ -205,6 +205,10 @@ def _without_opaque_regions(model):
 class YardstickSet:
     """The yardsticks of one model and one set of inputs (a temporary folder holds their files).
 
+    Each worker process dies with the *thread* that started it (Linux ``PR_SET_PDEATHSIG`` follows
+    the creating thread): build the set in a thread that outlives its use, as the tuners and
+    ``experiments.compare`` do (the main thread).
+
     >>> with YardstickSet(model_proto, feeds, LATENCY_KINDS) as ys:      # doctest: +SKIP
     ...     ys["ort-default"].run_batch(10)
     """
