@@ -91,8 +91,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     yardsticks = YardstickSet(graph.model, feeds, latency_kinds(), say=say)
     with PlanBench(feeds, rounds=8, per_round=5) as bench, yardsticks:
         for kind, y in yardsticks.ready.items():  # what a user would run instead
-            outs = y.outputs(len(feeds), yardsticks.output_names)
-            rep = check_against_reference(graph.model, feeds, outs, **tol) if outs is not None else None
+            rep = yardsticks.check(kind, graph.model, feeds, **tol)
             bench.add_yardstick(y)
             rows.append({"model": name, "placement": y.key, "kind": "yardstick", "key": y.key, "partitions": 1,
                          "numerics_ok": bool(rep.passed) if rep is not None else None, "info": y.info})

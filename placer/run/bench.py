@@ -28,7 +28,8 @@ SETTLE_MAX_S = 0.25
 
 
 def _own_cpu_s() -> float:
-    """CPU seconds used so far by every thread of this process."""
+    """CPU seconds used so far by every thread of this process (getrusage counts in microseconds;
+    os.times, which the contention signal uses, in 10 ms ticks: coarser than one settle window)."""
     import resource
 
     ru = resource.getrusage(resource.RUSAGE_SELF)

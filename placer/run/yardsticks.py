@@ -33,6 +33,7 @@ import numpy as np
 from placer.devices.openvino_target import cpu_has_bf16
 from placer.errors import PlacerError
 from placer.graph.opaque import OPAQUE_DOMAIN
+from placer.run.numerics import NumericsReport, check_against_reference
 from placer.run.yardstick_worker import (
     BF16_KINDS,
     PARENT_ENV,
@@ -237,6 +238,14 @@ class YardstickSet:
     @property
     def ready(self) -> dict[str, Yardstick]:
         return {k: y for k, y in self.all.items() if y.ok}
+
+    def check(self, kind: str, model, feeds: Sequence[Mapping[str, np.ndarray]],
+              **tolerance) -> NumericsReport | None:
+        """Yardstick ``kind``'s outputs on ``feeds`` (the set's own) checked against the reference as
+        the candidates' are (``tolerance``: :func:`~placer.run.numerics.check_against_reference`'s
+        keywords); None when it gave none."""
+        outs = self.all[kind].outputs(len(feeds), self.output_names)
+        return None if outs is None else check_against_reference(model, feeds, outs, **tolerance)
 
     def close(self) -> None:
         for y in self.all.values():

@@ -243,12 +243,10 @@ class ThroughputSearch:
         for kind, y in self.yardsticks.ready.items():
             rec = TrialRecord(y.key, y.key, "yardstick", {"what": DESCRIPTIONS[kind], **y.info}, None, math.nan,
                               n_partitions=1)
-            outs = y.outputs(len(self.feeds), self.yardsticks.output_names)
-            if outs is not None:
-                report = check_against_reference(self.graph.model, self.feeds, outs, reference=self.reference,
-                                                 **self.ctx.tolerance)
-                rec.numerics_ok = bool(report.passed)
-                rec.max_abs_err = float(max((o.max_abs for o in report.outputs), default=0.0))
+            report = self.yardsticks.check(kind, self.graph.model, self.feeds, reference=self.reference,
+                                           **self.ctx.tolerance)
+            if report is not None:
+                rec.take_numerics(report)
             y.throughput(max(4, self.n_requests // 4))  # warm-up at its own concurrency
             rps = rec.throughput_rps = y.throughput(self.n_requests)
             self.records.append(rec)

@@ -51,6 +51,11 @@ class TrialRecord:
     #: True when ``measured_ms`` comes from the final interleaved rounds (the ones the verdict uses)
     final: bool = False
 
+    def take_numerics(self, report) -> None:
+        """Record a :class:`~placer.run.numerics.NumericsReport`: passed, and the worst absolute error."""
+        self.numerics_ok = bool(report.passed)
+        self.max_abs_err = float(max((o.max_abs for o in report.outputs), default=0.0))
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["plan"] = self.plan.to_json() if self.plan is not None else None

@@ -91,11 +91,9 @@ def add_yardsticks(bench, yardsticks, records: list[TrialRecord], model, feeds, 
     for kind, y in yardsticks.ready.items():
         rec = TrialRecord(y.key, y.key, "yardstick", {"what": DESCRIPTIONS[kind], **y.info}, None, math.nan,
                           n_partitions=1)
-        outs = y.outputs(len(feeds), yardsticks.output_names)
-        if outs is not None:
-            report = check_against_reference(model, feeds, outs, **(tolerance or {}))
-            rec.numerics_ok = bool(report.passed)
-            rec.max_abs_err = float(max((o.max_abs for o in report.outputs), default=0.0))
+        report = yardsticks.check(kind, model, feeds, **(tolerance or {}))
+        if report is not None:
+            rec.take_numerics(report)
         if not y.ok:
             say(f"yardstick {kind}: failed ({y.error})")
             continue
@@ -315,8 +313,7 @@ class LatencySearch:
             bench.add(key, mat)
             outs = bench.outputs(key)
             report = check_against_reference(graph.model, self.feeds, outs, **self.ctx.tolerance)
-            rec.numerics_ok = bool(report.passed)
-            rec.max_abs_err = float(max((o.max_abs for o in report.outputs), default=0.0))
+            rec.take_numerics(report)
             if not report.passed:
                 raise PlacerError(f"numerics check failed: {report.failures()[0].name}")
             keys = [key] + ([self.best_single.key] if self.best_single is not None and self.best_single.key != key
