@@ -1,24 +1,44 @@
-"""The plan bench waits for a candidate's runtime threads to stop spinning before the next one runs."""
+"""The plan bench waits for a candidate's runtime threads to stop spinning before the next one runs.
+
+The CPU clock is handed in, so each test counts the windows the wait took; the only wall-clock
+figures asserted are lower bounds (a sleep never returns early)."""
 
 from __future__ import annotations
 
 from placer.run.bench import SETTLE_BUSY_SHARE, settle_own_threads
 
 
+class _Clock:
+    """A process CPU clock (seconds) read twice per settle window: before and after it."""
+
+    def __init__(self, busy_windows: int | None, per_window_s: float):
+        self.busy_windows, self.per_window_s = busy_windows, per_window_s
+        self.reads = 0
+        self.used = 0.0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        if self.reads % 2 == 0:  # the end of a window: busy ones used a whole core's worth and more
+            window = self.reads // 2
+            if self.busy_windows is None or window <= self.busy_windows:
+                self.used += self.per_window_s
+        return self.used
+
+
 def test_settle_waits_while_the_process_is_busy_and_stops_once_it_is_quiet():
-    # a CPU clock that advances a whole window per window for three windows (a pool spinning), then stops
-    used = iter([0.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 3.0])
-    waited = settle_own_threads(window_s=0.001, max_s=5.0, cpu_s=lambda: next(used) * 0.001 * 10)
-    assert waited >= 0.004  # four windows: three busy, the fourth quiet
-    assert waited < 5.0
+    clock = _Clock(busy_windows=3, per_window_s=10.0)  # a pool spinning for three windows, then parked
+    waited = settle_own_threads(window_s=0.001, max_s=60.0, cpu_s=clock)
+    assert clock.reads == 2 * 4  # three busy windows, then the quiet one
+    assert waited >= 4 * 0.001
 
 
 def test_settle_gives_up_after_max_s_when_the_process_stays_busy():
-    ticks = iter(range(10_000))
-    waited = settle_own_threads(window_s=0.001, max_s=0.02, cpu_s=lambda: next(ticks) * 1.0)
-    assert 0.02 <= waited < 1.0
+    clock = _Clock(busy_windows=None, per_window_s=10.0)
+    waited = settle_own_threads(window_s=0.001, max_s=0.02, cpu_s=clock)
+    assert waited >= 0.02 and clock.reads >= 2 and clock.reads % 2 == 0
 
 
 def test_settle_on_a_quiet_process_takes_one_window():
-    waited = settle_own_threads(window_s=0.001, max_s=5.0, cpu_s=lambda: 0.0)
-    assert SETTLE_BUSY_SHARE > 0 and 0.001 <= waited < 5.0
+    clock = _Clock(busy_windows=0, per_window_s=10.0)
+    waited = settle_own_threads(window_s=0.001, max_s=60.0, cpu_s=clock)
+    assert SETTLE_BUSY_SHARE > 0 and clock.reads == 2 and waited >= 0.001
