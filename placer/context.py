@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from placer import zoo
-from placer.costing import build_problem, cost_table_from_store, entry_from_partitions, fusion_groups
+from placer.costing import build_problem, cost_table_from_store, fusion_groups, partition_pricing
 from placer.devices import make_targets
 from placer.devices.links import LinkModel
 from placer.devices.sim import spec_link_fits
@@ -48,7 +48,8 @@ class PlanningContext:
     links: Any
     problem: Any
     #: partitions timed as they ran (probe plans, measured plans): what the problem's per-target
-    #: entry cost (``partition_overhead_ms``) was learned from (:func:`placer.costing.entry_from_partitions`)
+    #: entry cost (``partition_overhead_ms``) and cut scale were learned from
+    #: (:func:`placer.costing.partition_pricing`)
     partition_rows: list = dataclasses.field(default_factory=list)
 
     @property
@@ -146,14 +147,18 @@ def prepare(
 
 
 def with_entry(problem, rows: Sequence[Mapping[str, Any]]):
-    """``problem`` charging the per-target entry cost learned from ``rows`` (partitions timed as
-    they ran); unchanged without rows."""
+    """``problem`` priced as partitions timed as they ran (``rows``) say a cut plan runs: the
+    per-target entry cost per tensor received and the cut scale on its ops
+    (:func:`placer.costing.partition_pricing`); unchanged without rows."""
     if not rows:
         return problem
-    entry = entry_from_partitions(problem, rows)
-    prov = {**dict(problem.provenance), "entry_ms": {t: float(e) for t, e in zip(problem.targets, entry)},
+    pricing = partition_pricing(problem, rows)
+    prov = {**dict(problem.provenance),
+            "entry_ms": {t: float(e) for t, e in zip(problem.targets, pricing.entry_ms)},
+            "cut_scale": {t: float(c) for t, c in zip(problem.targets, pricing.cut_scale)},
             "entry_rows": len(rows)}
-    return dataclasses.replace(problem, partition_overhead_ms=entry, provenance=prov)
+    return dataclasses.replace(problem, partition_overhead_ms=pricing.entry_ms, cut_scale=pricing.cut_scale,
+                               provenance=prov)
 
 
 def _partition_rows(graph, problem, targets, store, *, measure: bool, say) -> list[dict]:

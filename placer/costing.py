@@ -337,35 +337,88 @@ def fusion_groups(graph) -> list[list[str]]:
     return groups
 
 
-def entry_from_partitions(problem: PlacementProblem, rows: Iterable[Mapping[str, Any]]) -> np.ndarray:
-    """Per target of ``problem``: what entering a partition there costs beyond the problem's own
-    price, per tensor received, learned from partitions timed as they ran
-    (:mod:`placer.run.partition_probe`, or the tuner's measured plans).
+#: a partition whose ops cost at least this much (ms) and several times its entry estimate tells the
+#: cut scale apart from the entry cost
+_SCALE_ROW_MIN_MS = 0.25
+#: the cut scale is kept within [1, this]: beyond it a few rows measured in a busy moment decide
+MAX_CUT_SCALE = 3.0
+#: alternations of the entry and scale estimates (they settle in a few)
+_PRICING_ROUNDS = 20
 
-    For each row with a predecessor (``prev`` not None): ``excess = measured - sum of its ops'
-    costs in problem``, divided by its inputs; the entry cost of a target is the median excess
-    of its rows minus the mean link latency the problem already charges into it, clipped at 0.
-    Rows whose ops the problem does not know (another graph), or cannot run there, are skipped;
-    a target without rows gets 0.
+
+@dataclass(frozen=True)
+class PartitionPricing:
+    """What partitions timed as they ran say about a target's price in a plan that cuts the model
+    (:func:`partition_pricing`): ``entry_ms`` per tensor received (``partition_overhead_ms``) and
+    ``cut_scale`` on its ops' costs (``PlacementProblem.cut_scale``), each per target of the problem."""
+
+    entry_ms: np.ndarray
+    cut_scale: np.ndarray
+    rows_used: dict[str, int]
+
+
+def partition_pricing(problem: PlacementProblem, rows: Iterable[Mapping[str, Any]]) -> PartitionPricing:
+    """Per target of ``problem``: the price of a partition of a cut plan, learned from partitions
+    timed as they ran (:mod:`placer.run.partition_probe`'s probe plans, the tuner's measured plans).
+
+    A row is ``measured = entry x inputs + cut_scale x price`` with ``price`` the sum of its ops'
+    costs in ``problem`` and ``inputs`` the tensors it received (none for the first partition,
+    which reads the model's inputs). Both are medians, not a least-squares fit: a partition timed
+    while something else ran must not decide. First ``entry`` with scale 1 (the median excess per
+    input), then ``cut_scale`` as the median of ``(measured - entry x inputs) / price`` over the rows
+    whose price is at least ``_SCALE_ROW_MIN_MS`` and 3x their entry (at least two such rows, else 1;
+    kept in ``[1, MAX_CUT_SCALE]``), then ``entry`` again net of the scale, and so on until they
+    settle. The entry charged is net
+    of the mean link latency the problem already charges into the target, clipped at 0.
+    Rows whose ops the problem does not know (another graph) or cannot run there, and rows that
+    cover the whole model (one-partition plans: not cut), are skipped; a target without rows keeps
+    entry 0 and scale 1.
     """
     idx = {o: i for i, o in enumerate(problem.ops)}
     cost = np.asarray(problem.cost_ms, dtype=float)
     lat = np.asarray(problem.link_latency_ms, dtype=float)
-    excess: dict[int, list[float]] = {}
+    per_target: dict[int, list[tuple[float, float, int]]] = {}
     for r in rows:
-        if r.get("prev") is None or r.get("target") not in problem.targets or r.get("median_ms") is None:
+        if r.get("target") not in problem.targets or r.get("median_ms") is None:
             continue
         ops = list(r.get("ops") or ())
-        if not ops or any(o not in idx for o in ops):
+        if not ops or any(o not in idx for o in ops) or len(set(ops)) >= len(idx):
             continue
         j = problem.targets.index(r["target"])
-        predicted = float(cost[[idx[o] for o in ops], j].sum())
-        if not math.isfinite(predicted) or not math.isfinite(float(r["median_ms"])):
+        price = float(cost[[idx[o] for o in ops], j].sum())
+        measured = float(r["median_ms"])
+        if not (math.isfinite(price) and math.isfinite(measured)):
             continue
-        excess.setdefault(j, []).append((float(r["median_ms"]) - predicted) / max(int(r.get("n_inputs") or 1), 1))
-    out = np.zeros(len(problem.targets))
-    for j, xs in excess.items():
-        into = [lat[a, j] for a in range(len(problem.targets)) if a != j]
+        n_in = max(int(r.get("n_inputs") or 1), 1) if r.get("prev") is not None else 0
+        per_target.setdefault(j, []).append((measured, price, n_in))
+    entry = np.zeros(len(problem.targets))
+    scale = np.ones(len(problem.targets))
+    used: dict[str, int] = {}
+    for j, xs in per_target.items():
+        a = _median_entry(xs, 1.0)
+        for _ in range(_PRICING_ROUNDS):  # each estimate net of the other, until they settle
+            big = [(m - a * n) / p for m, p, n in xs if p >= _SCALE_ROW_MIN_MS and p >= 3 * a * n]
+            if len(big) < 2:
+                break
+            b = float(np.clip(np.median(big), 1.0, MAX_CUT_SCALE))
+            settled = abs(b - scale[j]) <= 1e-9 * b
+            scale[j] = b
+            a = _median_entry(xs, b)
+            if settled:
+                break
+        into = [lat[b, j] for b in range(len(problem.targets)) if b != j]
         charged = float(np.mean(into)) if into else 0.0
-        out[j] = max(float(np.median(xs)) - charged, 0.0)
-    return out
+        entry[j] = max(a - charged, 0.0)
+        used[problem.targets[j]] = len(xs)
+    return PartitionPricing(entry, scale, used)
+
+
+def _median_entry(xs: Sequence[tuple[float, float, int]], scale: float) -> float:
+    """Median of ``(measured - scale x price) / inputs`` over the rows that received something."""
+    excess = [(m - scale * p) / n for m, p, n in xs if n > 0]
+    return float(np.median(excess)) if excess else 0.0
+
+
+def entry_from_partitions(problem: PlacementProblem, rows: Iterable[Mapping[str, Any]]) -> np.ndarray:
+    """The per-target entry cost of :func:`partition_pricing` (with its cut scale)."""
+    return partition_pricing(problem, rows).entry_ms

@@ -290,6 +290,7 @@ class Plan:
             if not np.isfinite(p.cost_ms[i, d]):
                 raise PlanError(f"op {o!r} placed on {tgt!r}, which does not support it")
             assign[i] = d
+        p = problem.priced_for(assign)  # a plan that cuts the model pays the problem's cut scale
         for o, tgt in p.pinned.items():
             if self.assignment[o] != tgt:
                 raise PlanError(f"op {o!r} is pinned to {tgt!r} but placed on {self.assignment[o]!r}")

@@ -25,6 +25,12 @@ Model
   are per ``(tensor, destination target)``, never per consuming edge.
 * Entering a target costs ``partition_overhead_ms[b]`` once per tensor received on ``b`` (the
   receiving runtime's call / hand-off overhead). Default 0.
+* ``cut_scale[d]`` (>= 1, default 1) prices a plan that *cuts* the model (places ops on more than
+  one target): every op on ``d`` then costs ``cost_ms[i, d] * cut_scale[d]``. A runtime that runs
+  the whole model fuses across it and owns the cores alone; a partition of a cut plan loses
+  fusion at its ends and shares the cores with the other runtimes' pools. A plan on one target
+  pays ``cost_ms`` unscaled. :meth:`PlacementProblem.priced_for` gives the problem an assignment
+  is priced on; solvers see costs that already include the scale (``placer.solve.solve``).
 * ``link_charge[a][b]`` in ``{"sender", "receiver", "both"}`` says which side of an ``a -> b``
   copy is busy during it. It matters in pipeline mode only (which stage's time includes the copy);
   in latency mode a copy always delays its consumers by ``link_ms + partition_overhead_ms[b]``,
@@ -351,6 +357,15 @@ def _check_link_charge(value: Any, targets: tuple[str, ...]) -> tuple[tuple[str,
     return charge
 
 
+def _check_cut_scale(scale_in: Any, targets: tuple[str, ...]) -> np.ndarray:
+    """``cut_scale`` as a read-only array, each finite and >= 1 (a cut never makes an op faster)."""
+    scale = _float_array(scale_in, (len(targets),), "cut_scale", 1.0)
+    for j, d in enumerate(targets):
+        if not np.isfinite(scale[j]) or scale[j] < 1.0:
+            raise ProblemError(f"cut_scale of target {d!r} is {scale[j]}: must be finite and >= 1")
+    return scale
+
+
 def _check_per_target_and_weights(caps_in: Any, weights_in: Any, overhead_in: Any, n_listed: int,
                                   ops: tuple[str, ...], targets: tuple[str, ...], order: list[int]
                                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -521,6 +536,8 @@ class PlacementProblem:
         sender-charged link times), not once per destination. Default False.
     partition_overhead_ms : float or array-like (n_targets,)
         Entry cost charged once per tensor received on a target (default 0).
+    cut_scale : float or array-like (n_targets,)
+        Factor (>= 1) on a target's op costs in a plan that uses more than one target (default 1).
     target_cores : mapping target -> sequence of int or None
         CPU core ids each target runs on (see the module docstring). Targets not listed, or
         mapped to ``None``, are private resources (the default: every target runs independently).
@@ -549,6 +566,7 @@ class PlacementProblem:
     provenance: Mapping[str, Any] = field(default_factory=dict)
     target_cores: Mapping[str, Sequence[int] | None] = field(default_factory=dict)
     link_broadcast: bool = False
+    cut_scale: Any = None
 
     # ------------------------------------------------------------------ construction / validation
     def __post_init__(self) -> None:
@@ -595,6 +613,7 @@ class PlacementProblem:
         if not isinstance(self.link_broadcast, (bool, np.bool_)):
             raise ProblemError(f"links.broadcast: expected true or false, got {self.link_broadcast!r}")
         set_(self, "link_broadcast", bool(self.link_broadcast))
+        set_(self, "cut_scale", _check_cut_scale(self.cut_scale, targets))
 
     # ------------------------------------------------------------------ basic accessors
     @property
@@ -628,6 +647,42 @@ class PlacementProblem:
         s = np.isfinite(self.cost_ms)
         s.setflags(write=False)
         return s
+
+    @property
+    def cut_scaled(self) -> bool:
+        """Whether a plan that cuts the model pays more per op than the costs say (any ``cut_scale > 1``)."""
+        return bool((self.cut_scale != 1.0).any())
+
+    @cached_property
+    def cut_view(self) -> PlacementProblem:
+        """This problem as a plan that cuts the model pays it: each target's costs times its
+        ``cut_scale`` (and ``cut_scale`` 1). ``self`` when no scale is above 1."""
+        if not self.cut_scaled:
+            return self
+        cost = np.where(np.isfinite(self.cost_ms), self.cost_ms * self.cut_scale[None, :], np.inf)
+        cost.setflags(write=False)
+        ones = np.ones(self.n_targets)
+        ones.setflags(write=False)
+        return self._copy_with(cost_ms=cost, cut_scale=ones)
+
+    def priced_for(self, assign: Any) -> PlacementProblem:
+        """The problem the op-index assignment ``assign`` is priced on: :attr:`cut_view` if it uses
+        more than one target, else ``self``."""
+        if not self.cut_scaled:
+            return self
+        a = np.asarray(assign)
+        return self.cut_view if a.size and (a != a.flat[0]).any() else self
+
+    def _copy_with(self, **fields: Any) -> PlacementProblem:
+        """A shallow copy of this validated problem with ``fields`` replaced, not validated again
+        (the caller keeps every invariant); cached properties that do not depend on costs are shared."""
+        new = object.__new__(PlacementProblem)
+        for name in self.__dataclass_fields__:
+            object.__setattr__(new, name, fields.get(name, getattr(self, name)))
+        for name in ("op_index", "target_index", "tensor_index", "_edge_arrays", "edges", "preds", "succs"):
+            if name in self.__dict__:
+                new.__dict__[name] = self.__dict__[name]
+        return new
 
     @cached_property
     def _edge_arrays(self) -> tuple[np.ndarray, np.ndarray]:
@@ -926,6 +981,7 @@ class PlacementProblem:
         set_(new, "provenance", dict(self.provenance))
         set_(new, "target_cores", dict(self.target_cores))
         set_(new, "link_broadcast", self.link_broadcast)
+        set_(new, "cut_scale", self.cut_scale)
         new.__dict__["op_index"] = rank
         return new
 

@@ -82,6 +82,7 @@ def read_problem_json(source: str | os.PathLike | Mapping[str, Any]) -> tuple[di
         "partition_overhead_ms": _per_target(data, "partition_overhead_ms", 0.0, tgt_pos, where),
         "provenance": data.get("provenance") or {}, "target_cores": data.get("target_cores") or {},
         "link_broadcast": links.get("broadcast", False),
+        "cut_scale": _per_target(data, "cut_scale", 1.0, tgt_pos, where),
     }
     return fields, where
 
@@ -114,6 +115,8 @@ def problem_to_json(p: PlacementProblem) -> dict[str, Any]:
     }
     if p.link_broadcast:  # omitted when false (the canonical form stays as before)
         out["links"]["broadcast"] = True
+    if p.cut_scaled:  # omitted when every scale is 1 (the canonical form stays as before)
+        out["cut_scale"] = {d: float(x) for d, x in zip(p.targets, p.cut_scale) if x != 1.0}
     if p.target_cores:  # omitted when every target is private (the canonical form stays as before)
         out["target_cores"] = {d: list(c) for d, c in p.target_cores.items()}
     return out
@@ -236,6 +239,8 @@ _BULK = (
           lambda g: type(g) is list and _all_strings(g)),
     _Bulk(("partition_overhead_ms",), "/properties/partition_overhead_ms", "additionalProperties",
           lambda x: type(x) in _NUMBER and x >= 0 or x is None),
+    _Bulk(("cut_scale",), "/properties/cut_scale", "additionalProperties",
+          lambda x: type(x) in _NUMBER and x >= 1 or x is None),
     _Bulk(("target_cores",), "/properties/target_cores", "additionalProperties",
           lambda cs: cs is None or type(cs) is list and len(cs) > 0
           and all(type(c) is int and c >= 0 for c in cs)),

@@ -8,11 +8,11 @@ session-4 zoo comparison, small partitions took 2-4x their op-sum prediction, ab
 per partition, so cut plans measured 1.4-2.9x what the solver predicted for them.
 
 This module measures that the way it happens: for each pair of targets a *probe plan* cuts the
-model's topological order into ``chunks`` contiguous pieces of about equal work and places them
-alternately on the two targets (``a b a b ...``); the probes are compiled once and run in the
+model's topological order into contiguous pieces, large and small (``DEFAULT_CHUNKS``), and places
+them alternately on the two targets (``a b a b ...``); the probes are compiled once and run in the
 sequential hybrid executor, in interleaved rounds, timing every partition. Each partition's time
 (plus its share of the executor's own time between partitions) is one row: its target, the
-target that ran just before it, its ops and its inputs. :func:`placer.costing.entry_from_partitions`
+target that ran just before it, its ops and its inputs. :func:`placer.costing.partition_pricing`
 turns the rows into the per-target entry cost the solver charges for each tensor a partition
 receives, i.e. measured minus predicted, so partitions are priced as they measure.
 """
@@ -35,8 +35,12 @@ from placer.run.executors import HybridExecutor
 
 __all__ = ["DEFAULT_CHUNKS", "measure_probes", "probe_assignments", "probe_pairs"]
 
-#: pieces each probe plan cuts the model into (``chunks - 1`` boundaries per probe)
-DEFAULT_CHUNKS = 6
+#: the pieces each probe plan cuts the model into, as shares of its work (``len - 1`` boundaries per
+#: probe): large and small pieces, each target getting both, so that the cost of entering a
+#: partition (what a small piece measures) and the scale on the ops of a cut plan (what a large one
+#: measures) can be told apart (:func:`placer.costing.partition_pricing`); pieces of equal work
+#: measure only their sum
+DEFAULT_CHUNKS = (3.0, 0.2, 0.2, 3.0, 3.0, 0.2, 0.2, 3.0)
 #: a target whose single-target prediction is this many times the fastest (plus :data:`SLACK_MS`) is
 #: not probed (untuned TVM on a CPU: no plan would give it more than a few ops)
 MAX_SLOWDOWN = 3.0
@@ -68,20 +72,24 @@ def probe_pairs(problem, targets: Sequence[str] | None = None, max_slowdown: flo
     return list(itertools.combinations(keep, 2))
 
 
-def probe_assignments(problem, pairs: Sequence[tuple[str, str]], chunks: int = DEFAULT_CHUNKS
+def probe_assignments(problem, pairs: Sequence[tuple[str, str]], chunks: int | Sequence[float] = DEFAULT_CHUNKS
                       ) -> dict[str, dict[str, str]]:
     """``{probe name: {op: target}}``: per pair ``(a, b)``, the problem's (topological) op order cut
-    into ``chunks`` pieces of about equal work, placed ``a b a b ...``. An op the chunk's target
-    cannot run goes to the pair's other target, else to its cheapest target; pinned ops stay pinned
-    and each colocated group follows its first member."""
-    if chunks < 2:
-        raise ValueError(f"chunks: expected at least 2, got {chunks}")
+    into pieces placed ``a b a b ...``: ``chunks`` pieces of about equal work, or, for a sequence,
+    one piece per entry with that share of the work. An op the chunk's target cannot run goes to
+    the pair's other target, else to its cheapest target; pinned ops stay pinned and each colocated
+    group follows its first member."""
+    shares = np.ones(int(chunks)) if isinstance(chunks, (int, np.integer)) else np.asarray(chunks, dtype=float)
+    if len(shares) < 2 or not np.all(np.isfinite(shares) & (shares > 0)):
+        raise ValueError(f"chunks: expected at least 2 pieces of positive work, got {chunks!r}")
     cost = np.asarray(problem.cost_ms, dtype=float)
     names = list(problem.targets)
     finite = np.where(np.isfinite(cost), cost, np.nan)
     work = np.nan_to_num(np.nanmean(finite, axis=1), nan=0.0) + 1e-6  # every op counts a little
     edges = np.cumsum(work) / float(np.sum(work))
-    chunk_of = np.minimum((edges * chunks - 1e-9).astype(int), chunks - 1)
+    bounds = np.cumsum(shares) / float(np.sum(shares))
+    # an op belongs to the piece its cumulative work ends in
+    chunk_of = np.minimum(np.searchsorted(bounds, edges - 1e-9), len(shares) - 1)
     out = {}
     for a, b in pairs:
         ja, jb = names.index(a), names.index(b)
@@ -104,7 +112,8 @@ def probe_assignments(problem, pairs: Sequence[tuple[str, str]], chunks: int = D
     return out
 
 
-def measure_probes(graph, problem, feeds: Sequence[Mapping[str, np.ndarray]], *, chunks: int = DEFAULT_CHUNKS,
+def measure_probes(graph, problem, feeds: Sequence[Mapping[str, np.ndarray]], *,
+                   chunks: int | Sequence[float] = DEFAULT_CHUNKS,
                    pairs: Sequence[tuple[str, str]] | None = None, rounds: int = 5, per_round: int = 3,
                    time_limit_s: float | None = None, say: Callable[[str], None] | None = None) -> list[dict]:
     """Compile the probe plans of ``problem`` (:func:`probe_assignments`) and time their partitions

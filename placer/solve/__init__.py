@@ -47,7 +47,15 @@ from placer.solve import dp as _dp  # noqa: F401
 from placer.solve import ideals as _ideals  # noqa: F401
 from placer.solve.base import MODES, SolveContext, Solver, available_solvers, get_solver, register_solver
 from placer.solve.coarsened import solve_coarsened
-from placer.solve.evaluate import assignment_indices, make_latency_plan, make_pipeline_plan
+from placer.solve.evaluate import (
+    _gap,
+    assignment_indices,
+    better,
+    check_assignment,
+    make_latency_plan,
+    make_pipeline_plan,
+    plan_key,
+)
 
 __all__ = [
     "AUTO_COARSEN_OPS",
@@ -166,14 +174,51 @@ def solve(problem: PlacementProblem, mode: str = "latency", solver: str = "cpsat
             f"problem ({problem.n_ops} ops: canonical order, relisting) took {time.monotonic() - t0:.2f} s; "
             f"{solver!r} cannot stop midway, so it was not started: give a longer time limit")
     target = _coarse_size(coarsen, impl, canon)
+    work = canon.cut_view  # every plan priced as one that cuts the model; one-target plans re-priced below
     if target is None:
-        plan = impl.solve(canon, ctx)
+        plan = impl.solve(work, ctx)
     else:
-        plan = solve_coarsened(canon, impl, ctx, target)
+        plan = solve_coarsened(work, impl, ctx, target)
+    if work is not canon:
+        plan = _priced_uncut(canon, plan, impl.exact)
     if canon is not problem:
         plan = _relabel_plan(problem, canon, plan)
     return dataclasses.replace(plan, solver=solver,
                                stats=dataclasses.replace(plan.stats, wall_s=time.monotonic() - t0))
+
+
+def _priced_uncut(canon: PlacementProblem, plan: Plan, exact: bool) -> Plan:
+    """``plan``, solved on ``canon.cut_view`` (every op at its cut scale), as a plan of ``canon``.
+
+    A plan on one target does not cut the model: re-priced on ``canon`` at its own costs. An exact
+    solver's plan is also compared with every one-target plan at its own costs and the better
+    kept, and its bound becomes ``min(bound, best one-target plan)``: the cut view prices every
+    plan that cuts exactly and every one-target plan at least as high, so its optimum among cut
+    plans, or else the best one-target plan, is the optimum of ``canon``. A heuristic keeps its own
+    placement."""
+    assign = assignment_indices(canon, plan.assignment)
+    kw = {"stats": plan.stats, "options": dict(plan.options), "coarsening": plan.coarsening}
+    if len(np.unique(assign)) == 1:  # priced on the cut view, it does not cut
+        plan = _relabel_plan(canon, canon.cut_view, plan)
+    bound = plan.stats.best_bound
+    if exact:
+        for d in range(canon.n_targets):
+            one = np.full(canon.n_ops, d)
+            try:
+                check_assignment(canon, one)
+            except ProblemError:
+                continue
+            cand = (make_latency_plan(canon, one, plan.solver, **kw) if plan.mode == "latency"
+                    else make_pipeline_plan(canon, one, plan.solver, order=[d], **kw))
+            plan = better(plan, cand)
+            if bound is not None:
+                bound = min(bound, plan_key(cand)[0])
+    objective = plan_key(plan)[0]
+    if bound is not None:
+        bound = min(bound, objective)
+    stats = dataclasses.replace(plan.stats, objective=objective, best_bound=bound,
+                                gap=None if bound is None else _gap(objective, bound))
+    return dataclasses.replace(plan, stats=stats)
 
 
 def _relabel_plan(problem: PlacementProblem, canon: PlacementProblem, plan: Plan) -> Plan:

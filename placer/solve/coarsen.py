@@ -143,6 +143,7 @@ def _build(p: PlacementProblem, members: list[list[int]]) -> PlacementProblem:
         link_ms_per_byte=p.link_ms_per_byte, link_charge=p.link_charge, memory_cap_bytes=p.memory_cap_bytes,
         weight_bytes=weights, pinned=pinned, colocate=groups, partition_overhead_ms=p.partition_overhead_ms,
         provenance=p.provenance, target_cores=p.target_cores, link_broadcast=p.link_broadcast,
+        cut_scale=p.cut_scale,
     )
 
 

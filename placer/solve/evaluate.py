@@ -99,9 +99,9 @@ def make_latency_plan(problem: PlacementProblem, assign: np.ndarray, solver: str
                       order: Any = None, stats: SolverStats | dict[str, Any] | None = None,
                       options: dict[str, Any] | None = None, coarsening: dict[str, Any] | None = None) -> Plan:
     """A latency-mode Plan: list-schedule ``assign`` in ``order`` with the problem's float costs."""
-    p = problem
     assign = np.asarray(assign, dtype=int)
-    check_assignment(p, assign)
+    check_assignment(problem, assign)
+    p = problem.priced_for(assign)  # a plan that cuts the model pays the cut scale
     start, end = latency_schedule(p, assign, order)
     names = p.ops
     end_l = end.tolist()
@@ -128,9 +128,9 @@ def make_pipeline_plan(problem: PlacementProblem, assign: np.ndarray, solver: st
                        options: dict[str, Any] | None = None,
                        coarsening: dict[str, Any] | None = None) -> Plan:
     """A pipeline-mode Plan for ``assign`` with stages on targets ``order`` (default: :func:`~placer.semantics.stage_order`)."""
-    p = problem
     assign = np.asarray(assign, dtype=int)
-    check_assignment(p, assign)
+    check_assignment(problem, assign)
+    p = problem.priced_for(assign)  # a plan that cuts the model pays the cut scale
     if order is None:
         order = stage_order(p, assign)
         if order is None:

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from placer.costing import build_problem, entry_from_partitions, fusion_groups  # noqa: F401  (fusion_groups re-exported)
+from placer.costing import build_problem, fusion_groups, partition_pricing  # noqa: F401  (fusion_groups re-exported)
 from placer.errors import ProblemError
 from placer.plan import SolverStats
 from placer.solve import solve
@@ -104,9 +104,10 @@ def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned
                     learned: tuple[np.ndarray, np.ndarray] | None = None, *,
                     partition_rows: Sequence[dict] | None = None):
     """The problem of ``ctx`` changed by ``knobs`` and what was learned so far: the per-target entry
-    cost from partitions timed as they ran (``partition_rows``: the context's probe plans and the
-    plans measured in this session, priced on this variant's costs by
-    :func:`placer.costing.entry_from_partitions`; or a ready ``learned_entry_ms``) and, for
+    cost and the cut scale from partitions timed as they ran (``partition_rows``: the context's probe
+    plans and the plans measured in this session, priced on this variant's costs by
+    :func:`placer.costing.partition_pricing`; or a ready ``learned_entry_ms``, with the context's
+    cut scale) and, for
     ``costs="learned"``, the cost model's ``(cost_ms, entry_ms)``
     (:func:`placer.tune.learned.learned_costs`)."""
     variant = knobs.get("costs", "calibrated")
@@ -121,8 +122,10 @@ def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned
                              use_segments=variant == "calibrated" and bool(knobs.get("fuse", True)),
                              provenance=ctx.problem.provenance)
     cost = np.array(base.cost_ms, dtype=float)
+    cut_scale = base.cut_scale
     if partition_rows is not None:
-        learned_entry_ms = entry_from_partitions(base, partition_rows)
+        pricing = partition_pricing(base, partition_rows)
+        learned_entry_ms, cut_scale = pricing.entry_ms, pricing.cut_scale
     elif learned_entry_ms is None:
         learned_entry_ms = np.zeros(len(base.targets))
     entry = np.asarray(learned_entry_ms, dtype=float) + float(knobs.get("boundary_ms", 0.0))
@@ -139,7 +142,8 @@ def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned
     groups = list(base.colocate) + ([tuple(g) for g in fusion] if knobs.get("fuse") else [])
     colocate = tuple(dict.fromkeys(tuple(g) for g in groups if _co_supported(cost, base.ops, g)))
     prov = {**dict(base.provenance), "costs": variant}
-    return dataclasses.replace(base, cost_ms=cost, partition_overhead_ms=entry, colocate=colocate, provenance=prov)
+    return dataclasses.replace(base, cost_ms=cost, partition_overhead_ms=entry, cut_scale=cut_scale, colocate=colocate,
+                               provenance=prov)
 
 
 def _co_supported(cost: np.ndarray, ops: Sequence[str], group: Sequence[str]) -> bool:

@@ -109,15 +109,16 @@ def add_yardsticks(bench, yardsticks, records: list[TrialRecord], model, feeds, 
 
 def _partition_feedback(problem, plan, mat, measured: Mapping[str, float], plan_ms: float | None = None) -> list[dict]:
     """Measured vs predicted time of each partition of a measured plan, in the rows
-    :func:`placer.costing.entry_from_partitions` learns the entry cost from.
+    :func:`placer.costing.partition_pricing` learns the entry cost and the cut scale from.
 
-    ``predicted_ms`` is the sum of its ops' costs in ``problem`` (net of the call overhead, as the
-    solver prices it); ``overhead_ms`` the target's profiled call overhead, which the measured
-    time includes; ``prev`` the target of the partition before it in the plan's order (the one that
+    ``predicted_ms`` is the sum of its ops' costs in ``problem`` as the plan is priced (at the cut
+    scale when it cuts; net of the call overhead, as the solver prices it); ``overhead_ms`` the
+    target's profiled call overhead, which the measured time includes; ``prev`` the target of the partition before it in the plan's order (the one that
     ran just before it in the sequential executor). ``median_ms`` is the measured time plus an
     equal share of the executor's own time between partitions (``plan_ms`` minus the partitions'
     sum, when the plan ran them one after another)."""
     idx = {o: i for i, o in enumerate(problem.ops)}
+    problem = problem.priced_for([problem.target_index[plan.assignment[o]] for o in problem.ops])
     overheads = problem.provenance.get("overhead_ms", {}) or {}
     between = time_between_partitions(plan_ms, [measured.get(p.id, 0.0) for p in mat.partitions])
     rows = []

@@ -171,3 +171,36 @@ def test_entry_from_partitions_is_the_median_excess_per_input_beyond_the_charged
     assert entry[1] == pytest.approx(0.5 - 0.1)  # median of 0.4, 0.5, 1.0, minus the link latency into y
     assert entry[0] == 0.0                       # clipped at 0
     assert not entry_from_partitions(p, []).any()
+
+
+def test_partition_pricing_tells_the_cut_scale_from_the_entry_cost():
+    from placer.costing import partition_pricing
+
+    ops = [f"o{i}" for i in range(6)]
+    tensors = [Tensor("in", None, ("o0",), 4)] + [Tensor(f"t{i}", ops[i], (ops[i + 1],), 4) for i in range(5)]
+    cost = np.array([[1.0, 2.0], [0.02, 0.04], [2.0, 1.0], [0.5, 0.5], [3.0, 1.5], [0.01, 0.02]])
+    p = PlacementProblem(ops=ops, targets=["x", "y"], cost_ms=cost, tensors=tensors, link_latency_ms=0.05)
+
+    def row(target, prev, members, n_in, entry, scale):
+        price = sum(cost[int(o[1:]), p.target_index[target]] for o in members)
+        return {"target": target, "prev": prev, "ops": members, "n_inputs": n_in,
+                "median_ms": entry * (n_in if prev else 0) + scale * price}
+
+    rows = [  # y: entry 0.3 per input and scale 1.4, in large and small partitions alike
+        row("y", None, ["o0", "o1"], 1, 0.3, 1.4),
+        row("y", "x", ["o2", "o3"], 1, 0.3, 1.4),
+        row("y", "x", ["o4"], 2, 0.3, 1.4),
+        row("y", "x", ["o1"], 1, 0.3, 1.4),
+        row("y", "x", ["o5"], 1, 0.3, 1.4),
+        row("x", "y", ["o1"], 1, 0.2, 1.0),  # x: small partitions only, entry 0.2, no scale to learn
+        row("x", "y", ["o5"], 1, 0.2, 1.0),
+        row("x", None, ops, 1, 0.0, 5.0),    # the whole model: not a cut plan, ignored
+    ]
+    pricing = partition_pricing(p, rows)
+    assert pricing.cut_scale[1] == pytest.approx(1.4)
+    assert pricing.entry_ms[1] == pytest.approx(0.3 - 0.05)  # net of the link latency into y
+    assert pricing.cut_scale[0] == 1.0 and pricing.entry_ms[0] == pytest.approx(0.2 - 0.05)
+    assert pricing.rows_used == {"y": 5, "x": 2}
+    # a scale measured below 1 is kept at 1 (a cut never makes an op faster)
+    fast = [dict(r, median_ms=r["median_ms"] * 0.5) for r in rows if r["target"] == "y"]
+    assert partition_pricing(p, fast).cut_scale[1] == 1.0

@@ -11,7 +11,7 @@ import pytest
 from placer.context import prepare
 from placer.problem import PlacementProblem, Tensor
 from placer.run.numerics import load_inputs
-from placer.run.partition_probe import measure_probes, probe_assignments, probe_pairs
+from placer.run.partition_probe import DEFAULT_CHUNKS, measure_probes, probe_assignments, probe_pairs
 
 
 def _chain(n: int, cost: np.ndarray, **kw) -> PlacementProblem:
@@ -41,6 +41,19 @@ def test_probe_plans_alternate_equal_work_chunks_and_respect_support_pins_and_gr
     assert asg3["o6"] == asg3["o7"] == "b" and asg3["o8"] == "a"
     with pytest.raises(ValueError, match="chunks"):
         probe_assignments(p, [("a", "b")], chunks=1)
+
+
+def test_default_probe_plans_give_each_target_large_and_small_pieces():
+    n = 128
+    p = _chain(n, np.ones((n, 2)))
+    asg = probe_assignments(p, [("a", "b")])["probe:a|b"]
+    runs = [(t, len(list(g))) for t, g in itertools.groupby(asg[f"o{i}"] for i in range(n))]
+    assert len(runs) == len(DEFAULT_CHUNKS)
+    shares = np.asarray(DEFAULT_CHUNKS) / sum(DEFAULT_CHUNKS)
+    assert [size for _, size in runs] == pytest.approx(shares * n, abs=1)
+    for target in ("a", "b"):
+        sizes = sorted(size for t, size in runs if t == target)
+        assert sizes[0] <= 3 and sizes[-1] >= 25  # a small piece (entry cost) and a large one (cut scale)
 
 
 def test_probe_pairs_leave_out_targets_far_slower_or_running_few_ops():
@@ -76,21 +89,24 @@ def test_measured_probe_rows_follow_the_run_order_and_cover_the_model(two_target
 
 
 def test_prepare_stores_probe_rows_once_and_charges_what_they_learned(tiny_model, tmp_path):
-    from placer.costing import entry_from_partitions
+    from placer.costing import partition_pricing
 
     db = tmp_path / "p.db"
     targets = ["onnxruntime:t1", "openvino:t1"]
     ctx = prepare(tiny_model, targets=targets, db=db)
     assert ctx.partition_rows and {r["source"] for r in ctx.partition_rows} == {"probe"}
     keys = sorted(r["key"] for r in ctx.partition_rows)
-    entry = entry_from_partitions(ctx.problem, ctx.partition_rows)
-    assert np.array_equal(np.asarray(ctx.problem.partition_overhead_ms), entry)
+    pricing = partition_pricing(ctx.problem, ctx.partition_rows)
+    assert np.array_equal(np.asarray(ctx.problem.partition_overhead_ms), pricing.entry_ms)
+    assert np.array_equal(ctx.problem.cut_scale, pricing.cut_scale)
+    assert ctx.problem.provenance["cut_scale"] == dict(zip(ctx.problem.targets, pricing.cut_scale.tolist()))
     assert ctx.problem.provenance["entry_rows"] == len(keys)
     again = prepare(tiny_model, targets=targets, db=db)  # measured again only if flagged busy: same keys
     assert sorted(r["key"] for r in again.partition_rows) == keys
     # probes off: not charged, even from a store that holds probe rows
     none = prepare(tiny_model, targets=targets, db=db, probe_partitions=False)
     assert none.partition_rows == [] and not np.any(np.asarray(none.problem.partition_overhead_ms))
+    assert not none.problem.cut_scaled
 
 
 def test_a_probe_a_target_cannot_run_is_left_out_and_said(tiny_model, tmp_path, monkeypatch):

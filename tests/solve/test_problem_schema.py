@@ -93,8 +93,8 @@ def test_canonical_forms_match_the_schema(full):
     (lambda d: d.update(provenance=[1]), "provenance = [1] is not an object or null"),
     (lambda d: d.update(version=2), "unsupported version 2 (expected 1)"),
     (lambda d: d.pop("cost_ms"), "missing required key 'cost_ms'"),
-    (lambda d: d.update(colour="red"), ("unknown keys ['colour']; valid keys are ['colocate', 'cost_ms', 'links', "
-                                        "'memory_cap_bytes', 'ops', 'partition_overhead_ms', 'pinned', 'provenance', "
+    (lambda d: d.update(colour="red"), ("unknown keys ['colour']; valid keys are ['colocate', 'cost_ms', 'cut_scale', "
+                                        "'links', 'memory_cap_bytes', 'ops', 'partition_overhead_ms', 'pinned', 'provenance', "
                                         "'target_cores', 'targets', 'tensors', 'version', 'weight_bytes']")),
     # what the schema cannot say, checked in Python with the same clarity
     (lambda d: d["cost_ms"].update(ghost={"onnxruntime@cpu:t1": 1.0}), "cost_ms names unknown op 'ghost'"),
