@@ -163,9 +163,10 @@ def add_plan(sub) -> None:
                    help="write a runnable plan directory here (plan.json, stage_config.json, Relax module, "
                         "partitions: `placer run DIR`); a path ending in .json gets the plan JSON alone")
     p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, help="solver random seed (default 0)")
-    p.add_argument("--measure", action="store_true",
+    p.add_argument("--measure", action=argparse.BooleanOptionalAction, default=True,
                    help="latency mode: run a plan that cuts the model against the best single target "
-                        "(interleaved, outputs checked) and keep the faster")
+                        "(interleaved, outputs checked) and keep the faster (default; --no-measure returns "
+                        "the priced plan unmeasured)")
     p.set_defaults(func=cmd_plan)
 
 

@@ -418,7 +418,3 @@ def _median_entry(xs: Sequence[tuple[float, float, int]], scale: float) -> float
     excess = [(m - scale * p) / n for m, p, n in xs if n > 0]
     return float(np.median(excess)) if excess else 0.0
 
-
-def entry_from_partitions(problem: PlacementProblem, rows: Iterable[Mapping[str, Any]]) -> np.ndarray:
-    """The per-target entry cost of :func:`partition_pricing` (with its cut scale)."""
-    return partition_pricing(problem, rows).entry_ms

@@ -151,8 +151,11 @@ def test_segment_ratio_statistic_per_target(squeezenet_model):
     assert stats["y"]["p10"] == pytest.approx(1.5) and stats["y"]["p90"] == pytest.approx(1.5)
 
 
-def test_entry_from_partitions_is_the_median_excess_per_input_beyond_the_charged_link():
-    from placer.costing import entry_from_partitions
+def test_the_entry_cost_is_the_median_excess_per_input_beyond_the_charged_link():
+    from placer.costing import partition_pricing
+
+    def entry_from_partitions(problem, rows):
+        return partition_pricing(problem, rows).entry_ms
 
     tensors = [Tensor("t0", None, ("a",), 4), Tensor("t1", "a", ("b",), 4), Tensor("t2", "b", ("c",), 4),
                Tensor("t3", "c", (), 4)]

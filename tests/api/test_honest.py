@@ -36,3 +36,11 @@ def test_a_cut_within_the_pricing_error_keeps_the_single_target_and_a_clear_gain
     assert 1.0 - cut.makespan_ms / 2.0 > CUT_MARGIN
     plan, note = honest(SimpleNamespace(problem=clear), cut)
     assert plan is cut and note == ""
+
+
+def test_placer_plan_measures_a_cut_plan_unless_told_not_to():
+    from placer.cli import build_parser
+
+    assert build_parser().parse_args(["plan", "zoo:tiny"]).measure is True
+    assert build_parser().parse_args(["plan", "zoo:tiny", "--no-measure"]).measure is False
+    assert build_parser().parse_args(["plan", "zoo:tiny", "--measure"]).measure is True
