@@ -368,8 +368,8 @@ def partition_pricing(problem: PlacementProblem, rows: Iterable[Mapping[str, Any
     input), then ``cut_scale`` as the median of ``(measured - entry x inputs) / price`` over the rows
     whose price is at least ``_SCALE_ROW_MIN_MS`` and 3x their entry (at least two such rows, else 1;
     kept in ``[1, MAX_CUT_SCALE]``), then ``entry`` again net of the scale, and so on until they
-    settle. The entry charged is net
-    of the mean link latency the problem already charges into the target, clipped at 0.
+    settle. The entry charged is net of the mean link latency the problem already charges into the
+    target, clipped at 0.
     Rows whose ops the problem does not know (another graph) or cannot run there, and rows that
     cover the whole model (one-partition plans: not cut), are skipped; a target without rows keeps
     entry 0 and scale 1.
@@ -406,7 +406,7 @@ def partition_pricing(problem: PlacementProblem, rows: Iterable[Mapping[str, Any
             a = _median_entry(xs, b)
             if settled:
                 break
-        into = [lat[b, j] for b in range(len(problem.targets)) if b != j]
+        into = [lat[src, j] for src in range(len(problem.targets)) if src != j]
         charged = float(np.mean(into)) if into else 0.0
         entry[j] = max(a - charged, 0.0)
         used[problem.targets[j]] = len(xs)
@@ -417,4 +417,3 @@ def _median_entry(xs: Sequence[tuple[float, float, int]], scale: float) -> float
     """Median of ``(measured - scale x price) / inputs`` over the rows that received something."""
     excess = [(m - scale * p) / n for m, p, n in xs if n > 0]
     return float(np.median(excess)) if excess else 0.0
-

@@ -72,14 +72,15 @@ def probe_pairs(problem, targets: Sequence[str] | None = None, max_slowdown: flo
     return list(itertools.combinations(keep, 2))
 
 
-def probe_assignments(problem, pairs: Sequence[tuple[str, str]], chunks: int | Sequence[float] = DEFAULT_CHUNKS
-                      ) -> dict[str, dict[str, str]]:
+def probe_assignments(problem, pairs: Sequence[tuple[str, str]],
+                      chunks: int | Sequence[float] = DEFAULT_CHUNKS) -> dict[str, dict[str, str]]:
     """``{probe name: {op: target}}``: per pair ``(a, b)``, the problem's (topological) op order cut
     into pieces placed ``a b a b ...``: ``chunks`` pieces of about equal work, or, for a sequence,
     one piece per entry with that share of the work. An op the chunk's target cannot run goes to
     the pair's other target, else to its cheapest target; pinned ops stay pinned and each colocated
     group follows its first member."""
-    shares = np.ones(int(chunks)) if isinstance(chunks, (int, np.integer)) else np.asarray(chunks, dtype=float)
+    equal = isinstance(chunks, (int, np.integer))
+    shares = np.ones(int(chunks)) if equal else np.asarray(chunks, dtype=float)
     if len(shares) < 2 or not np.all(np.isfinite(shares) & (shares > 0)):
         raise ValueError(f"chunks: expected at least 2 pieces of positive work, got {chunks!r}")
     cost = np.asarray(problem.cost_ms, dtype=float)

@@ -142,8 +142,8 @@ def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned
     groups = list(base.colocate) + ([tuple(g) for g in fusion] if knobs.get("fuse") else [])
     colocate = tuple(dict.fromkeys(tuple(g) for g in groups if _co_supported(cost, base.ops, g)))
     prov = {**dict(base.provenance), "costs": variant}
-    return dataclasses.replace(base, cost_ms=cost, partition_overhead_ms=entry, cut_scale=cut_scale, colocate=colocate,
-                               provenance=prov)
+    return dataclasses.replace(base, cost_ms=cost, partition_overhead_ms=entry, cut_scale=cut_scale,
+                               colocate=colocate, provenance=prov)
 
 
 def _co_supported(cost: np.ndarray, ops: Sequence[str], group: Sequence[str]) -> bool:

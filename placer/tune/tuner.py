@@ -113,8 +113,9 @@ def _partition_feedback(problem, plan, mat, measured: Mapping[str, float], plan_
 
     ``predicted_ms`` is the sum of its ops' costs in ``problem`` as the plan is priced (at the cut
     scale when it cuts; net of the call overhead, as the solver prices it); ``overhead_ms`` the
-    target's profiled call overhead, which the measured time includes; ``prev`` the target of the partition before it in the plan's order (the one that
-    ran just before it in the sequential executor). ``median_ms`` is the measured time plus an
+    target's profiled call overhead, which the measured time includes; ``prev`` the target of the
+    partition before it in the plan's order (the one that ran just before it in the sequential
+    executor). ``median_ms`` is the measured time plus an
     equal share of the executor's own time between partitions (``plan_ms`` minus the partitions'
     sum, when the plan ran them one after another)."""
     idx = {o: i for i, o in enumerate(problem.ops)}

@@ -82,7 +82,8 @@ def _reference(problem: PlacementProblem, mode: str):
             continue
         priced = problem.priced_for(assign)
         if mode == "latency":
-            pinned = dataclasses.replace(priced, pinned={o: problem.targets[d] for o, d in zip(problem.ops, combo)})
+            pins = {o: problem.targets[d] for o, d in zip(problem.ops, combo)}
+            pinned = dataclasses.replace(priced, pinned=pins)
             key = (exact_latency(pinned)[0],)
         else:
             order = stage_order(problem, assign)
