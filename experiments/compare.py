@@ -56,6 +56,11 @@ def geomean(xs):
 
 
 
+def _scale_text(scale: float | None) -> str:
+    """A cut scale for the report; ``-`` where the results did not record it (before session 9)."""
+    return "-" if scale is None else f"{scale:.2f}"
+
+
 def _relative_dir(info):
     """The tuner's cost-model record with its directory relative to the working directory when it
     lies inside it (a committed report names no path of the machine that made it)."""
@@ -213,7 +218,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
               "fusion_scale": problem.provenance.get("fusion_scale"),
               "segment_ratios": segment_ratio_stats(ctx.table),
               "whole_model_ms": problem.provenance.get("whole_model_ms"),
-              "entry_ms": problem.provenance.get("entry_ms")}
+              "entry_ms": problem.provenance.get("entry_ms"), "cut_scale": problem.provenance.get("cut_scale")}
     if pipeline:
         tp = tune(graph, targets=targets, db=db, budget_s=tune_budget_s, objective="throughput",
                   out_dir=work / f"tune_tp_{name}", solver_time_limit=solver_time_limit)
@@ -365,11 +370,13 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
     acc = prediction_accuracy(results)
     doc.table(["plans", "n", "median |err|", "p90 |err|"],
               [[k, v["n"], v["median"], v["p90"]] for k, v in acc.items()])
-    doc.table(["model", "`placer plan` x best single", "plan partitions", "probe entry ms per target"],
+    doc.table(["model", "`placer plan` x best single", "plan partitions",
+               "entry ms per input / cut scale, per target (learned from partitions timed as they ran)"],
               [[res["model"], next((r.get("speedup_vs_best_single") for r in res["rows"]
                                     if r["placement"] == "plan"), None),
                 next((r.get("partitions") for r in res["rows"] if r["placement"] == "plan"), None),
-                ", ".join(f"{t} {v:.3f}" for t, v in (res.get("entry_ms") or {}).items())] for res in results])
+                ", ".join(f"{t} {v:.3f} / {_scale_text((res.get('cut_scale') or {}).get(t))}"
+                          for t, v in (res.get("entry_ms") or {}).items())] for res in results])
     predicted_vs_measured(pts, out / "predicted_vs_measured.png", "every placement: predicted vs measured")
     doc.h2("Predicted vs measured")
     doc.image("predicted_vs_measured.png", "predicted vs measured")
