@@ -57,7 +57,7 @@ def geomean(xs):
 
 
 def _scale_text(scale: float | None) -> str:
-    """A cut scale for the report; ``-`` where the results did not record it (before session 9)."""
+    """A cut scale for the report; ``-`` where the results did not record it (results written by earlier versions)."""
     return "-" if scale is None else f"{scale:.2f}"
 
 
