@@ -44,7 +44,7 @@ local_search : float, default 0.8; local_search_rate : float, default 1.5e6
     leaves of the time limit (the share of the time actually left is a wall-clock backstop). When
     CP-SAT stops early (deterministic time), the search goes on from the better of its plan and
     the heuristics' in the time left, with the budget of a tenth of the time limit.
-    0.8 since session i16 (was 0.5): on random layered graphs x 8 CP-SAT barely improves a
+    0.8 since session 9 (was 0.5): on random layered graphs x 8 CP-SAT barely improves a
     500-op hint (10.179 -> 10.174 ms in 27 s) and the coarse solve at 2,000 ops does not beat the
     fine plan, while the search keeps finding better plans; 60 s, one run each, 0.5 -> 0.8: gap
     500 x 8 8.83 -> 8.58 % (seed 0), 8.47 -> 8.47 % (seed 1); 2,000 x 8 10.8-11.0 -> 10.66 %
