@@ -20,7 +20,13 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from placer import zoo
-from placer.costing import build_problem, cost_table_from_store, fusion_groups, partition_pricing
+from placer.costing import (
+    build_problem,
+    cost_table_from_store,
+    fusion_groups,
+    partition_pricing,
+    region_calibrated,
+)
 from placer.devices import make_targets
 from placer.devices.links import LinkModel
 from placer.devices.sim import spec_link_fits
@@ -147,11 +153,13 @@ def prepare(
 
 
 def with_entry(problem, rows: Sequence[Mapping[str, Any]]):
-    """``problem`` priced as partitions timed as they ran (``rows``) say a cut plan runs: the
-    per-target entry cost per tensor received and the cut scale on its ops
-    (:func:`placer.costing.partition_pricing`); unchanged without rows."""
+    """``problem`` priced as partitions timed as they ran (``rows``) say a cut plan runs: each
+    target's op costs redistributed along the model (:func:`placer.costing.region_calibrated`;
+    one-target plans keep their price), then the per-target entry cost per tensor received and the
+    cut scale on its ops (:func:`placer.costing.partition_pricing`); unchanged without rows."""
     if not rows:
         return problem
+    problem = region_calibrated(problem, rows)
     pricing = partition_pricing(problem, rows)
     prov = {**dict(problem.provenance),
             "entry_ms": {t: float(e) for t, e in zip(problem.targets, pricing.entry_ms)},

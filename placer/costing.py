@@ -21,6 +21,7 @@ target. The scale is recorded per target in the problem's provenance.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -249,7 +250,6 @@ def build_problem(
     (:func:`apply_segment_costs`); ``calibrate`` then applies the whole-model fusion scale
     (module docstring) on top.
     """
-    import dataclasses
 
     names = list(table.targets)
     seg_groups: list[tuple[str, ...]] = []
@@ -344,6 +344,8 @@ _SCALE_ROW_MIN_MS = 0.25
 MAX_CUT_SCALE = 3.0
 #: alternations of the entry and scale estimates (they settle in a few)
 _PRICING_ROUNDS = 20
+#: alternations of the entry estimate and the redistribution along the model (:func:`region_calibrated`)
+_REGION_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -417,3 +419,67 @@ def _median_entry(xs: Sequence[tuple[float, float, int]], scale: float) -> float
     """Median of ``(measured - scale x price) / inputs`` over the rows that received something."""
     excess = [(m - scale * p) / n for m, p, n in xs if n > 0]
     return float(np.median(excess)) if excess else 0.0
+
+
+def region_calibrated(problem: PlacementProblem, rows: Iterable[Mapping[str, Any]]) -> PlacementProblem:
+    """``problem`` with each target's op costs redistributed along the model as the partitions timed
+    as they ran (``rows``) say, its whole-model sum kept.
+
+    The whole-model calibration (:func:`fusion_scales`) spreads a target's measured whole-model time
+    over its ops in proportion to their isolated times. Where a runtime's fused ops cost less or
+    more than alone differs along the model (on OpenVINO squeezenet's first convolutions cost more
+    alone than fused, its later fire modules less), a partition is mispriced by where it lies
+    (squeezenet's probe pieces on OpenVINO t2 measured 0.67x to 3.4x their price by position).
+    Here each op's cost on a target is multiplied by the median of ``(measured - entry x inputs) /
+    price`` over that target's partitions that contain it (those :func:`partition_pricing` uses for
+    its scale: at least ``_SCALE_ROW_MIN_MS`` and 3x their entry), an op no such partition contains
+    by the cost-weighted mean of the others' factors; then the target's column is rescaled to its
+    former sum, so a plan on one target keeps its price (its measured whole-model time) and only
+    the split between parts of the model moves. The entry is the one :func:`partition_pricing`
+    learns on the redistributed costs (it depends on them), so the two are alternated a few times.
+    Targets without such partitions are unchanged.
+    """
+    rows = [r for r in rows if r.get("target") in problem.targets and r.get("median_ms") is not None]
+    if not rows:
+        return problem
+    idx = {o: i for i, o in enumerate(problem.ops)}
+    base = np.asarray(problem.cost_ms, dtype=float)
+    parsed = []
+    for r in rows:
+        ops = list(r.get("ops") or ())
+        if not ops or any(o not in idx for o in ops) or len(set(ops)) >= len(idx):
+            continue
+        n_in = max(int(r.get("n_inputs") or 1), 1) if r.get("prev") is not None else 0
+        parsed.append((problem.targets.index(r["target"]), [idx[o] for o in ops], n_in, float(r["median_ms"])))
+    current = problem
+    for _ in range(_REGION_ROUNDS):
+        entry = partition_pricing(current, rows).entry_ms
+        cost = np.array(base)
+        ratios: dict[int, dict[int, list[float]]] = {}
+        for j, pos, n_in, measured in parsed:
+            price = float(current.cost_ms[pos, j].sum())
+            a = float(entry[j])
+            if not math.isfinite(price) or price < _SCALE_ROW_MIN_MS or price < 3 * a * n_in:
+                continue
+            base_price = float(base[pos, j].sum())
+            ratio = (measured - a * n_in) / base_price if base_price > 0 else math.nan
+            if math.isfinite(ratio) and ratio > 0:
+                for i in pos:
+                    ratios.setdefault(j, {}).setdefault(i, []).append(ratio)
+        for j, by_op in ratios.items():
+            col = base[:, j]
+            finite = np.isfinite(col)
+            total = float(col[finite].sum())
+            if total <= 0:
+                continue
+            factor = np.ones(len(col))
+            covered = np.zeros(len(col), dtype=bool)
+            for i, xs in by_op.items():
+                factor[i], covered[i] = float(np.median(xs)), True
+            weight = col[covered & finite]
+            if weight.sum() > 0:
+                factor[~covered] = float(np.average(factor[covered & finite], weights=weight))
+            new = np.where(finite, col * factor, np.inf)
+            cost[:, j] = new * (total / float(new[finite].sum()))
+        current = dataclasses.replace(problem, cost_ms=cost)
+    return current

@@ -207,3 +207,25 @@ def test_partition_pricing_tells_the_cut_scale_from_the_entry_cost():
     # a scale measured below 1 is kept at 1 (a cut never makes an op faster)
     fast = [dict(r, median_ms=r["median_ms"] * 0.5) for r in rows if r["target"] == "y"]
     assert partition_pricing(p, fast).cut_scale[1] == 1.0
+
+
+def test_region_calibration_moves_cost_along_the_model_and_keeps_the_whole():
+    from placer.costing import partition_pricing, region_calibrated
+
+    ops = [f"o{i}" for i in range(8)]
+    tensors = [Tensor("in", None, ("o0",), 4)] + [Tensor(f"t{i}", ops[i], (ops[i + 1],), 4) for i in range(7)]
+    p = PlacementProblem(ops=ops, targets=["x", "y"], cost_ms=np.ones((8, 2)), tensors=tensors)
+    truth = np.array([0.5] * 4 + [1.5] * 4)  # on y the first half costs half its price, the second 1.5x
+
+    def row(members, prev, n_in):
+        return {"target": "y", "prev": prev, "ops": [ops[i] for i in members], "n_inputs": n_in,
+                "median_ms": 0.1 * (n_in if prev else 0) + float(truth[members].sum())}
+
+    rows = [row([0, 1, 2, 3], None, 1), row([4, 5, 6, 7], "x", 1), row([1], "x", 1), row([5], "x", 1),
+            row([2, 3], "x", 1), row([6, 7], "x", 1)]
+    q = region_calibrated(p, rows)
+    assert q.cost_ms[:, 1] == pytest.approx(truth, abs=0.01)
+    assert q.cost_ms[:, 1].sum() == pytest.approx(8.0)  # a plan on y alone keeps its price
+    assert np.array_equal(q.cost_ms[:, 0], p.cost_ms[:, 0])  # x: no partitions, unchanged
+    assert partition_pricing(q, rows).entry_ms[1] == pytest.approx(0.1, abs=0.01)
+    assert region_calibrated(p, []) is p
