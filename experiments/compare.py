@@ -55,9 +55,8 @@ def geomean(xs):
     return float(np.exp(np.mean(np.log(xs)))) if xs else math.nan
 
 
-
 def _scale_text(scale: float | None) -> str:
-    """A cut scale for the report; ``-`` where the results did not record it (results written by earlier versions)."""
+    """A cut scale for the report; ``-`` where the results did not record it (earlier versions)."""
     return "-" if scale is None else f"{scale:.2f}"
 
 

@@ -376,30 +376,54 @@ def partition_pricing(problem: PlacementProblem, rows: Iterable[Mapping[str, Any
     cover the whole model (one-partition plans: not cut), are skipped; a target without rows keeps
     entry 0 and scale 1.
     """
+    return _pricing_of(problem, _timed_partitions(problem, rows))
+
+
+#: one partition timed as it ran, as the problem knows it: (target index, op indices, tensors
+#: received (0 for the first partition), measured ms)
+_Timed = tuple[int, list[int], int, float]
+
+
+def _timed_partitions(problem: PlacementProblem, rows: Iterable[Mapping[str, Any]]) -> list[_Timed]:
+    """The rows of partitions timed as they ran that ``problem`` can price: on one of its targets,
+    with a measured time, every op its own, and not the whole model (a one-partition plan is not
+    cut)."""
     idx = {o: i for i, o in enumerate(problem.ops)}
-    cost = np.asarray(problem.cost_ms, dtype=float)
-    lat = np.asarray(problem.link_latency_ms, dtype=float)
-    per_target: dict[int, list[tuple[float, float, int]]] = {}
+    out: list[_Timed] = []
     for r in rows:
         if r.get("target") not in problem.targets or r.get("median_ms") is None:
             continue
         ops = list(r.get("ops") or ())
-        if not ops or any(o not in idx for o in ops) or len(set(ops)) >= len(idx):
-            continue
-        j = problem.targets.index(r["target"])
-        price = float(cost[[idx[o] for o in ops], j].sum())
         measured = float(r["median_ms"])
-        if not (math.isfinite(price) and math.isfinite(measured)):
+        if not ops or any(o not in idx for o in ops) or len(set(ops)) >= len(idx) or not math.isfinite(measured):
             continue
         n_in = max(int(r.get("n_inputs") or 1), 1) if r.get("prev") is not None else 0
-        per_target.setdefault(j, []).append((measured, price, n_in))
+        out.append((problem.targets.index(r["target"]), [idx[o] for o in ops], n_in, measured))
+    return out
+
+
+def _tells_scale(price: float, entry: float, n_in: int) -> bool:
+    """Whether a partition is large enough for its time to tell the cut scale apart from the entry
+    cost: at least ``_SCALE_ROW_MIN_MS`` and 3x what entering it costs."""
+    return price >= _SCALE_ROW_MIN_MS and price >= 3 * entry * n_in
+
+
+def _pricing_of(problem: PlacementProblem, timed: Sequence[_Timed]) -> PartitionPricing:
+    """:func:`partition_pricing` of rows already read by :func:`_timed_partitions`."""
+    cost = np.asarray(problem.cost_ms, dtype=float)
+    lat = np.asarray(problem.link_latency_ms, dtype=float)
+    per_target: dict[int, list[tuple[float, float, int]]] = {}
+    for j, pos, n_in, measured in timed:
+        price = float(cost[pos, j].sum())
+        if math.isfinite(price):
+            per_target.setdefault(j, []).append((measured, price, n_in))
     entry = np.zeros(len(problem.targets))
     scale = np.ones(len(problem.targets))
     used: dict[str, int] = {}
     for j, xs in per_target.items():
         a = _median_entry(xs, 1.0)
         for _ in range(_PRICING_ROUNDS):  # each estimate net of the other, until they settle
-            big = [(m - a * n) / p for m, p, n in xs if p >= _SCALE_ROW_MIN_MS and p >= 3 * a * n]
+            big = [(m - a * n) / p for m, p, n in xs if _tells_scale(p, a, n)]
             if len(big) < 2:
                 break
             b = float(np.clip(np.median(big), 1.0, MAX_CUT_SCALE))
@@ -439,27 +463,19 @@ def region_calibrated(problem: PlacementProblem, rows: Iterable[Mapping[str, Any
     learns on the redistributed costs (it depends on them), so the two are alternated a few times.
     Targets without such partitions are unchanged.
     """
-    rows = [r for r in rows if r.get("target") in problem.targets and r.get("median_ms") is not None]
-    if not rows:
+    timed = _timed_partitions(problem, rows)
+    if not timed:
         return problem
-    idx = {o: i for i, o in enumerate(problem.ops)}
     base = np.asarray(problem.cost_ms, dtype=float)
-    parsed = []
-    for r in rows:
-        ops = list(r.get("ops") or ())
-        if not ops or any(o not in idx for o in ops) or len(set(ops)) >= len(idx):
-            continue
-        n_in = max(int(r.get("n_inputs") or 1), 1) if r.get("prev") is not None else 0
-        parsed.append((problem.targets.index(r["target"]), [idx[o] for o in ops], n_in, float(r["median_ms"])))
     current = problem
     for _ in range(_REGION_ROUNDS):
-        entry = partition_pricing(current, rows).entry_ms
+        entry = _pricing_of(current, timed).entry_ms
         cost = np.array(base)
         ratios: dict[int, dict[int, list[float]]] = {}
-        for j, pos, n_in, measured in parsed:
+        for j, pos, n_in, measured in timed:
             price = float(current.cost_ms[pos, j].sum())
             a = float(entry[j])
-            if not math.isfinite(price) or price < _SCALE_ROW_MIN_MS or price < 3 * a * n_in:
+            if not math.isfinite(price) or not _tells_scale(price, a, n_in):
                 continue
             base_price = float(base[pos, j].sum())
             ratio = (measured - a * n_in) / base_price if base_price > 0 else math.nan
