@@ -91,6 +91,9 @@ _NUMERIC = (
     "mm_batch", "mm_M", "mm_K", "mm_N", "heads", "seq", "hidden", "b_const",
     # others
     "axis_last", "concat_inputs",
+    # vector-width alignment of the channel / inner sizes (kernels pick code paths by it), and how a
+    # data-movement op walks memory (the innermost axis kept in place or not; the rank)
+    "align_C", "align_K", "align_inner", "inner_moved", "in_rank",
 )
 #: Column names of :func:`signature_features`, in order.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -298,6 +301,14 @@ def _l(x: float) -> float:
     return math.log1p(max(float(x), 0.0))
 
 
+def _align(n: float) -> float:
+    """The largest power of two (up to 64) that divides ``n`` (0 for 0): SIMD-friendly sizes."""
+    n = int(n)
+    if n <= 0:
+        return 0.0
+    return float(min(n & -n, 64))
+
+
 def signature_features(obj: Any) -> np.ndarray:
     """Feature vector (float64, ``len(FEATURE_NAMES)``) of one op signature."""
     sig = normalize_signature(obj)
@@ -364,6 +375,12 @@ def signature_features(obj: Any) -> np.ndarray:
             pass
     if op == "Concat":
         f["concat_inputs"] = float(len(ins))
+    f["align_C"], f["align_K"] = _align(f["C"]), _align(f["K"])
+    f["align_inner"] = _align(x0[-1]) if x0 else 0.0
+    f["in_rank"] = float(len(x0))
+    if op == "Transpose" and x0:
+        perm = _attr_ints(attrs, "perm", list(range(len(x0)))[::-1])
+        f["inner_moved"] = 1.0 if perm and perm[-1] != len(x0) - 1 else 0.0
     return np.fromiter((f[n] for n in FEATURE_NAMES), dtype=np.float64, count=len(FEATURE_NAMES))
 
 

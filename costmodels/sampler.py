@@ -12,7 +12,8 @@ model (independent ops, one input each), so that one profiling campaign
 
 Families: conv (incl. depthwise/grouped, strided), matmul (batched, constant or activation B:
 attention-style), gemm, pool (Max/Average/GlobalAverage), eltwise (Relu, Add, Mul, Sigmoid,
-Clip, Erf, Tanh, Div, Sub, Sqrt), batchnorm, softmax, layernorm, concat, lrn, transpose.
+Clip, Erf, Tanh, Div, Sub, Sqrt), batchnorm, softmax, layernorm, concat, lrn, transpose (heads, NCHW <->
+NHWC, 5-D channel shuffle), reshape (a copy in a single-op model: ONNX Runtime's costs as many bytes).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from placer.graph import build_graph, load_model
 from placer.profile.campaign import profile_graph
 
 FAMILIES = ("conv", "matmul", "gemm", "pool", "eltwise", "batchnorm", "softmax", "layernorm", "concat", "lrn",
-            "transpose")
+            "transpose", "reshape")
 ELTWISE_UNARY = ("Relu", "Sigmoid", "Clip", "Erf", "Tanh", "Sqrt")
 ELTWISE_BINARY = ("Add", "Mul", "Div", "Sub")
 OPSET = 17
@@ -80,6 +81,8 @@ def spec_from_signature(sig: Any) -> dict | None:
     if op == "Transpose":
         perm = a.get("perm") or list(range(len(x)))[::-1]
         return {"family": "transpose", "shape": list(x), "perm": [int(p) for p in perm]}
+    if op == "Reshape" and s["outputs"]:
+        return {"family": "reshape", "shape": list(x), "to": list(s["outputs"][0]["shape"])}
     return None
 
 
@@ -118,6 +121,15 @@ def perturb(spec: Mapping[str, Any], rng: np.random.Generator) -> dict:
     elif fam == "concat":
         s["Cs"] = [_scale(c, f(), 1, 8 if c >= 16 else 1) for c in s["Cs"]]
         s["H"] = s["W"] = _scale(s["H"], f())
+    elif fam == "reshape":
+        k = int(rng.choice([2, 4])) if rng.random() < 0.5 else 1
+        even = s["shape"][-1] % 2 == 0 and s["to"][-1] % 2 == 0
+        if rng.random() < 0.5 and even:  # halve the last dim of both shapes: same element count on each side
+            s["shape"][-1] //= 2
+            s["to"][-1] //= 2
+        elif len(s["shape"]) > 1 and len(s["to"]) > 1 and s["shape"][0] == s["to"][0]:
+            s["shape"][0] *= k  # a larger batch on both sides
+            s["to"][0] *= k
     elif fam in ("eltwise", "softmax", "layernorm", "transpose"):
         shape = list(s["shape"])
         i = int(rng.integers(0, len(shape))) if shape else 0
@@ -187,7 +199,26 @@ def random_spec(family: str, rng: np.random.Generator) -> dict:
     if family == "lrn":
         return {"family": "lrn", "N": 1, "C": ch(), "H": hw(), "W": 0, "size": 5}
     if family == "transpose":
-        return {"family": "transpose", "shape": [1, seq(), int(rng.choice([4, 8, 12])), 64], "perm": [0, 2, 1, 3]}
+        kind = int(rng.integers(0, 4))
+        if kind == 0:  # attention heads
+            return {"family": "transpose", "shape": [1, seq(), int(rng.choice([4, 8, 12])), 64], "perm": [0, 2, 1, 3]}
+        if kind == 1:  # channel shuffle (ShuffleNet)
+            g = int(rng.choice([2, 4]))
+            return {"family": "transpose", "shape": [1, g, ch() // g, hw(), 0], "perm": [0, 2, 1, 3, 4]}
+        perm = [0, 2, 3, 1] if kind == 2 else [0, 3, 1, 2]  # NCHW <-> NHWC
+        h = hw()
+        return {"family": "transpose", "shape": [1, ch(), h, h] if kind == 2 else [1, h, h, ch()], "perm": perm}
+    if family == "reshape":
+        kind = int(rng.integers(0, 3))
+        if kind == 0:  # split the hidden size into heads
+            s, h, heads = seq(), hid(), int(rng.choice([4, 8, 12]))
+            h -= h % heads
+            return {"family": "reshape", "shape": [1, s, h], "to": [1, s, heads, h // heads]}
+        c, h = ch(), hw()
+        if kind == 1:  # channel shuffle's groups
+            g = int(rng.choice([2, 4]))
+            return {"family": "reshape", "shape": [1, c, h, h], "to": [1, g, c // g, h, h]}
+        return {"family": "reshape", "shape": [1, c, h, h], "to": [1, c * h * h]}  # flatten
     raise ValueError(f"unknown family {family!r}; valid: {', '.join(FAMILIES)}")
 
 
@@ -288,8 +319,13 @@ def spec_nodes(spec: Mapping[str, Any], prefix: str, rng: np.random.Generator):
         node = helper.make_node("LRN", [x], [y], name=f"{prefix}_lrn", size=s.get("size", 5), alpha=1e-4,
                                 beta=0.75, bias=1.0)
     elif fam == "transpose":
-        ins.append(_vi(x, s["shape"]))
+        shape = [d if d else s["shape"][3] for d in s["shape"]]  # a 0 is "as the dim before" (square maps)
+        ins.append(_vi(x, shape))
         node = helper.make_node("Transpose", [x], [y], name=f"{prefix}_transpose", perm=s["perm"])
+    elif fam == "reshape":
+        ins.append(_vi(x, s["shape"]))
+        inits.append(numpy_helper.from_array(np.array(s["to"], np.int64), f"{prefix}_to"))
+        node = helper.make_node("Reshape", [x, f"{prefix}_to"], [y], name=f"{prefix}_reshape")
     else:
         raise ValueError(f"unknown family {fam!r}; valid: {', '.join(FAMILIES)}")
     out = helper.make_tensor_value_info(y, TensorProto.FLOAT, None)

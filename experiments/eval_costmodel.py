@@ -80,9 +80,10 @@ def cmd_profile(args) -> int:
         graphs.append(g)
         segs = sampled_segments(g, args.segments, args.max_len, args.seed) if args.segments else None
         r = profile_graph(g, targets, args.db, progress=False, segments=segs, whole_model=not args.no_whole,
-                          links=not args.no_links, seed=args.seed)
+                          links=not args.no_links, seed=args.seed, second_window=not args.one_window)
         print(f"{name}: {len(g.ops)} ops, {r.unique_signatures} signatures, {len(segs or [])} segments: "
-              f"measured {r.measured}, cached {r.cached}, unsupported {r.unsupported}, failed {r.failed} "
+              f"measured {r.measured}, cached {r.cached}, unsupported {r.unsupported}, failed {r.failed}, "
+              f"second windows {r.second_windows} ({r.slow_first_windows} slow first) "
               f"in {time.time() - t0:.0f}s {r.problems[:2]}", flush=True)
     manifest_path = Path(str(args.db) + ".variants.json")
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
@@ -92,7 +93,8 @@ def cmd_profile(args) -> int:
     for name, base, n, share in banks:
         t0 = time.time()
         specs = sample_variants(base, n=n, seed=args.seed, random_share=share)
-        res = profile_variants(targets, args.db, specs=specs, seed=args.seed, name=name, progress=False)
+        res = profile_variants(targets, args.db, specs=specs, seed=args.seed, name=name, progress=False,
+                               second_window=not args.one_window)
         manifest[name] = {"seed": args.seed, "specs": specs}
         manifest_path.write_text(json.dumps(manifest))
         print(f"{name}: {len(specs)} variants, {sum(r.measured for _, r in res)} measured, "
@@ -172,6 +174,8 @@ def main(argv=None) -> int:
     pp.add_argument("--no-whole", action="store_true")
     pp.add_argument("--no-links", action="store_true")
     pp.add_argument("--seed", type=int, default=0)
+    pp.add_argument("--one-window", action="store_true",
+                    help="measure multi-thread targets once (no second window; the code before session 10)")
     pp.set_defaults(func=cmd_profile)
     pe = sub.add_parser("eval")
     pe.add_argument("--db", required=True)

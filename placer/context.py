@@ -35,6 +35,7 @@ from placer.graph.opaque import describe_members, is_opaque
 from placer.profile import profile_graph, profile_links, profile_whole_model
 from placer.profile.contention import CONTENDED, CpuWindow, quiet_now
 from placer.profile.keys import model_key, partition_key, partition_prefix
+from placer.profile.report import second_window_line
 from placer.profile.store import open_store as _open_store
 from placer.run.numerics import load_inputs, tolerance_for
 from placer.run.partition_probe import measure_probes, probe_pairs
@@ -126,6 +127,8 @@ def prepare(
         if res.remeasured or res.contended:
             say(f"measurement conditions: other processes kept the machine busy during {res.remeasured} "
                 f"measurement(s), taken again; {res.contended} stayed contended (flagged; measured again next time)")
+        if res.second_windows:
+            say(second_window_line(res))
         if whole_models:
             with _phase(say, f"profile the whole model on {names}"):
                 profile_whole_model(graph, real, store, timeout_s=max(timeout_s, 120.0), retry_contended=refresh)

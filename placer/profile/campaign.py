@@ -135,6 +135,7 @@ def profile_graph(
     seed: int = 0,
     colocate: bool = True,
     retry_contended: bool = False,
+    second_window: bool = True,
 ) -> CampaignResult:
     """Profile every unique op signature of ``graph`` on every target; measure only what is missing.
 
@@ -146,7 +147,9 @@ def profile_graph(
     ``model_timeout_s`` (default 10x) the whole-model ones. ``retry_failed`` re-measures rows
     whose status is error/timeout/crash; ``retry_contended`` rows flagged as measured while other
     processes kept the machine busy (:mod:`placer.profile.contention`). ``colocate``: each worker also imports the other
-    targets' runtimes, as the executor's process does (they slow each other's calls).
+    targets' runtimes, as the executor's process does (they slow each other's calls). ``second_window``: a
+    multi-thread target measures each op and segment again after the first pass, in a fresh worker, and keeps
+    the lower median (slow spells of seconds, no other process busy: :data:`placer.profile.engine.SLOW_FIRST_WINDOW`).
     """
     t_start = time.perf_counter()
     res = CampaignResult()
@@ -163,7 +166,7 @@ def profile_graph(
         st.register_signatures({r["key"]: r for r in rows}.values())
         eng = Engine(st, timeout_s=timeout_s, isolate=isolate, progress=progress, timing=timing, seed=seed,
                      retry_failed=retry_failed, result=res, colocate=[t.name for t in tlist] if colocate else (),
-                     retry_contended=retry_contended)
+                     retry_contended=retry_contended, second_window=second_window)
         eng.run(tasks)
         if links and len(tlist) > 1:
             _run_links(st, tlist, res, sizes=link_sizes, isolate=isolate, timeout_s=max(timeout_s, 120.0),

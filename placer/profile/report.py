@@ -54,6 +54,12 @@ def console():
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
+def second_window_line(res: CampaignResult) -> str:
+    """What the second measurement window of the multi-thread targets found."""
+    return (f"second window: {res.second_windows} multi-thread measurement(s) taken again later in a fresh worker, "
+            f"the lower median kept; the first window was over 1.25x slower for {res.slow_first_windows}")
+
+
 def summary_lines(res: CampaignResult) -> list[str]:
     lines = [
         f"measurements: {res.measured} measured, {res.cached} cached, {res.unsupported} unsupported, "
@@ -65,6 +71,8 @@ def summary_lines(res: CampaignResult) -> list[str]:
             f"measurement conditions: other processes kept the machine busy during {res.remeasured} measurement(s), "
             f"taken again; {res.contended} stayed contended in every attempt and are flagged in the store "
             "(`placer profile --retry-contended` measures them again)")
+    if res.second_windows:
+        lines.append(second_window_line(res))
     lines += [f"warning: {p}" for p in res.problems]
     return lines
 

@@ -55,6 +55,8 @@ class CampaignResult:
     problems: list[str] = field(default_factory=list)  # worker start failures and such (not stored)
     remeasured: int = 0  # measurements taken again because other processes kept the machine busy
     contended: int = 0  # rows stored although every attempt was contended (flagged; re-measured next time)
+    second_windows: int = 0  # multi-thread rows measured again in a second window (the lower median kept)
+    slow_first_windows: int = 0  # ... whose first window was over 1.25x the second
     results: dict[tuple[str, str], Measurement] = field(default_factory=dict)  # (key, target name) -> row
 
     def to_dict(self) -> dict:
@@ -63,5 +65,6 @@ class CampaignResult:
             "wall_s": self.wall_s, "unique_signatures": self.unique_signatures, "links_measured": self.links_measured,
             "links_cached": self.links_cached, "store": self.store_path, "problems": list(self.problems),
             "remeasured": self.remeasured, "contended": self.contended,
+            "second_windows": self.second_windows, "slow_first_windows": self.slow_first_windows,
             "per_target": {k: v.to_dict() for k, v in self.per_target.items()},
         }

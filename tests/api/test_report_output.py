@@ -268,3 +268,17 @@ def test_cost_model_report_is_written_by_the_one_report_path(tmp_path):
     assert "| onnxruntime | 3 | 25.0 | 33.3 | 66.7 | 20.0 |" in md  # MAPE, within 10/25 %, median APE
     assert r"m\|1" in md  # a model name cannot break the table
     assert "+10.0" in md and "<table>" in (tmp_path / "report.html").read_text()
+
+
+def test_cost_model_report_sets_the_held_out_share_against_the_noise_floor(tmp_path):
+    """With a repeat profile, the report gives per target the held-out share within 10 %, the repeat share,
+    the gap and whether the goal (held-out >= repeat - 5 points) is met."""
+    from costmodels.evaluate import EvalResult, against_noise_floor, summarize, write_report
+
+    ops = [{"target": t, "model": "m", "op_type": "Conv", "measured_ms": 1.0, "predicted_ms": 1.0 + e, "ape": e}
+           for t in ("a", "b") for e in (0.05, 0.05, 0.05, 0.3)]  # 75 % within 10 % on each
+    rep = {"a": summarize([0.01, 0.02, 0.03, 0.2]), "b": summarize([0.01] * 10)}  # 75 % and 100 %
+    res = EvalResult(op_rows=ops, settings={"targets": ["a", "b"], "models": ["m"], "repeatability": rep})
+    assert against_noise_floor(res) == [("a", 0.75, 0.75, True), ("b", 0.75, 1.0, False)]
+    md = write_report(res, tmp_path).read_text()
+    assert "| a | 75.0 | 75.0 | +0.0 | yes |" in md and "| b | 75.0 | 100.0 | -25.0 | no |" in md

@@ -130,3 +130,26 @@ def test_segment_key_is_structural(tiny):
     assert segment_key(tiny, ids) == segment_key(tiny, list(reversed(ids)))
     assert segment_key(tiny, ids) != segment_key(tiny, [op.id for op in tiny.ops[:3]])
     assert segment_key(tiny, ids).startswith("seg:")
+
+
+def test_multi_thread_ops_get_a_second_window_and_keep_the_lower_median(tmp_path, tiny, fast_timing):
+    """A 2-thread target measures each op again after the first pass, in a fresh worker; a 1-thread one does
+    not (its repeats agree); the row keeps the lower of the two medians and records both."""
+    db = tmp_path / "w.db"
+    res = profile_graph(tiny, ["onnxruntime:t2", "onnxruntime"], db, progress=False, links=False,
+                        whole_model=False, timing=fast_timing)
+    n_sigs = len(tiny.unique_signatures())
+    assert res.failed == 0 and res.second_windows == n_sigs
+    assert 0 <= res.slow_first_windows <= res.second_windows
+    with ProfileStore(db) as st:
+        for op in tiny.ops:
+            two = st.get(op.signature.hash, "onnxruntime@cpu:t2")
+            first, second = two.meta["windows_ms"]
+            assert two.median_ms == min(first, second) > 0
+            assert "windows_ms" not in st.get(op.signature.hash, "onnxruntime@cpu:t1").meta
+    again = profile_graph(tiny, ["onnxruntime:t2"], db, progress=False, links=False, whole_model=False,
+                          timing=fast_timing)
+    assert again.measured == 0 and again.second_windows == 0  # stored rows are not measured again
+    off = profile_graph(tiny, ["onnxruntime:t2"], tmp_path / "one.db", progress=False, links=False,
+                        whole_model=False, timing=fast_timing, second_window=False)
+    assert off.second_windows == 0 and off.measured == n_sigs + 1  # the ops and the call overhead
