@@ -59,6 +59,10 @@ _SECOND_WINDOW_KINDS = ("op", "segment")
 #: a second window this much faster than the first means the first one was slow (counted, reported)
 SLOW_FIRST_WINDOW = 1.25
 
+#: a measurement whose compile took longer (ms) is not taken again in a second window (TVM builds each
+#: signature in about a second on this CPU; OpenVINO and ONNX Runtime in 1-20 ms)
+SECOND_WINDOW_MAX_COMPILE_MS = 1000.0
+
 
 @dataclass
 class Task:
@@ -271,7 +275,8 @@ class Engine:
                            net_ms=max(median - overhead, 0.0), p10_ms=st["p10_ms"], p90_ms=st["p90_ms"], n=st["n"],
                            meta=meta)
         self._count(task, "measured", m)
-        if self.second_window and task.kind in _SECOND_WINDOW_KINDS and task.target.spec.threads > 1:
+        if (self.second_window and task.kind in _SECOND_WINDOW_KINDS and task.target.spec.threads > 1
+                and (reply.get("compile_ms") or 0.0) <= SECOND_WINDOW_MAX_COMPILE_MS):
             self._again[task.target.name].append(task)
 
     def _second_window(self, target, tasks: list[Task]) -> None:
