@@ -93,8 +93,8 @@ def test_improves_heft_on_a_layered_dag_deterministically():
 
 def test_swap_reaches_what_single_moves_cannot():
     # a (critical, on the slow target) would wait on the fast one for b: only trading targets helps
-    p = PlacementProblem(ops=["a", "b"], targets=["fast", "slow"], cost_ms=np.array([[4.0, 10.0], [7.0, 9.0]]),
-                         tensors=[])
+    p = PlacementProblem(ops=["a", "b"], targets=["fast", "slow"],
+                         cost_ms=np.array([[4.0, 10.0], [7.0, 9.0]]), tensors=[])
     s = CriticalPathSearch(p, np.array([1, 0]), [1, 0])
     assert s.makespan == 10.0
     assert not s._improve_once(np.inf)  # a local optimum of the single moves
