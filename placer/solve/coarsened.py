@@ -5,10 +5,10 @@ For exact solvers the fine heuristics (HEFT, LP + list scheduling, ...) run firs
 time limit; the coarse problem gets the rest (minus a reserve for the expansion). In latency mode
 (options ``dynamic``, ``window_bound``, ``lns`` of ``cpsat``) the fine heuristics include
 :class:`~placer.solve.heuristics.DynamicListSearch`; the window LP bound follows (at most a tenth of
-the time left); the coarse solve is skipped when the best fine plan is already within
-``lns_skip_coarse_gap`` of that bound (once the critical-path search of
-:mod:`placer.solve.latency_search` has improved the best fine plan for the share ``local_search``
-of the time left) and otherwise gets half of the time left; the rest goes to
+the time left); the critical-path search of :mod:`placer.solve.latency_search` improves the best
+fine plan for the share ``local_search`` of the time left; the coarse solve is skipped when that
+plan is within ``lns_skip_coarse_gap`` of the bound (by default always: with ``lns`` the coarse
+solve's time goes to the window LNS) and otherwise gets half of the time left; the rest goes to
 CP-SAT window LNS (:mod:`placer.solve.lns`) on the best plan so far (after up to half of it lets the
 dynamic search finish two passes per portfolio member).
 """
@@ -65,7 +65,7 @@ def solve_coarsened(problem: PlacementProblem, impl: Solver, ctx: SolveContext, 
         s.fine_best = polish(p, *s.fine_best, s.opts_all, ctx.deadline, ctx.seed)
         s.best_val = float(latency_schedule(p, s.fine_best[1], s.fine_best[2])[1].max())
     use_lns = s.fine_latency and s.opts_all.get("lns", False) and s.fine_best is not None
-    gap_ok = float(s.opts_all.get("lns_skip_coarse_gap", 0.02))
+    gap_ok = float(s.opts_all.get("lns_skip_coarse_gap", 1.0))
     skip_coarse = use_lns and s.best_val - bound <= gap_ok * s.best_val
     sub_deadline = s.coarse_deadline(use_lns)
     if s.fine_best is not None and sub_deadline - time.monotonic() < MIN_COARSE_S:

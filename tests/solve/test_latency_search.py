@@ -4,7 +4,8 @@ Against exact enumeration on random tiny problems (pins, colocation, memory caps
 charges): the plan it returns is valid, never worse than the plan it started from, never better
 than the brute-force optimum, and its reported makespan is the evaluator's. Its incremental
 schedules equal the evaluator's; on a random layered DAG it improves HEFT within a fixed,
-deterministic budget (ops re-timed), and the same budget gives the same plan.
+deterministic budget (ops re-timed), and the same budget gives the same plan; a swap of targets
+gets out of a local optimum of the single moves.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from solve_testlib import problems
 
 from placer.errors import ProblemError
+from placer.problem import PlacementProblem
 from placer.solve import solve
 from placer.solve.evaluate import check_assignment, latency_schedule, make_latency_plan
 from placer.solve.heuristics import HeuristicError, heft, priority_assign
@@ -87,6 +89,18 @@ def test_improves_heft_on_a_layered_dag_deterministically():
     assert mk < 0.995 * heft_ms
     assert mk == mk_b and (a2 == a2_b).all() and o2 == o2_b
     make_latency_plan(p, a2, "test", order=o2).validate(p)
+
+
+def test_swap_reaches_what_single_moves_cannot():
+    # a (critical, on the slow target) would wait on the fast one for b: only trading targets helps
+    p = PlacementProblem(ops=["a", "b"], targets=["fast", "slow"],
+                         cost_ms=np.array([[4.0, 10.0], [7.0, 9.0]]), tensors=[])
+    s = CriticalPathSearch(p, np.array([1, 0]), [1, 0])
+    assert s.makespan == 10.0
+    assert not s._improve_once(np.inf)  # a local optimum of the single moves
+    s.stuck = True  # what run() records before its first kick: swaps from then on
+    assert s._improve_once(np.inf)
+    assert s.makespan == 9.0 and s.assign == [0, 1]
 
 
 def test_polish_keeps_the_plan_when_off_or_weighing_transfers():
