@@ -7,12 +7,6 @@ on :mod:`costmodels.features` plus the log roofline estimate learns the residual
 ops larger or smaller than any training op on the roofline's scaling instead of clamping them to
 the nearest leaf. With ``use_prior=False`` the trees learn ``log(latency_ms)`` directly.
 
-A multi-thread target may take a fitted model of the same runtime on one thread as its base instead
-(``base_model``): the trees then learn ``log(latency_ms) - log(one-thread prediction)``, how the op
-scales to more threads. One-thread ops repeat within 10% for 96% of signatures, multi-thread ones for
-66-71%, so the one-thread model carries the shape effects more cleanly; on the session-10 leave-one-
-model-out profiles the held-out share within 10% of ONNX Runtime on two threads went 51.8 -> 56.9%.
-
 Rows whose latency is not finite are the target's "unsupported" measurements. An op type with
 unsupported rows and no supported one is remembered in ``unsupported_op_types_`` and predicted as
 ``inf``; exact unsupported signatures are remembered by :class:`costmodels.cost_model.CostModel`.
@@ -69,18 +63,12 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
         Roofline spec (see :meth:`RooflineModel.from_spec`); ``None`` = fit it on the data.
     random_state : int or None
         Seed of the regressor.
-    robust : bool
-        Huber loss instead of squared error (gradient boosting only).
-    base_model : OpLatencyModel or None
-        A fitted model whose log prediction is the base the trees correct instead of the roofline's
-        (the same runtime on one thread, for a multi-thread target); ``use_prior`` must be on.
     """
 
     def __init__(self, target: str | None = None, regressor: str = "gbr", n_estimators: int = 400,
                  max_depth: int | None = 6, learning_rate: float = 0.05, min_samples_leaf: int = 2,
                  subsample: float = 0.8, use_prior: bool = True, prior: Mapping[str, Any] | None = None,
-                 random_state: int | None = 0, robust: bool = False,
-                 base_model: "OpLatencyModel | None" = None):
+                 random_state: int | None = 0):
         self.target = target
         self.regressor = regressor
         self.n_estimators = n_estimators
@@ -91,27 +79,18 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
         self.use_prior = use_prior
         self.prior = prior
         self.random_state = random_state
-        self.robust = robust
-        self.base_model = base_model
 
     def _design(self, F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(regressor input, log prior): the regressor learns ``log(latency) - log prior``."""
         if not self.use_prior:
             return F, np.zeros(len(F))
-        base = self.prior_ if self.base_model is None else self.base_model
-        with np.errstate(over="ignore"):
-            est = base.predict(F)
-        # an op type the base cannot run (inf) falls back on the roofline
-        est = np.where(np.isfinite(est), est, self.prior_.predict(F))
-        log_prior = np.log(np.maximum(est, 1e-6))
+        log_prior = np.log(np.maximum(self.prior_.predict(F), 1e-6))
         return np.hstack([F, log_prior[:, None]]), log_prior
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OpLatencyModel":
         """Fit on signatures (or a feature matrix) ``X`` and latencies ``y`` in ms (inf = unsupported)."""
         F = as_features(X)
         y = check_xy(F, y)
-        if self.base_model is not None and not self.use_prior:
-            raise ValueError(f"OpLatencyModel({self.target}): a base_model needs use_prior=True")
         ok = np.isfinite(y) & (y > 0)
         if not ok.any():
             raise ValueError(f"OpLatencyModel({self.target}): no finite latency to fit")
@@ -127,7 +106,7 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
         D, base = self._design(F)
         reg = make_regressor(self.regressor, n_estimators=self.n_estimators, max_depth=self.max_depth,
                              learning_rate=self.learning_rate, min_samples_leaf=self.min_samples_leaf,
-                             subsample=self.subsample, random_state=self.random_state, robust=self.robust)
+                             subsample=self.subsample, random_state=self.random_state)
         reg.fit(D, np.log(y) - base, sample_weight=w)
         self.regressor_ = reg
         self.n_features_in_ = F.shape[1]

@@ -53,7 +53,6 @@ TRUSTED_TYPES: tuple[str, ...] = (
     "costmodels.transfer.TransferModel",
     "costmodels.partition.PartitionCorrection",
     "sklearn.tree._tree.Tree",
-    "sklearn.frozen._frozen.FrozenEstimator",  # a multi-thread target's one-thread base (OpLatencyModel)
 )
 
 

@@ -27,7 +27,6 @@ import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from sklearn.frozen import FrozenEstimator
 
 from costmodels.cost_model import CostModel
 from costmodels.data import TrainingData
@@ -71,27 +70,6 @@ def partition_training_records(data: TrainingData, measured: Mapping[str, Mappin
     return X, y
 
 
-def one_thread_sibling(target: str, names: Sequence[str]) -> str | None:
-    """For a multi-thread target, the target among ``names`` running the same runtime on one thread
-    (an unpinned one first), whose fitted model becomes its base (:class:`OpLatencyModel`
-    ``base_model``); None for a one-thread target or where there is none."""
-    try:
-        spec = TargetSpec.parse(target)
-    except Exception:  # a stored name this machine cannot parse (cores it lacks): no sibling
-        return None
-    if spec.threads <= 1:
-        return None
-    found = []
-    for name in names:
-        try:
-            other = TargetSpec.parse(name)
-        except Exception:
-            continue
-        if name != target and other.kind == spec.kind and other.arg == spec.arg and other.threads == 1:
-            found.append((other.cores is not None, name))
-    return min(found)[1] if found else None
-
-
 def fit_cost_model(data: TrainingData, targets: Sequence[str] | None = None, *, tune_trials: int = 0,
                    seed: int = 0, cv: int = 4, cv_metrics: bool = True, op_params: Mapping[str, Any] | None = None,
                    partition_params: Mapping[str, Any] | None = None,
@@ -114,8 +92,7 @@ def fit_cost_model(data: TrainingData, targets: Sequence[str] | None = None, *, 
     op_models: dict[str, OpLatencyModel] = {}
     measured: dict[str, dict[str, float]] = {}
     target_cards: dict[str, dict] = {}
-    siblings = {t: one_thread_sibling(t, targets) for t in targets}
-    for t in sorted(targets, key=lambda t: siblings[t] is not None):  # one-thread bases first
+    for t in targets:
         rows = data.op_rows(t)
         if not rows:
             raise CostModelError(f"no op measurements for target {t!r}; targets with data: {', '.join(data.target_names())}")
@@ -123,14 +100,10 @@ def fit_cost_model(data: TrainingData, targets: Sequence[str] | None = None, *, 
         y = np.array([r.latency_ms for r in rows])
         groups = _groups(data, rows)
         params = dict(op_params or {})
-        sibling = op_models.get(siblings[t]) if params.get("use_prior", True) else None
-        if sibling is not None and "base_model" not in params:  # frozen: cloned as it is (CV, tuning)
-            params["base_model"] = FrozenEstimator(sibling)
         tuned_score = None
         if tune_trials > 0 and np.isfinite(y).sum() >= 8:
-            found, tuned_score = tune_op_model(F, y, groups, n_trials=tune_trials, seed=seed, cv=cv,
-                                               base=OpLatencyModel(random_state=seed, **params))
-            params.update(found)
+            params, tuned_score = tune_op_model(F, y, groups, n_trials=tune_trials, seed=seed, cv=cv,
+                                                base=OpLatencyModel(random_state=seed, **(op_params or {})))
         est = OpLatencyModel(target=t, random_state=seed, **params)
         if not np.isfinite(y).any():
             measured[t] = {r.key: r.latency_ms for r in rows}
@@ -148,9 +121,7 @@ def fit_cost_model(data: TrainingData, targets: Sequence[str] | None = None, *, 
             "fingerprint": data.targets.get(t), "data_fingerprint": data.fingerprint([t]),
             "n_rows": len(rows), "n_unsupported": int((~np.isfinite(y)).sum()),
             "unsupported_op_types": est.unsupported_op_types_,
-            "params": {k: v for k, v in est.get_params(deep=False).items()
-                       if k not in ("prior", "target", "base_model")},
-            "base": siblings[t] if est.base_model is not None else "roofline",
+            "params": {k: v for k, v in est.get_params().items() if k not in ("prior", "target")},
             "metrics": metrics, "overhead_ms": data.overheads_ms.get(t),
         }
     overheads = {t: float(v) for t, v in data.overheads_ms.items() if t in targets}
