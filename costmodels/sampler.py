@@ -13,7 +13,8 @@ model (independent ops, one input each), so that one profiling campaign
 Families: conv (incl. depthwise/grouped, strided), matmul (batched, constant or activation B:
 attention-style), gemm, pool (Max/Average/GlobalAverage), eltwise (Relu, Add, Mul, Sigmoid,
 Clip, Erf, Tanh, Div, Sub, Sqrt), batchnorm, softmax, layernorm, concat, lrn, transpose (heads, NCHW <->
-NHWC, 5-D channel shuffle), reshape (a copy in a single-op model: ONNX Runtime's costs as many bytes).
+NHWC, 5-D channel shuffle), reshape (heads, channel groups, flatten: alone in a model it copies its
+input, and ONNX Runtime's costs as many bytes as it moves).
 """
 
 from __future__ import annotations
@@ -319,7 +320,7 @@ def spec_nodes(spec: Mapping[str, Any], prefix: str, rng: np.random.Generator):
         node = helper.make_node("LRN", [x], [y], name=f"{prefix}_lrn", size=s.get("size", 5), alpha=1e-4,
                                 beta=0.75, bias=1.0)
     elif fam == "transpose":
-        shape = [d if d else s["shape"][3] for d in s["shape"]]  # a 0 is "as the dim before" (square maps)
+        shape = [d if d else s["shape"][3] for d in s["shape"]]  # a 0 (5-D shuffle's W) is H: square maps
         ins.append(_vi(x, shape))
         node = helper.make_node("Transpose", [x], [y], name=f"{prefix}_transpose", perm=s["perm"])
     elif fam == "reshape":

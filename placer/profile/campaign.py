@@ -149,7 +149,8 @@ def profile_graph(
     processes kept the machine busy (:mod:`placer.profile.contention`). ``colocate``: each worker also imports the other
     targets' runtimes, as the executor's process does (they slow each other's calls). ``second_window``: a
     multi-thread target measures each op and segment again after the first pass, in a fresh worker, and keeps
-    the lower median (slow spells of seconds, no other process busy: :data:`placer.profile.engine.SLOW_FIRST_WINDOW`).
+    the lower median (slow spells of seconds with no other process busy: docs/design.md, "A second window for
+    multi-thread measurements").
     """
     t_start = time.perf_counter()
     res = CampaignResult()

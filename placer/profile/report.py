@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from placer.devices import make_targets
 from placer.errors import ProfileError
 from placer.profile.campaign import CampaignResult, profile_model
+from placer.profile.engine import SLOW_FIRST_WINDOW
 from placer.profile.store import open_store
 from placer.safe_io import printable
 
@@ -57,7 +58,8 @@ def console():
 def second_window_line(res: CampaignResult) -> str:
     """What the second measurement window of the multi-thread targets found."""
     return (f"second window: {res.second_windows} multi-thread measurement(s) taken again later in a fresh worker, "
-            f"the lower median kept; the first window was over 1.25x slower for {res.slow_first_windows}")
+            f"the lower median kept; the first window was over {SLOW_FIRST_WINDOW:g}x slower for "
+            f"{res.slow_first_windows}")
 
 
 def summary_lines(res: CampaignResult) -> list[str]:
