@@ -184,8 +184,7 @@ class Engine:
                 if not ts:
                     continue
                 t0 = time.perf_counter()
-                worker = (WorkerProcess([targets[name]], preload=self.colocate) if self.isolate
-                          else InProcessWorker([targets[name]]))
+                worker = self._worker(targets[name])
                 try:
                     for i, task in enumerate(ts):
                         bar.describe(f"{name} {task.label}")
@@ -217,9 +216,7 @@ class Engine:
             self._skipped[task.target.name] += 1
             self._count(task, "failed", None)
             return
-        header = {"cmd": "measure", "target": task.target.name, "key": task.key, "seed": self.seed,
-                  "timing": self.timing.to_dict(), "repeat": 3 if task.kind in _REPEATED_KINDS else 1,
-                  "alone": task.kind == "model"}
+        header = self._header(task, repeat=3 if task.kind in _REPEATED_KINDS else 1)
         try:
             payload = self._payload(task)
         except PlacerError as exc:
@@ -279,19 +276,26 @@ class Engine:
                 and (reply.get("compile_ms") or 0.0) <= SECOND_WINDOW_MAX_COMPILE_MS):
             self._again[task.target.name].append(task)
 
+    def _worker(self, target):
+        """A worker for ``target``: its own process (importing the colocated runtimes) when isolated."""
+        return WorkerProcess([target], preload=self.colocate) if self.isolate else InProcessWorker([target])
+
+    def _header(self, task: Task, repeat: int) -> dict:
+        """The request that measures ``task`` (``repeat`` windows in one request, the lowest median kept)."""
+        return {"cmd": "measure", "target": task.target.name, "key": task.key, "seed": self.seed,
+                "timing": self.timing.to_dict(), "repeat": repeat, "alone": task.kind == "model"}
+
     def _second_window(self, target, tasks: list[Task]) -> None:
         """Measure ``tasks`` (stored ok by this run) again in a fresh worker, in reverse order, so that a
         slow spell hits other ops than the first time; keep the lower median, record both (``windows``)."""
-        worker = (WorkerProcess([target], preload=self.colocate) if self.isolate else InProcessWorker([target]))
+        worker = self._worker(target)
         try:
             for task in reversed(tasks):
                 first = self.store.get(task.key, target)
-                if first is None or first.status != "ok" or first.median_ms is None:
+                if first is None or not first.ok or first.median_ms is None:
                     continue
-                header = {"cmd": "measure", "target": target.name, "key": task.key, "seed": self.seed,
-                          "timing": self.timing.to_dict(), "repeat": 1, "alone": False}
                 try:
-                    reply = self._measure_quietly(worker, header, self._payload(task), task)
+                    reply = self._measure_quietly(worker, self._header(task, repeat=1), self._payload(task), task)
                 except (WorkerDied, PlacerError):  # the first window's row stands
                     continue
                 if reply.get("status") != "ok":
@@ -302,17 +306,14 @@ class Engine:
                 meta["windows_ms"] = [first.median_ms, second]
                 if second * SLOW_FIRST_WINDOW < first.median_ms:
                     self.result.slow_first_windows += 1
+                median, net, p10, p90, n = first.median_ms, first.net_ms, first.p10_ms, first.p90_ms, first.n
                 if second < first.median_ms:
                     meta.update(mad_ms=st["mad_ms"], mean_ms=st["mean_ms"], contention=reply.get("contention"),
                                 loadavg=reply.get("loadavg"), contended=bool(reply.get("contended")))
-                    overhead = float(meta.get("overhead_ms") or 0.0)
-                    m = self.store.put(task.key, target, kind=task.kind, status="ok", median_ms=second,
-                                       net_ms=max(second - overhead, 0.0), p10_ms=st["p10_ms"], p90_ms=st["p90_ms"],
-                                       n=st["n"], meta=meta)
-                else:
-                    m = self.store.put(task.key, target, kind=task.kind, status="ok", median_ms=first.median_ms,
-                                       net_ms=first.net_ms, p10_ms=first.p10_ms, p90_ms=first.p90_ms, n=first.n,
-                                       meta=meta)
+                    median, p10, p90, n = second, st["p10_ms"], st["p90_ms"], st["n"]
+                    net = max(second - float(meta.get("overhead_ms") or 0.0), 0.0)
+                m = self.store.put(task.key, target, kind=task.kind, status="ok", median_ms=median, net_ms=net,
+                                   p10_ms=p10, p90_ms=p90, n=n, meta=meta)
                 self.result.results[(task.key, target.name)] = m
         finally:
             worker.stop()
