@@ -31,6 +31,7 @@ from placer.context import (
 from placer.devices import make_targets
 from placer.errors import PlacerError
 from placer.materialize import materialize
+from placer.materialize.in_context import priced_as_run
 from placer.report.explain import Explanation
 from placer.run.api import run_plan
 from placer.run.bench import PlanBench
@@ -119,12 +120,14 @@ CUT_MARGIN = 0.10
 def honest(ctx: PlanningContext, solved, *, measure: bool = False, say: Callable[[str], None] = lambda m: None):
     """The plan to return instead of ``solved``, and why: ``(plan, note)``.
 
-    A plan on several targets must be predicted at least :data:`CUT_MARGIN` faster than the best
-    single-target plan, else the single target is returned. With ``measure``, a plan that passes is
+    A plan on several targets is first priced as its partitions will run
+    (:func:`placer.materialize.in_context.priced_as_run`); it must then be predicted at least
+    :data:`CUT_MARGIN` faster than the best single-target plan, else the single target is returned. With ``measure``, a plan that passes is
     run against the best single target (interleaved rounds, outputs checked) and the faster one kept.
     """
     if len(set(solved.assignment.values())) <= 1:
         return solved, ""
+    solved = priced_as_run(ctx.problem, getattr(ctx, "graph", None), solved)  # by the target before each partition
     singles = []
     for t in ctx.problem.targets:
         p = solve(ctx.problem, "latency", f"single:{t}")

@@ -24,6 +24,7 @@ from placer.costing import (
     build_problem,
     cost_table_from_store,
     fusion_groups,
+    pair_pricing,
     partition_pricing,
     region_calibrated,
 )
@@ -125,8 +126,9 @@ def prepare(
             res = profile_graph(graph, real, store, timeout_s=timeout_s, progress=progress, segments=segments,
                                 retry_contended=refresh)
         if res.remeasured or res.contended:
-            say(f"measurement conditions: other processes kept the machine busy during {res.remeasured} "
-                f"measurement(s), taken again; {res.contended} stayed contended (flagged; measured again next time)")
+            say(f"measurement conditions: other processes kept the machine busy, or the host slowed a core, "
+                f"during {res.remeasured} measurement(s), taken again; {res.contended} stayed disturbed "
+                "(flagged; measured again next time)")
         if res.second_windows:
             say(second_window_line(res))
         if whole_models:
@@ -159,7 +161,10 @@ def with_entry(problem, rows: Sequence[Mapping[str, Any]]):
     """``problem`` priced as partitions timed as they ran (``rows``) say a cut plan runs: each
     target's op costs redistributed along the model (:func:`placer.costing.region_calibrated`;
     one-target plans keep their price), then the per-target entry cost per tensor received and the
-    cut scale on its ops (:func:`placer.costing.partition_pricing`); unchanged without rows."""
+    cut scale on its ops (:func:`placer.costing.partition_pricing`), and the same by the target that
+    runs before a partition in the provenance (:func:`placer.costing.pair_pricing`: what
+    :func:`placer.materialize.in_context.priced_as_run` prices a made plan with); unchanged without
+    rows."""
     if not rows:
         return problem
     problem = region_calibrated(problem, rows)
@@ -167,7 +172,8 @@ def with_entry(problem, rows: Sequence[Mapping[str, Any]]):
     prov = {**dict(problem.provenance),
             "entry_ms": {t: float(e) for t, e in zip(problem.targets, pricing.entry_ms)},
             "cut_scale": {t: float(c) for t, c in zip(problem.targets, pricing.cut_scale)},
-            "entry_rows": len(rows)}
+            "entry_rows": len(rows),
+            **pair_pricing(problem, rows).to_provenance(problem.targets)}
     return dataclasses.replace(problem, partition_overhead_ms=pricing.entry_ms, cut_scale=pricing.cut_scale,
                                provenance=prov)
 

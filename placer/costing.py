@@ -344,6 +344,8 @@ _SCALE_ROW_MIN_MS = 0.25
 MAX_CUT_SCALE = 3.0
 #: alternations of the entry and scale estimates (they settle in a few)
 _PRICING_ROUNDS = 20
+#: alternations of a pair's scale (its large pieces) and entry (its other pieces) in :func:`pair_pricing`
+_PAIR_ROUNDS = 4
 #: alternations of the entry estimate and the redistribution along the model (:func:`region_calibrated`)
 _REGION_ROUNDS = 3
 
@@ -380,8 +382,9 @@ def partition_pricing(problem: PlacementProblem, rows: Iterable[Mapping[str, Any
 
 
 #: one partition timed as it ran, as the problem knows it: (target index, op indices, tensors
-#: received (0 for the first partition), measured ms)
-_Timed = tuple[int, list[int], int, float]
+#: received (0 for the first partition), measured ms, index of the target that ran just before it
+#: (-1: none, or one the problem does not have))
+_Timed = tuple[int, list[int], int, float, int]
 
 
 def _timed_partitions(problem: PlacementProblem, rows: Iterable[Mapping[str, Any]]) -> list[_Timed]:
@@ -397,8 +400,10 @@ def _timed_partitions(problem: PlacementProblem, rows: Iterable[Mapping[str, Any
         measured = float(r["median_ms"])
         if not ops or any(o not in idx for o in ops) or len(set(ops)) >= len(idx) or not math.isfinite(measured):
             continue
-        n_in = max(int(r.get("n_inputs") or 1), 1) if r.get("prev") is not None else 0
-        out.append((problem.targets.index(r["target"]), [idx[o] for o in ops], n_in, measured))
+        prev = r.get("prev")
+        n_in = max(int(r.get("n_inputs") or 1), 1) if prev is not None else 0
+        out.append((problem.targets.index(r["target"]), [idx[o] for o in ops], n_in, measured,
+                    problem.targets.index(prev) if prev in problem.targets else -1))
     return out
 
 
@@ -413,7 +418,7 @@ def _pricing_of(problem: PlacementProblem, timed: Sequence[_Timed]) -> Partition
     cost = np.asarray(problem.cost_ms, dtype=float)
     lat = np.asarray(problem.link_latency_ms, dtype=float)
     per_target: dict[int, list[tuple[float, float, int]]] = {}
-    for j, pos, n_in, measured in timed:
+    for j, pos, n_in, measured, _ in timed:
         price = float(cost[pos, j].sum())
         if math.isfinite(price):
             per_target.setdefault(j, []).append((measured, price, n_in))
@@ -445,6 +450,70 @@ def _median_entry(xs: Sequence[tuple[float, float, int]], scale: float) -> float
     return float(np.median(excess)) if excess else 0.0
 
 
+@dataclass(frozen=True)
+class PairPricing:
+    """The price of a partition by the target that ran just before it (:func:`pair_pricing`):
+    ``entry_ms[(a, b)]`` once per partition on target index ``b`` entered when ``a`` ran before it,
+    net of the link latency the problem charges for each tensor it receives, and ``scale[(a, b)]``
+    on its ops' costs. Pairs without rows take the target's :class:`PartitionPricing` values."""
+
+    entry_ms: dict[tuple[int, int], float]
+    scale: dict[tuple[int, int], float]
+    rows_used: dict[tuple[int, int], int]
+
+    def to_provenance(self, targets: Sequence[str]) -> dict[str, dict[str, float]]:
+        """JSON-ready: ``{"pair_entry_ms": {"a>b": ms}, "pair_scale": {"a>b": x}}`` by target name."""
+        key = lambda ab: f"{targets[ab[0]]}>{targets[ab[1]]}"  # noqa: E731
+        return {"pair_entry_ms": {key(ab): float(v) for ab, v in sorted(self.entry_ms.items())},
+                "pair_scale": {key(ab): float(v) for ab, v in sorted(self.scale.items())}}
+
+
+def pair_pricing(problem: PlacementProblem, rows: Iterable[Mapping[str, Any]]) -> PairPricing:
+    """Per (target that ran before, target): what a partition costs, from partitions timed as they ran.
+
+    The per-target :func:`partition_pricing` mixes every predecessor; measured, they differ: on
+    hf-vit's probe plans an OpenVINO-t2 piece of 42-50 ops took 1.21-1.23x its price right after
+    ONNX Runtime t2 and 1.08-1.12x after a one-thread target, and a 6-op piece +0.75 ms against
+    +0.34-0.41 ms. The entry is per partition, not per tensor received: on hf-llama's HEFT plan
+    (session 11) partitions entered with 5 tensors measured +0.06 ms over their ops' price, those
+    with one +0.2-0.4 ms (the link model prices the copies). A pair has a few rows (a probe plan gives it one small piece and two large
+    ones), too few to re-sort them at each step as :func:`partition_pricing` does (the estimates
+    then drift to any point of the line through one row), so its rows are sorted once, by the
+    target's own entry, into the pieces that tell the scale (:func:`_tells_scale`) and the others;
+    then the scale (median of ``(measured - entry - links) / price`` over the first; none: the
+    target's scale) and the entry (median of ``measured - scale x price - links`` over the others;
+    none: over all) are alternated a few times, ``links`` being the link latency of the tensors
+    received. Used to price a made plan as it runs
+    (:func:`placer.materialize.in_context.priced_as_run`), where each partition's predecessor is
+    known; the solvers keep the per-target prices.
+    """
+    timed = _timed_partitions(problem, rows)
+    base = _pricing_of(problem, timed)
+    cost = np.asarray(problem.cost_ms, dtype=float)
+    lat = np.asarray(problem.link_latency_ms, dtype=float)
+    by_pair: dict[tuple[int, int], list[tuple[float, float, int]]] = {}
+    for j, pos, n_in, measured, a in timed:
+        price = float(cost[pos, j].sum())
+        if a >= 0 and a != j and n_in > 0 and math.isfinite(price):
+            by_pair.setdefault((a, j), []).append((measured, price, n_in))
+    entry: dict[tuple[int, int], float] = {}
+    scale: dict[tuple[int, int], float] = {}
+    for (a, j), xs in by_pair.items():
+        e_t = float(base.entry_ms[j]) + float(np.mean([lat[src, j] for src in range(len(lat)) if src != j]))
+        big = [x for x in xs if _tells_scale(x[1], e_t, x[2])]  # sorted once, by the target's entry
+        small = [x for x in xs if not _tells_scale(x[1], e_t, x[2])] or xs
+        # per partition, net of the link latency the problem charges for each tensor it receives
+        e, b = e_t, float(base.cut_scale[j])
+        for _ in range(_PAIR_ROUNDS):  # each net of the other, on fixed rows: settles in a few
+            if big:
+                ratios = [(m - e - lat[a, j] * n) / p for m, p, n in big]
+                b = float(np.clip(np.median(ratios), 1.0, MAX_CUT_SCALE))
+            e = float(np.median([m - b * p - lat[a, j] * n for m, p, n in small]))
+        entry[(a, j)] = max(e, 0.0)
+        scale[(a, j)] = b
+    return PairPricing(entry, scale, {ab: len(xs) for ab, xs in by_pair.items()})
+
+
 def region_calibrated(problem: PlacementProblem, rows: Iterable[Mapping[str, Any]]) -> PlacementProblem:
     """``problem`` with each target's op costs redistributed along the model as the partitions timed
     as they ran (``rows``) say, its whole-model sum kept.
@@ -472,7 +541,7 @@ def region_calibrated(problem: PlacementProblem, rows: Iterable[Mapping[str, Any
         entry = _pricing_of(current, timed).entry_ms
         cost = np.array(base)
         ratios: dict[int, dict[int, list[float]]] = {}
-        for j, pos, n_in, measured in timed:
+        for j, pos, n_in, measured, _ in timed:
             price = float(current.cost_ms[pos, j].sum())
             a = float(entry[j])
             if not math.isfinite(price) or not _tells_scale(price, a, n_in):

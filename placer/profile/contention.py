@@ -12,6 +12,17 @@ another worker pinned to core 1, and is not told it was.
 It is a ratio in [0, 1]: 0 on quiet cores, 0.5 when other work kept one of two cores busy
 throughout. It counts in clock ticks (10 ms), so a window of a few tens of ms reads coarsely; the
 campaign judges a row by it and re-measures contended rows (:data:`CONTENDED`).
+
+A virtual machine's cores can also slow down with nothing in ``/proc/stat`` to show it: the host
+gives the physical core to another machine's work (a busy hyperthread sibling, oversubscription),
+and the guest reports neither busy nor steal time. On this project's 2-core machines a fixed
+pure-Python loop pinned to one core, idle machine, took 4.4 ms or 7.0 ms (1.6x) in spells of 1 to
+15 s, on either core, a third of the time over a minute (session 11); a 2-thread runtime then runs
+at the slow core's pace, which is what the "slow spells" of 2-thread profiles and benches were. So
+the window also times that loop on each of its cores as it opens and closes
+(:func:`placer.devices.core_speed.core_slowdown`): ``slowdown`` is the worst core's time over the
+best this process has seen on it, and a window whose slowdown reaches :data:`SLOWED` is disturbed
+like a contended one.
 """
 
 from __future__ import annotations
@@ -19,8 +30,23 @@ from __future__ import annotations
 import os
 import time
 
+from placer.devices.core_speed import SLOWED, core_reference, core_slowdown, seed_core_reference, warm_core_probe
+
+__all__ = ["CONTENDED", "SLOWED", "CpuWindow", "busy_ticks_of", "core_reference", "core_slowdown", "disturbance",
+           "disturbed", "is_contended", "quiet_now", "seed_core_reference", "warm_core_probe"]
+
 #: a measurement during which other processes used at least this share of the machine is contended
 CONTENDED = 0.25
+def disturbed(contention: float | None, slowdown: float | None) -> bool:
+    """Whether a measurement's conditions make it untrustworthy: other processes took
+    :data:`CONTENDED` of the machine, or the host slowed a core by :data:`SLOWED`."""
+    return (contention or 0.0) >= CONTENDED or (slowdown or 1.0) >= SLOWED
+
+
+def disturbance(contention: float | None, slowdown: float | None) -> float:
+    """How disturbed a measurement was, for keeping the least disturbed of several: each signal over
+    its threshold, the worse of the two (1.0 = at a threshold)."""
+    return max((contention or 0.0) / CONTENDED, ((slowdown or 1.0) - 1.0) / (SLOWED - 1.0))
 
 
 def _cores() -> frozenset[int]:
@@ -68,12 +94,16 @@ class CpuWindow:
     """``with CpuWindow() as w: ...`` then ``w.others``: the share of CPU time on this process's
     cores that other processes used during the block (None where the platform does not tell)."""
 
-    def __init__(self) -> None:
+    def __init__(self, probe_cores: bool = True) -> None:
         self.others: float | None = None
         self.loadavg: float | None = None
+        #: the worst core slowdown seen as the window opened and closed (:func:`core_slowdown`)
+        self.slowdown: float | None = None
+        self._probe = probe_cores
 
     def __enter__(self) -> "CpuWindow":
         self._cores = _cores()
+        self._slow0 = core_slowdown(self._cores) if self._probe else None
         self._t0 = time.perf_counter()
         self._busy0 = _busy_ticks(self._cores)
         t = os.times()
@@ -85,6 +115,9 @@ class CpuWindow:
         wall = time.perf_counter() - self._t0
         t = os.times()
         own = t.user + t.system - self._own0
+        if self._probe:
+            ends = [x for x in (self._slow0, core_slowdown(self._cores)) if x is not None]
+            self.slowdown = max(ends) if ends else None
         try:
             self.loadavg = os.getloadavg()[0]
         except OSError:
@@ -105,8 +138,9 @@ def is_contended(meta: dict | None) -> bool:
 
 
 def quiet_now(seconds: float = 0.3) -> bool:
-    """Whether other processes leave the machine alone right now (a short idle probe): a campaign
-    re-measures rows flagged as contended only then, or it would take them again as badly."""
+    """Whether other processes leave the machine alone and no core is slowed right now (a short idle
+    probe): a campaign re-measures rows flagged as contended only then, or it would take them again
+    as badly."""
     with CpuWindow() as w:
         time.sleep(seconds)
-    return w.others is not None and w.others < CONTENDED
+    return w.others is not None and not disturbed(w.others, w.slowdown)

@@ -70,8 +70,9 @@ def summary_lines(res: CampaignResult) -> list[str]:
     ]
     if res.remeasured or res.contended:
         lines.append(
-            f"measurement conditions: other processes kept the machine busy during {res.remeasured} measurement(s), "
-            f"taken again; {res.contended} stayed contended in every attempt and are flagged in the store "
+            f"measurement conditions: other processes kept the machine busy, or the host slowed a core, during "
+            f"{res.remeasured} measurement(s), taken again; {res.contended} stayed disturbed in every attempt and "
+            "are flagged in the store "
             "(`placer profile --retry-contended` measures them again)")
     if res.second_windows:
         lines.append(second_window_line(res))

@@ -124,6 +124,13 @@ _M_COLS = "m.key, m.kind, m.target, t.name, m.status, m.reason, m.median_ms, m.n
 MAX_JSON_COLUMN = 1 << 20
 
 
+def _transient(exc: sqlite3.OperationalError) -> bool:
+    """Whether opening a store may succeed if tried again: a lock held by another process, or an
+    I/O error (SQLite's "disk I/O error")."""
+    msg = str(exc)
+    return "locked" in msg or "disk I/O error" in msg
+
+
 def _json_column(text, what: str):
     """A JSON column (only JSON is ever decoded from a store); ProfileError if it is not JSON."""
     if not isinstance(text, (str, bytes)):
@@ -179,8 +186,10 @@ class ProfileStore:
             elif not p.parent.exists():
                 raise ProfileError(f"profile store {self.path!r}: directory {str(p.parent)!r} does not exist")
         # Two processes opening a fresh store at once can get SQLITE_BUSY straight away from the
-        # journal-mode switch or the schema creation (the busy handler does not cover those paths):
-        # retry a lock error with a jittered back-off, up to the busy timeout.
+        # journal-mode switch or the schema creation (the busy handler does not cover those paths),
+        # and a store on a virtual machine's disk once failed to open with SQLITE_IOERR mid-run
+        # (ten-model comparison, session 11; it opened at the next try): retry those with a jittered
+        # back-off, up to the busy timeout.
         deadline = time.monotonic() + busy_timeout_ms / 1000
         while True:
             try:
@@ -188,7 +197,7 @@ class ProfileStore:
                 return
             except sqlite3.OperationalError as exc:
                 self.close()
-                if "locked" not in str(exc) or time.monotonic() > deadline:
+                if not _transient(exc) or time.monotonic() > deadline:
                     raise ProfileError(f"profile store {self.path!r} cannot be opened: {exc}") from None
                 time.sleep(0.05 + 0.25 * random.random())
             except sqlite3.DatabaseError as exc:

@@ -41,7 +41,7 @@ from typing import Any
 from placer.devices import make_target
 from placer.devices.registry import register_target
 from placer.errors import PlacerError, TargetUnavailable, first_line
-from placer.profile.contention import CpuWindow
+from placer.profile.contention import CpuWindow, core_reference, seed_core_reference
 from placer.profile.links import measure_cut_points, measure_link_points
 from placer.profile.timing import TimingConfig, random_feeds, time_compiled
 
@@ -134,6 +134,7 @@ class WorkerCore:
 
         target = self.targets[header["target"]]
         cfg = TimingConfig.from_dict(header.get("timing"))
+        seed_core_reference(header.get("core_reference"))  # the campaign's best core times so far
         model = onnx.load_from_string(payload)
         t0 = time.perf_counter()
         try:
@@ -173,7 +174,8 @@ class WorkerCore:
             del compiled
             gc.collect()
         return {"status": "ok", "stats": stats.to_dict(), "compile_ms": compile_ms, "first_run_ms": first_ms,
-                "contention": window.others, "loadavg": window.loadavg}
+                "contention": window.others, "loadavg": window.loadavg, "slowdown": window.slowdown,
+                "core_reference": core_reference()}
 
     def link(self, header: dict) -> dict:
         src, dst = self.targets[header["src"]], self.targets[header["dst"]]

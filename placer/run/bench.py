@@ -6,6 +6,14 @@ burst of load from another process hits all candidates alike. The figure kept pe
 the median request latency over all rounds, with p10/p90 for the spread. Between two candidates
 the bench waits until the previous one's runtime threads have stopped spinning
 (:func:`settle_own_threads`; yardsticks in their own processes are paused instead).
+
+Between two candidates' turns the bench also times a reference loop on each core
+(:func:`placer.devices.core_speed.core_slowdown`): the host of a virtual machine slows a core for
+seconds at a time without the guest seeing it (1.6x, a third of the time over a minute on this
+project's machines), and a 2-thread runtime then runs at the slow core's pace. A turn that began or
+ended with a core :data:`~placer.devices.core_speed.SLOWED` is left out of the figures, as long as
+at least half of the candidate's samples remain (else every sample counts); ``n_slowed`` says how
+many were left out. Every candidate, yardsticks included, is judged alike.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from placer.devices.core_speed import SLOWED, core_slowdown, warm_core_probe
 from placer.interrupts import raise_if_stopped
 from placer.run.executors import make_executor
 
@@ -68,9 +77,12 @@ class LatencyStats:
     p10_ms: float
     p90_ms: float
     n: int
+    #: samples left out: taken in a turn during which the host slowed a core (module docstring)
+    n_slowed: int = 0
 
     def to_dict(self) -> dict[str, float]:
-        return {"median_ms": self.median_ms, "p10_ms": self.p10_ms, "p90_ms": self.p90_ms, "n": self.n}
+        return {"median_ms": self.median_ms, "p10_ms": self.p10_ms, "p90_ms": self.p90_ms, "n": self.n,
+                "n_slowed": self.n_slowed}
 
 
 @dataclass
@@ -79,8 +91,23 @@ class Candidate:
     materialized: Any
     executor: Any
     samples_ms: list[float] = field(default_factory=list)
+    #: per sample: whether its turn began or ended with a slowed core
+    samples_slowed: list[bool] = field(default_factory=list)
     partition_ms: dict[str, list[float]] = field(default_factory=dict)
+    #: per timed-partitions run (one per turn, aligned with each list of ``partition_ms``): slowed
+    partition_slowed: list[bool] = field(default_factory=list)
     yardstick: Any = None  # a placer.run.yardsticks.Yardstick: runs in its own process
+
+
+def quiet_samples(values: Sequence[float], slowed: Sequence[bool]) -> tuple[np.ndarray, int]:
+    """The values not taken in a slowed turn when they are at least half of them (and at least 2),
+    else all; and how many were left out."""
+    v = np.asarray(values, dtype=float)
+    flags = np.asarray(list(slowed) + [False] * (len(v) - len(slowed)), dtype=bool)[:len(v)]
+    quiet = v[~flags]
+    if quiet.size >= max(2, (v.size + 1) // 2) and quiet.size < v.size:
+        return quiet, int(v.size - quiet.size)
+    return v, 0
 
 
 class PlanBench:
@@ -90,13 +117,18 @@ class PlanBench:
     ----------
     feeds : list of input dicts (requests cycle through them)
     rounds, per_round : interleaving shape of one :meth:`measure` call
+    probe_cores : leave out turns during which the host slowed a core (module docstring)
     """
 
-    def __init__(self, feeds: Sequence[Mapping[str, np.ndarray]], *, rounds: int = 5, per_round: int = 4):
+    def __init__(self, feeds: Sequence[Mapping[str, np.ndarray]], *, rounds: int = 5, per_round: int = 4,
+                 probe_cores: bool = True):
         self.feeds = [dict(f) for f in feeds]
         self.rounds = rounds
         self.per_round = per_round
         self.candidates: dict[str, Candidate] = {}
+        #: time a reference loop on each core between turns, and leave slowed turns out (module docstring)
+        self._probe_cores = probe_cores
+        self._probed = False
 
     def add(self, key: str, materialized) -> Candidate:
         """Compile the hybrid executor of ``materialized`` (once) and keep it under ``key``."""
@@ -131,37 +163,59 @@ class PlanBench:
         if fresh:
             for key in keys:
                 self.candidates[key].samples_ms.clear()
+                self.candidates[key].samples_slowed.clear()
+        if self._probe_cores and not self._probed:
+            warm_core_probe()  # each core's reference time, before the first turn
+            self._probed = True
+        before = self._slowdown()
         for r in range(rounds or self.rounds):
             raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
             order = keys if r % 2 == 0 else keys[::-1]
             for key in order:
                 cand = self.candidates[key]
+                n0 = len(cand.samples_ms)
+                timed_partitions = False
                 if cand.yardstick is not None:  # times its own requests in its process
                     cand.samples_ms.extend(cand.yardstick.run_batch(n_req - 1, r * n_req))
-                    continue
-                for i in range(n_req):
-                    feeds = self.feeds[(r * n_req + i) % len(self.feeds)]
-                    t0 = time.perf_counter_ns()
-                    if i == 0:
-                        _, times = cand.executor.run_timed(feeds)
-                        for pid, ms in times.items():
-                            cand.partition_ms.setdefault(pid, []).append(ms)
-                    else:
-                        cand.executor.run(feeds)
-                    if i > 0:  # the timed-partitions run carries timer overhead: keep it out
-                        cand.samples_ms.append((time.perf_counter_ns() - t0) / 1e6)
-                settle_own_threads()  # the next candidate starts on cores this one has let go
+                else:
+                    for i in range(n_req):
+                        feeds = self.feeds[(r * n_req + i) % len(self.feeds)]
+                        t0 = time.perf_counter_ns()
+                        if i == 0:
+                            _, times = cand.executor.run_timed(feeds)
+                            for pid, ms in times.items():
+                                cand.partition_ms.setdefault(pid, []).append(ms)
+                            timed_partitions = bool(times)
+                        else:
+                            cand.executor.run(feeds)
+                        if i > 0:  # the timed-partitions run carries timer overhead: keep it out
+                            cand.samples_ms.append((time.perf_counter_ns() - t0) / 1e6)
+                    settle_own_threads()  # the next candidate starts on cores this one has let go
+                after = self._slowdown()
+                slowed = max(before, after) >= SLOWED
+                cand.samples_slowed.extend([slowed] * (len(cand.samples_ms) - n0))
+                if timed_partitions:
+                    cand.partition_slowed.append(slowed)
+                before = after
         return {k: self.stats(k) for k in keys}
 
+    def _slowdown(self) -> float:
+        """The worst core's slowdown right now (1.0 when not probed or not known)."""
+        return (core_slowdown() or 1.0) if self._probe_cores else 1.0
+
     def stats(self, key: str) -> LatencyStats:
-        s = np.asarray(self.candidates[key].samples_ms)
+        cand = self.candidates[key]
+        s, left_out = quiet_samples(cand.samples_ms, cand.samples_slowed)
         if not s.size:
             nan = float("nan")
             return LatencyStats(nan, nan, nan, 0)
-        return LatencyStats(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)), len(s))
+        return LatencyStats(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)), len(s),
+                            left_out)
 
     def partition_medians(self, key: str) -> dict[str, float]:
-        return {pid: float(np.median(v)) for pid, v in self.candidates[key].partition_ms.items()}
+        cand = self.candidates[key]
+        return {pid: float(np.median(quiet_samples(v, cand.partition_slowed)[0]))
+                for pid, v in cand.partition_ms.items()}
 
     def close(self) -> None:
         for cand in self.candidates.values():

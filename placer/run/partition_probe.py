@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from placer.devices.core_speed import SLOWED, core_slowdown, warm_core_probe
 from placer.errors import PlacerError, first_line
 from placer.interrupts import raise_if_stopped
 from placer.materialize import materialize
-from placer.run.bench import time_between_partitions
+from placer.run.bench import quiet_samples, time_between_partitions
 from placer.run.executors import HybridExecutor
 
 __all__ = ["DEFAULT_CHUNKS", "measure_probes", "probe_assignments", "probe_pairs"]
@@ -156,9 +157,15 @@ def measure_probes(graph, problem, feeds: Sequence[Mapping[str, np.ndarray]], *,
 
 
 def _time_probes(probes: Mapping[str, HybridExecutor], feeds, rounds: int, per_round: int) -> list[dict]:
+    """Interleaved rounds over the probe plans; a turn that began or ended with a core the host slowed
+    is left out while at least half of a probe's requests remain (as :class:`~placer.run.bench.PlanBench`
+    does)."""
     part_ms: dict[str, dict[str, list[float]]] = {k: {} for k in probes}
     total_ms: dict[str, list[float]] = {k: [] for k in probes}
+    slowed: dict[str, list[bool]] = {k: [] for k in probes}
     keys = list(probes)
+    warm_core_probe()
+    before = core_slowdown() or 1.0
     for r in range(rounds):
         raise_if_stopped()
         for k in keys if r % 2 == 0 else keys[::-1]:
@@ -168,6 +175,13 @@ def _time_probes(probes: Mapping[str, HybridExecutor], feeds, rounds: int, per_r
                 total_ms[k].append((time.perf_counter_ns() - s) / 1e6)
                 for pid, ms in times.items():
                     part_ms[k].setdefault(pid, []).append(ms)
+            after = core_slowdown() or 1.0
+            slowed[k] += [max(before, after) >= SLOWED] * per_round
+            before = after
+    for k in keys:  # each probe's requests, less those of slowed turns
+        kept = quiet_samples(range(len(total_ms[k])), slowed[k])[0].astype(int)
+        total_ms[k] = [total_ms[k][i] for i in kept]
+        part_ms[k] = {pid: [v[i] for i in kept] for pid, v in part_ms[k].items()}
     rows = []
     for k, ex in probes.items():
         med = {pid: float(np.median(v)) for pid, v in part_ms[k].items()}

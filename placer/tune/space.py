@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from placer.costing import build_problem, fusion_groups, partition_pricing  # noqa: F401  (fusion_groups re-exported)
+from placer.costing import build_problem, fusion_groups, pair_pricing, partition_pricing  # noqa: F401  (fusion_groups re-exported)
 from placer.errors import ProblemError
 from placer.plan import SolverStats
 from placer.solve import solve
@@ -123,9 +123,11 @@ def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned
                              provenance=ctx.problem.provenance)
     cost = np.array(base.cost_ms, dtype=float)
     cut_scale = base.cut_scale
+    pairs: dict[str, Any] = {}
     if partition_rows is not None:
         pricing = partition_pricing(base, partition_rows)
         learned_entry_ms, cut_scale = pricing.entry_ms, pricing.cut_scale
+        pairs = pair_pricing(base, partition_rows).to_provenance(base.targets)
     elif learned_entry_ms is None:
         learned_entry_ms = np.zeros(len(base.targets))
     entry = np.asarray(learned_entry_ms, dtype=float) + float(knobs.get("boundary_ms", 0.0))
@@ -141,7 +143,7 @@ def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned
         cost[i, j] = base.cost_ms[i, j]
     groups = list(base.colocate) + ([tuple(g) for g in fusion] if knobs.get("fuse") else [])
     colocate = tuple(dict.fromkeys(tuple(g) for g in groups if _co_supported(cost, base.ops, g)))
-    prov = {**dict(base.provenance), "costs": variant}
+    prov = {**dict(base.provenance), "costs": variant, **pairs}
     return dataclasses.replace(base, cost_ms=cost, partition_overhead_ms=entry, cut_scale=cut_scale,
                                colocate=colocate, provenance=prov)
 

@@ -42,6 +42,7 @@ from placer.devices.registry import default_target_names
 from placer.errors import PlacerError, first_line
 from placer.interrupts import raise_if_stopped
 from placer.materialize import materialize
+from placer.materialize.in_context import priced_as_run
 from placer.run.bench import PlanBench, time_between_partitions
 from placer.run.numerics import check_against_reference, load_inputs
 from placer.run.yardsticks import DESCRIPTIONS, YardstickSet, latency_kinds
@@ -308,6 +309,7 @@ class LatencySearch:
         if key in self.by_key:  # same placement as an earlier candidate: reuse its measurement
             return self.by_key[key]
         graph, bench = self.graph, self.bench
+        plan = priced_as_run(problem, graph, plan)  # a cut plan: each partition by the target before it
         rec = TrialRecord(key, label, kind, knobs, plan, plan.makespan_ms, solve_s=solve_s)
         try:
             mat = materialize(graph, plan)

@@ -229,3 +229,61 @@ def test_region_calibration_moves_cost_along_the_model_and_keeps_the_whole():
     assert np.array_equal(q.cost_ms[:, 0], p.cost_ms[:, 0])  # x: no partitions, unchanged
     assert partition_pricing(q, rows).entry_ms[1] == pytest.approx(0.1, abs=0.01)
     assert region_calibrated(p, []) is p
+
+
+def test_pair_pricing_tells_each_predecessor_apart():
+    from placer.costing import pair_pricing, partition_pricing
+
+    ops = [f"o{i}" for i in range(6)]
+    tensors = [Tensor("in", None, ("o0",), 4)] + [Tensor(f"t{i}", ops[i], (ops[i + 1],), 4) for i in range(5)]
+    cost = np.array([[1.0] * 3, [0.02] * 3, [2.0] * 3, [0.5] * 3, [3.0] * 3, [0.01] * 3])
+    p = PlacementProblem(ops=ops, targets=["x", "y", "z"], cost_ms=cost, tensors=tensors, link_latency_ms=0.05)
+
+    def row(prev, members, entry, scale, n_in=1):  # entry once per partition, the link per tensor
+        price = sum(cost[int(o[1:]), 1] for o in members)
+        return {"target": "y", "prev": prev, "ops": members, "n_inputs": n_in,
+                "median_ms": entry + 0.05 * n_in + scale * price}
+
+    # y after x: 0.4 ms per partition and 1.3x; after z: 0.1 ms and 1.05x (two small pieces, one of
+    # them receiving three tensors, and two large ones each)
+    rows = [row(prev, m, e, s, n) for prev, e, s in (("x", 0.4, 1.3), ("z", 0.1, 1.05))
+            for m, n in ((["o1"], 1), (["o5"], 3), (["o2", "o3"], 1), (["o4"], 2))]
+    pairs = pair_pricing(p, rows)
+    assert pairs.scale[(0, 1)] == pytest.approx(1.3, abs=1e-3) and pairs.scale[(2, 1)] == pytest.approx(1.05, abs=1e-3)
+    assert pairs.entry_ms[(0, 1)] == pytest.approx(0.4, abs=1e-3)  # net of the link latency of each tensor
+    assert pairs.entry_ms[(2, 1)] == pytest.approx(0.1, abs=1e-3)
+    assert pairs.rows_used == {(0, 1): 4, (2, 1): 4}
+    # the per-target pricing mixes them: between the two
+    mixed = partition_pricing(p, rows)
+    assert 1.05 < mixed.cut_scale[1] < 1.3
+    prov = pairs.to_provenance(p.targets)
+    assert prov["pair_scale"]["x>y"] == pytest.approx(1.3, abs=1e-3) and set(prov["pair_entry_ms"]) == {"x>y", "z>y"}
+    assert pair_pricing(p, []).scale == {}
+
+
+def test_a_cut_plan_is_priced_by_the_target_before_each_partition_and_wraps_around(tiny_graph):
+    from placer.costing import graph_tensors
+    from placer.materialize.in_context import priced_as_run
+    from placer.solve.evaluate import make_latency_plan
+
+    ids = [op.id for op in tiny_graph.ops]
+    prov = {"pair_entry_ms": {"x>y": 0.5, "y>x": 0.25}, "pair_scale": {"x>y": 2.0, "y>x": 1.5}}
+    p = PlacementProblem(ops=ids, targets=["x", "y"], cost_ms=np.ones((len(ids), 2)),
+                         tensors=graph_tensors(tiny_graph), provenance=prov)
+    on_y = {"conv_a", "pool_b", "add"}
+    # x (conv0, relu0), then y (conv_a, pool_b, add), then x (gap, flatten, fc): the first partition
+    # follows the previous request's last one, on x: nothing to pay
+    plan = make_latency_plan(p, np.array([int(o in on_y) for o in ids]), "test")
+    assert plan.makespan_ms == pytest.approx(8.0)  # the solver's price: 8 ops of 1 ms, free links
+    priced = priced_as_run(p, tiny_graph, plan)
+    assert priced.makespan_ms == pytest.approx(2.0 + (0.5 + 3 * 2.0) + (0.25 + 3 * 1.5))
+    assert priced.assignment == plan.assignment and priced.provenance["solver_makespan_ms"] == pytest.approx(8.0)
+    # x then y to the end: the first partition is entered from y (the previous request's end)
+    tail = make_latency_plan(p, np.array([int(i >= 2) for i in range(len(ids))]), "test")
+    assert priced_as_run(p, tiny_graph, tail).makespan_ms == pytest.approx((0.25 + 2 * 1.5) + (0.5 + 6 * 2.0))
+    # one target, or no pair prices: the plan as it is
+    single = make_latency_plan(p, np.zeros(len(ids), dtype=int), "test")
+    assert priced_as_run(p, tiny_graph, single) is single
+    bare = PlacementProblem(ops=ids, targets=["x", "y"], cost_ms=np.ones((len(ids), 2)),
+                            tensors=graph_tensors(tiny_graph))
+    assert priced_as_run(bare, tiny_graph, plan) is plan

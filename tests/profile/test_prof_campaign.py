@@ -153,3 +153,13 @@ def test_multi_thread_ops_get_a_second_window_and_keep_the_lower_median(tmp_path
     off = profile_graph(tiny, ["onnxruntime:t2"], tmp_path / "one.db", progress=False, links=False,
                         whole_model=False, timing=fast_timing, second_window=False)
     assert off.second_windows == 0 and off.measured == n_sigs + 1  # the ops and the call overhead
+
+
+def test_a_multi_thread_whole_model_gets_a_second_window_too(tmp_path, tiny, fast_timing):
+    from placer.profile import profile_whole_model
+
+    rows = profile_whole_model(tiny, ["onnxruntime:t2", "onnxruntime"], tmp_path / "m.db", timing=fast_timing)
+    two, one = rows["onnxruntime@cpu:t2"], rows["onnxruntime@cpu:t1"]
+    first, second = two.meta["windows_ms"]
+    assert two.median_ms == min(first, second) > 0
+    assert "windows_ms" not in one.meta and one.median_ms > 0

@@ -42,3 +42,20 @@ def test_settle_on_a_quiet_process_takes_one_window():
     clock = _Clock(busy_windows=0, per_window_s=10.0)
     waited = settle_own_threads(window_s=0.001, max_s=60.0, cpu_s=clock)
     assert SETTLE_BUSY_SHARE > 0 and clock.reads == 2 and waited >= 0.001
+
+
+def test_turns_taken_on_a_slowed_core_are_left_out_while_half_the_samples_remain():
+    import numpy as np
+
+    from placer.run.bench import quiet_samples
+
+    values = [1.0, 1.1, 2.0, 1.05, 2.1, 0.95]
+    slowed = [False, False, True, False, True, False]
+    kept, left_out = quiet_samples(values, slowed)
+    assert left_out == 2 and np.median(kept) == np.median([1.0, 1.1, 1.05, 0.95])
+    # most samples slowed: every sample counts (a figure from a few quiet ones would be noise)
+    kept, left_out = quiet_samples(values, [True] * 5 + [False])
+    assert left_out == 0 and kept.size == 6
+    # flags missing for samples appended elsewhere count as quiet
+    kept, left_out = quiet_samples(values, [True])
+    assert left_out == 1 and kept.size == 5
