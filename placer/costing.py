@@ -346,6 +346,10 @@ MAX_CUT_SCALE = 3.0
 _PRICING_ROUNDS = 20
 #: alternations of a pair's scale (its large pieces) and entry (its other pieces) in :func:`pair_pricing`
 _PAIR_ROUNDS = 4
+#: a pair's scale (entry) needs at least this many large (small) pieces; else the target's own price
+#: stands (one piece decides nothing: squeezenet's probe had an ONNX Runtime-t2 piece at 3.4x its price
+#: after OpenVINO t2 that the 2-partition plan did not see: 3.93 ms measured, 7.33 priced with it)
+_PAIR_MIN_ROWS = 2
 #: alternations of the entry estimate and the redistribution along the model (:func:`region_calibrated`)
 _REGION_ROUNDS = 3
 
@@ -480,10 +484,10 @@ def pair_pricing(problem: PlacementProblem, rows: Iterable[Mapping[str, Any]]) -
     ones), too few to re-sort them at each step as :func:`partition_pricing` does (the estimates
     then drift to any point of the line through one row), so its rows are sorted once, by the
     target's own entry, into the pieces that tell the scale (:func:`_tells_scale`) and the others;
-    then the scale (median of ``(measured - entry - links) / price`` over the first; none: the
-    target's scale) and the entry (median of ``measured - scale x price - links`` over the others;
-    none: over all) are alternated a few times, ``links`` being the link latency of the tensors
-    received. Used to price a made plan as it runs
+    then the scale (median of ``(measured - entry - links) / price`` over the first) and the entry
+    (median of ``measured - scale x price - links`` over the others) are alternated a few times,
+    ``links`` being the link latency of the tensors received. Each needs two pieces of its kind
+    (:data:`_PAIR_MIN_ROWS`); a pair without them keeps the target's price for it. Used to price a made plan as it runs
     (:func:`placer.materialize.in_context.priced_as_run`), where each partition's predecessor is
     known; the solvers keep the per-target prices.
     """
@@ -501,16 +505,19 @@ def pair_pricing(problem: PlacementProblem, rows: Iterable[Mapping[str, Any]]) -
     for (a, j), xs in by_pair.items():
         e_t = float(base.entry_ms[j]) + float(np.mean([lat[src, j] for src in range(len(lat)) if src != j]))
         big = [x for x in xs if _tells_scale(x[1], e_t, x[2])]  # sorted once, by the target's entry
-        small = [x for x in xs if not _tells_scale(x[1], e_t, x[2])] or xs
+        small = [x for x in xs if not _tells_scale(x[1], e_t, x[2])]
         # per partition, net of the link latency the problem charges for each tensor it receives
         e, b = e_t, float(base.cut_scale[j])
         for _ in range(_PAIR_ROUNDS):  # each net of the other, on fixed rows: settles in a few
-            if big:
+            if len(big) >= _PAIR_MIN_ROWS:
                 ratios = [(m - e - lat[a, j] * n) / p for m, p, n in big]
                 b = float(np.clip(np.median(ratios), 1.0, MAX_CUT_SCALE))
-            e = float(np.median([m - b * p - lat[a, j] * n for m, p, n in small]))
-        entry[(a, j)] = max(e, 0.0)
-        scale[(a, j)] = b
+            if len(small) >= _PAIR_MIN_ROWS:
+                e = float(np.median([m - b * p - lat[a, j] * n for m, p, n in small]))
+        if len(big) >= _PAIR_MIN_ROWS:
+            scale[(a, j)] = b
+        if len(small) >= _PAIR_MIN_ROWS:
+            entry[(a, j)] = max(e, 0.0)
     return PairPricing(entry, scale, {ab: len(xs) for ab, xs in by_pair.items()})
 
 

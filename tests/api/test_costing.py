@@ -259,6 +259,11 @@ def test_pair_pricing_tells_each_predecessor_apart():
     prov = pairs.to_provenance(p.targets)
     assert prov["pair_scale"]["x>y"] == pytest.approx(1.3, abs=1e-3) and set(prov["pair_entry_ms"]) == {"x>y", "z>y"}
     assert pair_pricing(p, []).scale == {}
+    # one piece decides nothing: a pair with a single large and a single small piece keeps the target's prices
+    lone = rows + [{"target": "x", "prev": "y", "ops": ["o2", "o3"], "n_inputs": 1, "median_ms": 2.65},
+                   {"target": "x", "prev": "y", "ops": ["o1"], "n_inputs": 1, "median_ms": 0.17}]
+    thin = pair_pricing(p, lone)
+    assert (1, 0) not in thin.scale and (1, 0) not in thin.entry_ms and thin.rows_used[(1, 0)] == 2
 
 
 def test_a_cut_plan_is_priced_by_the_target_before_each_partition_and_wraps_around(tiny_graph):
