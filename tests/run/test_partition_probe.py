@@ -84,7 +84,8 @@ def test_measured_probe_rows_follow_the_run_order_and_cover_the_model(two_target
     assert sorted(o for r in rows for o in r["ops"]) == sorted(op.id for op in ctx.graph.ops)
     assert len({r["target"] for r in rows}) == 2  # both targets ran a piece
     for r in rows:
-        assert r["n"] == 4 and 0 < r["p10_ms"] <= r["median_ms"] <= r["p90_ms"] < math.inf
+        # 2 rounds x 2 requests; a turn the host slowed a core in is left out while half remain
+        assert 2 <= r["n"] <= 4 and 0 < r["p10_ms"] <= r["median_ms"] <= r["p90_ms"] < math.inf
         assert r["n_inputs"] >= 1
 
 
