@@ -122,12 +122,14 @@ def honest(ctx: PlanningContext, solved, *, measure: bool = False, say: Callable
 
     A plan on several targets is first priced as its partitions will run
     (:func:`placer.materialize.in_context.priced_as_run`); it must then be predicted at least
-    :data:`CUT_MARGIN` faster than the best single-target plan, else the single target is returned. With ``measure``, a plan that passes is
-    run against the best single target (interleaved rounds, outputs checked) and the faster one kept.
+    :data:`CUT_MARGIN` faster than the best single-target plan, else the single target is returned.
+    With ``measure``, a plan that passes is run against the best single target (interleaved rounds,
+    outputs checked) and the faster one kept.
     """
     if len(set(solved.assignment.values())) <= 1:
         return solved, ""
-    solved = priced_as_run(ctx.problem, getattr(ctx, "graph", None), solved)  # by the target before each partition
+    # each partition priced by the target that runs before it
+    solved = priced_as_run(ctx.problem, getattr(ctx, "graph", None), solved)
     singles = []
     for t in ctx.problem.targets:
         p = solve(ctx.problem, "latency", f"single:{t}")

@@ -441,11 +441,16 @@ def _pricing_of(problem: PlacementProblem, timed: Sequence[_Timed]) -> Partition
             a = _median_entry(xs, b)
             if settled:
                 break
-        into = [lat[src, j] for src in range(len(problem.targets)) if src != j]
-        charged = float(np.mean(into)) if into else 0.0
-        entry[j] = max(a - charged, 0.0)
+        entry[j] = max(a - _charged_link_ms(lat, j), 0.0)
         used[problem.targets[j]] = len(xs)
     return PartitionPricing(entry, scale, used)
+
+
+def _charged_link_ms(lat: np.ndarray, j: int) -> float:
+    """The link latency the problem charges a tensor received on target ``j``, averaged over the
+    targets it may come from (0 with one target)."""
+    into = [lat[src, j] for src in range(len(lat)) if src != j]
+    return float(np.mean(into)) if into else 0.0
 
 
 def _median_entry(xs: Sequence[tuple[float, float, int]], scale: float) -> float:
@@ -475,21 +480,21 @@ class PairPricing:
 def pair_pricing(problem: PlacementProblem, rows: Iterable[Mapping[str, Any]]) -> PairPricing:
     """Per (target that ran before, target): what a partition costs, from partitions timed as they ran.
 
-    The per-target :func:`partition_pricing` mixes every predecessor; measured, they differ: on
-    hf-vit's probe plans an OpenVINO-t2 piece of 42-50 ops took 1.21-1.23x its price right after
-    ONNX Runtime t2 and 1.08-1.12x after a one-thread target, and a 6-op piece +0.75 ms against
-    +0.34-0.41 ms. The entry is per partition, not per tensor received: on hf-llama's HEFT plan
-    (session 11) partitions entered with 5 tensors measured +0.06 ms over their ops' price, those
-    with one +0.2-0.4 ms (the link model prices the copies). A pair has a few rows (a probe plan gives it one small piece and two large
-    ones), too few to re-sort them at each step as :func:`partition_pricing` does (the estimates
-    then drift to any point of the line through one row), so its rows are sorted once, by the
-    target's own entry, into the pieces that tell the scale (:func:`_tells_scale`) and the others;
-    then the scale (median of ``(measured - entry - links) / price`` over the first) and the entry
-    (median of ``measured - scale x price - links`` over the others) are alternated a few times,
-    ``links`` being the link latency of the tensors received. Each needs two pieces of its kind
-    (:data:`_PAIR_MIN_ROWS`); a pair without them keeps the target's price for it. Used to price a made plan as it runs
-    (:func:`placer.materialize.in_context.priced_as_run`), where each partition's predecessor is
-    known; the solvers keep the per-target prices.
+    The per-target :func:`partition_pricing` mixes every predecessor; measured, they differ: on hf-vit's
+    probe plans an OpenVINO-t2 piece of 42-50 ops took 1.21-1.23x its price right after ONNX Runtime t2
+    and 1.08-1.12x after a one-thread target, and a 6-op piece +0.75 ms against +0.34-0.41 ms. The entry
+    is per partition, not per tensor received: on hf-llama's HEFT plan (session 11) partitions entered
+    with 5 tensors measured +0.06 ms over their ops' price, those with one +0.2-0.4 ms (the link model
+    prices the copies). A pair has a few rows (a probe plan gives it one small piece and two large ones),
+    too few to re-sort them at each step as :func:`partition_pricing` does (the estimates then drift to
+    any point of the line through one row), so its rows are sorted once, by the target's own entry, into
+    the pieces that tell the scale (:func:`_tells_scale`) and the others; then the scale (median of
+    ``(measured - entry - links) / price`` over the first) and the entry (median of ``measured - scale x
+    price - links`` over the others) are alternated a few times, ``links`` being the link latency of the
+    tensors received. Each needs two pieces of its kind (:data:`_PAIR_MIN_ROWS`); a pair without them
+    keeps the target's price for it. Used to price a made plan as it runs
+    (:func:`placer.materialize.in_context.priced_as_run`), where each partition's predecessor is known;
+    the solvers keep the per-target prices.
     """
     timed = _timed_partitions(problem, rows)
     base = _pricing_of(problem, timed)
@@ -503,7 +508,7 @@ def pair_pricing(problem: PlacementProblem, rows: Iterable[Mapping[str, Any]]) -
     entry: dict[tuple[int, int], float] = {}
     scale: dict[tuple[int, int], float] = {}
     for (a, j), xs in by_pair.items():
-        e_t = float(base.entry_ms[j]) + float(np.mean([lat[src, j] for src in range(len(lat)) if src != j]))
+        e_t = float(base.entry_ms[j]) + _charged_link_ms(lat, j)
         big = [x for x in xs if _tells_scale(x[1], e_t, x[2])]  # sorted once, by the target's entry
         small = [x for x in xs if not _tells_scale(x[1], e_t, x[2])]
         # per partition, net of the link latency the problem charges for each tensor it receives

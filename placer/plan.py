@@ -72,6 +72,15 @@ class Transfer:
     end_ms: float | None = None
 
 
+def latency_transfers(problem: PlacementProblem, assign: np.ndarray, end: np.ndarray) -> tuple[Transfer, ...]:
+    """The copies a latency-mode ``assign`` needs, each timed from its producer's ``end``."""
+    end_l = np.asarray(end).tolist()
+    prod, tensors, targets = problem.tensor_producer, problem.tensors, problem.targets
+    return tuple(
+        Transfer(tensors[k].name, targets[a], targets[b], ms, en, end_l[prod[k]], end_l[prod[k]] + ms + en)
+        for k, a, b, ms, en in sem.needed_transfers(problem, assign))
+
+
 @dataclass(frozen=True)
 class StageCost:
     """Time of one pipeline stage: ``total_ms = compute_ms + send_ms + recv_ms``."""

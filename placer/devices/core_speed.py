@@ -16,7 +16,8 @@ import os
 import threading
 import time
 
-__all__ = ["SLOWED", "core_reference", "core_slowdown", "seed_core_reference", "warm_core_probe"]
+__all__ = ["SLOWED", "core_reference", "core_slowdown", "process_cores", "seed_core_reference",
+           "warm_core_probe"]
 
 #: a core whose reference loop takes this many times its best time in this process is slowed by the
 #: host (:func:`core_slowdown`): measurements on it are disturbed
@@ -44,7 +45,7 @@ def core_slowdown(cores: frozenset[int] | None = None, repeat: int = 1) -> float
     alone), ``repeat`` times each, keeping the fastest; the first probe of a core is its reference,
     so the figure means something once a quiet moment has been seen (:func:`warm_core_probe`).
     None where threads cannot be pinned."""
-    cores = sorted(cores if cores is not None else _cores())
+    cores = sorted(cores if cores is not None else process_cores())
     if not cores or not hasattr(os, "sched_setaffinity"):
         return None
     times: dict[int, float] = {}
@@ -99,7 +100,7 @@ def warm_core_probe(rounds: int = 5) -> None:
         core_slowdown(repeat=2)
 
 
-def _cores() -> frozenset[int]:
+def process_cores() -> frozenset[int]:
     """The CPUs this process may run on."""
     try:
         return frozenset(os.sched_getaffinity(0))

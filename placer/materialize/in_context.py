@@ -27,8 +27,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from placer.materialize.partition import group_ops, partition_io
-from placer.plan import Transfer
-from placer.semantics import latency_schedule, needed_transfers, resource_busy_ms
+from placer.plan import latency_transfers
+from placer.semantics import latency_schedule, resource_busy_ms
 
 __all__ = ["priced_as_run"]
 
@@ -56,27 +56,23 @@ def priced_as_run(problem, graph, plan):
     prev = tidx[plan.assignment[groups[-1][0]]]  # the previous request ended there
     for ops in groups:
         b = tidx[plan.assignment[ops[0]]]
-        key = f"{targets[prev]}>{targets[b]}"
-        s = float(pair_scale.get(key, scale[b])) if prev != b else float(scale[b])
-        e = float(pair_entry.get(key, entry[b])) if prev != b else float(entry[b])
+        key = f"{targets[prev]}>{targets[b]}" if prev != b else None  # None: after its own target
         pos = [row[o] for o in ops]
-        cost[pos, b] = cost[pos, b] * s
-        # the pair's entry once per partition; the target's own per tensor received (as solvers price it)
-        once = key in pair_entry and prev != b
-        cost[pos[0], b] += e if once else e * max(len(partition_io(graph, ops)[0]), 1)
+        cost[pos, b] = cost[pos, b] * float(pair_scale.get(key, scale[b]))
+        if key in pair_entry:  # the pair's entry once per partition
+            cost[pos[0], b] += float(pair_entry[key])
+        else:  # the target's own, per tensor received (as the solvers charge it)
+            cost[pos[0], b] += float(entry[b]) * max(len(partition_io(graph, ops)[0]), 1)
         prev = b
     priced = dataclasses.replace(problem, cost_ms=cost, cut_scale=np.ones(len(targets)),
                                  partition_overhead_ms=np.zeros(len(targets)))
     order = sorted(range(len(problem.ops)), key=lambda i: (plan.start_ms.get(problem.ops[i], 0.0), i))
     start, end = latency_schedule(priced, assign, order)  # as the solvers' evaluation re-times a plan
-    names, end_l = priced.ops, end.tolist()
-    prod, tensors = priced.tensor_producer, priced.tensors
-    transfers = tuple(
-        Transfer(tensors[k].name, targets[a], targets[b], ms, en, end_l[prod[k]], end_l[prod[k]] + ms + en)
-        for k, a, b, ms, en in needed_transfers(priced, assign))
+    names = priced.ops
     return dataclasses.replace(
-        plan, start_ms=dict(zip(names, start.tolist())), end_ms=dict(zip(names, end_l)),
-        op_cost_ms=dict(zip(names, cost[np.arange(len(names)), assign].tolist())), transfers=transfers,
+        plan, start_ms=dict(zip(names, start.tolist())), end_ms=dict(zip(names, end.tolist())),
+        op_cost_ms=dict(zip(names, cost[np.arange(len(names)), assign].tolist())),
+        transfers=latency_transfers(priced, assign, end),
         makespan_ms=float(end.max()), bottleneck_ms=float(resource_busy_ms(priced, assign).max()),
         provenance={**dict(plan.provenance), "priced": "as run: each partition by the target before it",
                     "solver_makespan_ms": float(plan.makespan_ms)})

@@ -30,13 +30,22 @@ from __future__ import annotations
 import os
 import time
 
-from placer.devices.core_speed import SLOWED, core_reference, core_slowdown, seed_core_reference, warm_core_probe
+from placer.devices.core_speed import (
+    SLOWED,
+    core_reference,
+    core_slowdown,
+    process_cores,
+    seed_core_reference,
+    warm_core_probe,
+)
 
 __all__ = ["CONTENDED", "SLOWED", "CpuWindow", "busy_ticks_of", "core_reference", "core_slowdown", "disturbance",
            "disturbed", "is_contended", "quiet_now", "seed_core_reference", "warm_core_probe"]
 
 #: a measurement during which other processes used at least this share of the machine is contended
 CONTENDED = 0.25
+
+
 def disturbed(contention: float | None, slowdown: float | None) -> bool:
     """Whether a measurement's conditions make it untrustworthy: other processes took
     :data:`CONTENDED` of the machine, or the host slowed a core by :data:`SLOWED`."""
@@ -47,14 +56,6 @@ def disturbance(contention: float | None, slowdown: float | None) -> float:
     """How disturbed a measurement was, for keeping the least disturbed of several: each signal over
     its threshold, the worse of the two (1.0 = at a threshold)."""
     return max((contention or 0.0) / CONTENDED, ((slowdown or 1.0) - 1.0) / (SLOWED - 1.0))
-
-
-def _cores() -> frozenset[int]:
-    """The CPUs this process may run on."""
-    try:
-        return frozenset(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return frozenset(range(os.cpu_count() or 1))
 
 
 def _busy(vals: list[int]) -> int:
@@ -94,16 +95,15 @@ class CpuWindow:
     """``with CpuWindow() as w: ...`` then ``w.others``: the share of CPU time on this process's
     cores that other processes used during the block (None where the platform does not tell)."""
 
-    def __init__(self, probe_cores: bool = True) -> None:
+    def __init__(self) -> None:
         self.others: float | None = None
         self.loadavg: float | None = None
         #: the worst core slowdown seen as the window opened and closed (:func:`core_slowdown`)
         self.slowdown: float | None = None
-        self._probe = probe_cores
 
     def __enter__(self) -> "CpuWindow":
-        self._cores = _cores()
-        self._slow0 = core_slowdown(self._cores) if self._probe else None
+        self._cores = process_cores()
+        self._slow0 = core_slowdown(self._cores)
         self._t0 = time.perf_counter()
         self._busy0 = _busy_ticks(self._cores)
         t = os.times()
@@ -115,9 +115,8 @@ class CpuWindow:
         wall = time.perf_counter() - self._t0
         t = os.times()
         own = t.user + t.system - self._own0
-        if self._probe:
-            ends = [x for x in (self._slow0, core_slowdown(self._cores)) if x is not None]
-            self.slowdown = max(ends) if ends else None
+        ends = [x for x in (self._slow0, core_slowdown(self._cores)) if x is not None]
+        self.slowdown = max(ends) if ends else None
         try:
             self.loadavg = os.getloadavg()[0]
         except OSError:

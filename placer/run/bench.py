@@ -117,18 +117,14 @@ class PlanBench:
     ----------
     feeds : list of input dicts (requests cycle through them)
     rounds, per_round : interleaving shape of one :meth:`measure` call
-    probe_cores : leave out turns during which the host slowed a core (module docstring)
     """
 
-    def __init__(self, feeds: Sequence[Mapping[str, np.ndarray]], *, rounds: int = 5, per_round: int = 4,
-                 probe_cores: bool = True):
+    def __init__(self, feeds: Sequence[Mapping[str, np.ndarray]], *, rounds: int = 5, per_round: int = 4):
         self.feeds = [dict(f) for f in feeds]
         self.rounds = rounds
         self.per_round = per_round
         self.candidates: dict[str, Candidate] = {}
-        #: time a reference loop on each core between turns, and leave slowed turns out (module docstring)
-        self._probe_cores = probe_cores
-        self._probed = False
+        self._probed = False  # each core's reference time taken (before the first turn)
 
     def add(self, key: str, materialized) -> Candidate:
         """Compile the hybrid executor of ``materialized`` (once) and keep it under ``key``."""
@@ -164,10 +160,10 @@ class PlanBench:
             for key in keys:
                 self.candidates[key].samples_ms.clear()
                 self.candidates[key].samples_slowed.clear()
-        if self._probe_cores and not self._probed:
+        if not self._probed:
             warm_core_probe()  # each core's reference time, before the first turn
             self._probed = True
-        before = self._slowdown()
+        before = core_slowdown() or 1.0
         for r in range(rounds or self.rounds):
             raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
             order = keys if r % 2 == 0 else keys[::-1]
@@ -191,7 +187,7 @@ class PlanBench:
                         if i > 0:  # the timed-partitions run carries timer overhead: keep it out
                             cand.samples_ms.append((time.perf_counter_ns() - t0) / 1e6)
                     settle_own_threads()  # the next candidate starts on cores this one has let go
-                after = self._slowdown()
+                after = core_slowdown() or 1.0
                 slowed = max(before, after) >= SLOWED
                 cand.samples_slowed.extend([slowed] * (len(cand.samples_ms) - n0))
                 if timed_partitions:
@@ -199,18 +195,14 @@ class PlanBench:
                 before = after
         return {k: self.stats(k) for k in keys}
 
-    def _slowdown(self) -> float:
-        """The worst core's slowdown right now (1.0 when not probed or not known)."""
-        return (core_slowdown() or 1.0) if self._probe_cores else 1.0
-
     def stats(self, key: str) -> LatencyStats:
         cand = self.candidates[key]
         s, left_out = quiet_samples(cand.samples_ms, cand.samples_slowed)
         if not s.size:
             nan = float("nan")
             return LatencyStats(nan, nan, nan, 0)
-        return LatencyStats(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)), len(s),
-                            left_out)
+        return LatencyStats(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)),
+                            len(s), left_out)
 
     def partition_medians(self, key: str) -> dict[str, float]:
         cand = self.candidates[key]

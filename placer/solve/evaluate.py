@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from placer.errors import ProblemError
-from placer.plan import Plan, SolverStats, StageCost, Transfer
+from placer.plan import Plan, SolverStats, StageCost, Transfer, latency_transfers
 from placer.problem import PlacementProblem
 from placer.semantics import (
     Costs,
@@ -103,12 +103,9 @@ def make_latency_plan(problem: PlacementProblem, assign: np.ndarray, solver: str
     check_assignment(problem, assign)
     p = problem.priced_for(assign)  # a plan that cuts the model pays the cut scale
     start, end = latency_schedule(p, assign, order)
-    names = p.ops
+    names, targets = p.ops, p.targets
     end_l = end.tolist()
-    prod, tensors, targets = p.tensor_producer, p.tensors, p.targets
-    transfers = tuple(Transfer(tensors[k].name, targets[a], targets[b], ms, en,
-                               end_l[prod[k]], end_l[prod[k]] + ms + en)
-                      for k, a, b, ms, en in needed_transfers(p, assign))
+    transfers = latency_transfers(p, assign, end)
     makespan = float(end.max())
     busy = resource_busy_ms(p, assign)
     return Plan(
