@@ -47,6 +47,8 @@ MODELS = {
     "hf-vit": "zoo:hf-vit",
     "hf-convnext": "zoo:hf-convnext",
     "hf-llama": "zoo:hf-llama",
+    "hf-distilbert": "zoo:hf-distilbert",
+    "hf-mobilenetv2": "zoo:hf-mobilenetv2",
 }
 
 

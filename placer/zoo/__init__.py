@@ -10,7 +10,8 @@
 
 * :mod:`placer.zoo.torch_models`: ``gpt-tiny``, ``gpt-small`` (GPT-style decoders) and
   ``resnet-mini``, exported from PyTorch when it is installed.
-* :mod:`placer.zoo.hf_models`: ``hf-bert``, ``hf-gpt2``, ``hf-vit``, ``hf-convnext``, ``hf-llama``:
+* :mod:`placer.zoo.hf_models`: ``hf-bert``, ``hf-gpt2``, ``hf-vit``, ``hf-convnext``, ``hf-llama``,
+  ``hf-distilbert``, ``hf-mobilenetv2``:
   Hugging Face ``transformers`` architectures with seeded random weights, when transformers is installed.
 
 References for :func:`resolve` / :func:`available`: ``"zoo:tiny"``, ``"zoo:bert-tiny"``, ``"zoo:lpnorm"``,

@@ -15,6 +15,12 @@ batch 1.
 * ``zoo:hf-llama``: ``LlamaForCausalLM``: hidden 256, 4 layers, 4 query / 2 key-value heads
   (grouped-query attention), SwiGLU intermediate 688, vocabulary 8192, 128 tokens, no KV cache;
   input ``input_ids``, output ``logits``.
+* ``zoo:hf-distilbert``: ``DistilBertModel``, dim 384, 6 layers, 6 heads, hidden 1536, 128 tokens;
+  inputs ``input_ids`` + ``attention_mask``, output ``last_hidden_state``.
+* ``zoo:hf-mobilenetv2``: ``MobileNetV2ForImageClassification`` (width 0.75): inverted residual
+  blocks with depthwise convolutions and ReLU6, 224x224 image, 1000 classes; input
+  ``pixel_values``, output ``logits``. Convolutions get He (fan-in) initial weights: with the
+  library's std-0.02 init the output does not depend on the image.
 
 Attention is ``attn_implementation="eager"`` (explicit MatMul/Softmax; the SDPA path is not what
 a deployed ONNX graph has). Exports go through :func:`placer.zoo.torch_models.export_cached` (the
@@ -34,7 +40,7 @@ from placer.zoo.torch_models import export_cached, seeded_build
 __all__ = ["HF_MODELS", "hf_model", "hf_module"]
 
 #: bumped whenever a builder below changes, so a stale cached export is not reused
-BUILDERS_VERSION = 1
+BUILDERS_VERSION = 2
 SEQ = 128
 IMAGE = 224
 
@@ -130,6 +136,33 @@ def _llama():
     return module, (_ids(8192),), ["input_ids"], ["logits"]
 
 
+def _distilbert():
+    import torch
+
+    tf = _transformers()
+    cfg = tf.DistilBertConfig(vocab_size=30522, dim=384, n_layers=6, n_heads=6, hidden_dim=1536,
+                              max_position_embeddings=512, attn_implementation="eager")
+    mask = torch.ones((1, SEQ), dtype=torch.int64)
+    mask[:, -SEQ // 8:] = 0  # traced with padding, so the masking path is in the graph
+    names = ["input_ids", "attention_mask"]
+    module = _wrap(tf.DistilBertModel(cfg), names, "last_hidden_state")
+    return module, (_ids(30522), mask), names, ["last_hidden_state"]
+
+
+def _mobilenetv2():
+    import torch
+
+    tf = _transformers()
+    cfg = tf.MobileNetV2Config(depth_multiplier=0.75, image_size=IMAGE, num_labels=1000)
+    model = tf.MobileNetV2ForImageClassification(cfg)
+    for m in model.modules():  # the library's std-0.02 init lets the signal die out by the last block
+        if isinstance(m, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
+    x = torch.randn((1, 3, IMAGE, IMAGE))
+    module = _wrap(model, ["pixel_values"], "logits")
+    return module, (x,), ["pixel_values"], ["logits"]
+
+
 #: zoo name -> builder returning (module, example args, input names, output names)
 HF_MODELS: dict[str, Callable] = {
     "hf-bert": _bert,
@@ -137,6 +170,8 @@ HF_MODELS: dict[str, Callable] = {
     "hf-vit": _vit,
     "hf-convnext": _convnext,
     "hf-llama": _llama,
+    "hf-distilbert": _distilbert,
+    "hf-mobilenetv2": _mobilenetv2,
 }
 
 

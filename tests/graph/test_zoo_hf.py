@@ -50,10 +50,37 @@ def test_hf_bert_loads_and_onnxruntime_matches_torch():
     assert np.abs(outs[0] - outs[1]).max() > 0.1  # the output depends on the input
 
 
+@pytest.mark.parametrize("name, ops, shape", [
+    ("hf-distilbert", {"MatMul", "Softmax", "LayerNormalization", "Where"}, (1, 128, 384)),
+    ("hf-mobilenetv2", {"Conv", "Clip", "Gemm"}, (1, 1000)),
+])
+def test_exported_model_computes_what_torch_computes_and_depends_on_its_input(name, ops, shape):
+    import onnxruntime as ort
+    import torch
+
+    from placer.zoo.hf_models import hf_module
+
+    g = api.load(f"zoo:{name}")
+    assert ops <= {op.op_type for op in g.ops} and len(g.ops) > 100
+    module, in_names, _ = hf_module(name)
+    sess = ort.InferenceSession(g.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    outs = []
+    for seed in (0, 1):
+        feeds = zoo.random_inputs(g.model, seed)
+        with torch.no_grad():
+            ref = module(*(torch.from_numpy(feeds[n]) for n in in_names)).numpy()
+        out = sess.run(None, feeds)[0]
+        assert out.shape == shape
+        np.testing.assert_allclose(out, ref, atol=1e-4, rtol=1e-4)
+        outs.append(out)
+    assert np.abs(outs[0] - outs[1]).max() > 0.05  # the output depends on the input
+
+
 def test_hf_models_are_listed_and_unknown_names_are_refused():
     from placer.zoo.hf_models import hf_model
 
-    assert {"hf-bert", "hf-gpt2", "hf-vit", "hf-convnext", "hf-llama"} <= set(zoo.available())
+    assert {"hf-bert", "hf-gpt2", "hf-vit", "hf-convnext", "hf-llama", "hf-distilbert",
+            "hf-mobilenetv2"} <= set(zoo.available())
     with pytest.raises(GraphError, match="unknown transformers zoo model"):
         hf_model("hf-nope")
 
