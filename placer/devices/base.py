@@ -99,9 +99,18 @@ class CompiledModel(abc.ABC):
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
 
+    #: whether :meth:`run_shared` returns views of the runtime's own buffers (valid until the next run)
+    shares_outputs: bool = False
+
     @abc.abstractmethod
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run once; return every graph output by name."""
+        """Run once; return every graph output by name (arrays the caller owns)."""
+
+    def run_shared(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once; the outputs may be views of the runtime's buffers, overwritten by the next run of
+        this compiled model (OpenVINO's ``share_outputs``: no copy of each output). For a caller that
+        is done with them by then: the next partition of the same request, a timed run."""
+        return self.run(feeds)
 
     def close(self) -> None:  # pragma: no cover - default no-op
         """Release the runtime objects."""

@@ -124,7 +124,7 @@ def measure_link_points(src, dst, sizes: Sequence[int] = DEFAULT_LINK_SIZES, *, 
         samples = []
         for _ in range(400):
             t0 = pc()
-            ov.run(one)
+            ov.run_shared(one)
             samples.append(pc() - t0)
         overhead_ms[dst.name] = float(np.median(samples)) / 1e6
         ov.close()
@@ -136,10 +136,11 @@ def measure_link_points(src, dst, sizes: Sequence[int] = DEFAULT_LINK_SIZES, *, 
         x = rng.standard_normal(n).astype(np.float32)
         x0 = s_c.run({"x": x})["y"]  # a real source output, reused for dst-alone timing
         for _ in range(3):  # warm-up
-            d_c.run({"x": s_c.run({"x": x})["y"]})
+            d_c.run_shared({"x": s_c.run_shared({"x": x})["y"]})
+        # the executor hands a partition's outputs to the next as they come (views, no copy)
         (chain, s_t, d_t), rounds = interleaved_rounds(
-            [lambda: d_c.run({"x": s_c.run({"x": x})["y"]}),  # the chain: the real hand-off
-             lambda: s_c.run({"x": x}), lambda: d_c.run({"x": x0})],
+            [lambda: d_c.run_shared({"x": s_c.run_shared({"x": x})["y"]}),  # the chain: the real hand-off
+             lambda: s_c.run_shared({"x": x}), lambda: d_c.run_shared({"x": x0})],
             rounds_s=rounds_s, min_rounds=min_rounds, max_rounds=max_rounds)
         med = lambda a: float(np.median(a)) / 1e6
         c_ms, s_ms, d_ms = med(chain), med(s_t), med(d_t)
@@ -243,13 +244,13 @@ def measure_cut_points(target, shapes: Sequence[tuple[int, int]] = CUT_SHAPES, l
         def run_cut():
             y = x
             for p in parts:
-                y = p.run({"x": y})["y"]
+                y = p.run_shared({"x": y})["y"]
             return y
 
         for _ in range(3):  # warm-up
-            whole.run({"x": x})
+            whole.run_shared({"x": x})
             run_cut()
-        (w_t, c_t), rounds = interleaved_rounds([lambda: whole.run({"x": x}), run_cut], rounds_s=rounds_s,
+        (w_t, c_t), rounds = interleaved_rounds([lambda: whole.run_shared({"x": x}), run_cut], rounds_s=rounds_s,
                                                 min_rounds=min_rounds, max_rounds=max_rounds)
         w_ms, c_ms = float(np.median(w_t)) / 1e6, float(np.median(c_t)) / 1e6
         points.append({"nbytes": int(x.nbytes), "whole_ms": w_ms, "cut_ms": c_ms, "rounds": rounds,

@@ -93,7 +93,9 @@ def time_callable(fn: Callable[[], object], config: TimingConfig | None = None, 
 
 def time_compiled(compiled, feeds: Mapping[str, np.ndarray], config: TimingConfig | None = None, *,
                   prewarmed_s: float = 0.0) -> TimingStats:
-    """Time ``compiled.run(feeds)`` (a :class:`placer.devices.CompiledModel`).
+    """Time ``compiled.run_shared(feeds)`` (a :class:`placer.devices.CompiledModel`; outputs left in the
+    runtime's buffers, as the executor hands them to the next partition), or ``run`` where a
+    compiled model has no ``run_shared``.
 
     A compiled model may time itself: if it has ``time_run(feeds, config) -> TimingStats`` (remote
     TVM RPC targets: the device's own clock, transport left out), that is used instead.
@@ -101,7 +103,7 @@ def time_compiled(compiled, feeds: Mapping[str, np.ndarray], config: TimingConfi
     own = getattr(compiled, "time_run", None)
     if callable(own):
         return own(feeds, config or TimingConfig())
-    run = compiled.run
+    run = getattr(compiled, "run_shared", compiled.run)
     return time_callable(lambda: run(feeds), config, prewarmed_s=prewarmed_s)
 
 

@@ -198,6 +198,9 @@ class HybridExecutor(_Executor):
         else:
             for p in self.partitions:
                 self.compiled[p.id] = self._compile_one(p)
+        #: the model's outputs that a partition returns as views of its runtime's buffers
+        self._shared_outputs = {t for p in self.partitions if getattr(self.compiled[p.id], "shares_outputs", False)
+                                for t in p.outputs if t in self.output_names}
         self.compiled_s = time.perf_counter() - t0
 
     def _pool(self, p) -> cf.ThreadPoolExecutor:
@@ -216,7 +219,10 @@ class HybridExecutor(_Executor):
     def _run_part(self, p, feeds: Mapping[str, np.ndarray]):
         s = time.perf_counter_ns()
         try:
-            out = self.compiled[p.id].run(feeds)
+            # a partition's outputs are read by later partitions of the same request, before it runs
+            # again: views of its runtime's buffers will do (run_timed copies the model's outputs)
+            c = self.compiled[p.id]
+            out = c.run_shared(feeds) if hasattr(c, "run_shared") else c.run(feeds)  # a plug-in may lack it
         except PlacerError as exc:
             raise PartitionError(f"partition {p.id} (stage {p.stage}) on {p.target} failed: {exc}",
                                  p.id, p.target, p.stage) from exc
@@ -227,7 +233,11 @@ class HybridExecutor(_Executor):
                 p.id, p.target, p.stage) from exc
         return out, (time.perf_counter_ns() - s) / 1e6
 
-    def run_timed(self, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    def run_timed(self, feeds: Mapping[str, np.ndarray], *, share_outputs: bool = False
+                  ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """Run one request: ``(outputs, {partition: ms})``. ``share_outputs``: the model's outputs may
+        be views of a runtime's buffers, valid until the next request (for a caller done with them
+        by then, e.g. a timed run; OpenVINO's own ``share_outputs``); otherwise the caller owns them."""
         if self.compiled_s is None:
             self.compile()
         env: dict[str, np.ndarray] = dict(feeds)
@@ -264,10 +274,12 @@ class HybridExecutor(_Executor):
                         waiting[j] -= 1
                         if waiting[j] == 0:
                             submit(j)
-        return {t: env[t] for t in self.output_names}, times
+        if share_outputs:
+            return {t: env[t] for t in self.output_names}, times
+        return {t: env[t].copy() if t in self._shared_outputs else env[t] for t in self.output_names}, times
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self.run_timed(feeds)[0]
+    def run(self, feeds: Mapping[str, np.ndarray], *, share_outputs: bool = False) -> dict[str, np.ndarray]:
+        return self.run_timed(feeds, share_outputs=share_outputs)[0]
 
     def close(self) -> None:
         for c in self.compiled.values():

@@ -171,7 +171,7 @@ def _time_probes(probes: Mapping[str, HybridExecutor], feeds, rounds: int, per_r
         for k in keys if r % 2 == 0 else keys[::-1]:
             for i in range(per_round):
                 s = time.perf_counter_ns()
-                _, times = probes[k].run_timed(feeds[(r * per_round + i) % len(feeds)])
+                _, times = probes[k].run_timed(feeds[(r * per_round + i) % len(feeds)], share_outputs=True)
                 total_ms[k].append((time.perf_counter_ns() - s) / 1e6)
                 for pid, ms in times.items():
                     part_ms[k].setdefault(pid, []).append(ms)

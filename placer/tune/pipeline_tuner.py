@@ -116,7 +116,8 @@ class _PipelineRuns:
 
 
 def retarget(problem, names: list[str], source_cols: list[int], link_fallback_ms: list[float]):
-    """A problem over new target ``names`` whose column ``k`` copies ``source_cols[k]``."""
+    """A problem over new target ``names`` whose column ``k`` copies ``source_cols[k]`` (costs, links,
+    cut scale)."""
     src = np.asarray(source_cols)
     lat = np.array(problem.link_latency_ms)[np.ix_(src, src)]
     per_byte = np.array(problem.link_ms_per_byte)[np.ix_(src, src)]
@@ -128,6 +129,7 @@ def retarget(problem, names: list[str], source_cols: list[int], link_fallback_ms
         problem, targets=tuple(names), target_cores=target_cores_of(names),
         cost_ms=np.array(problem.cost_ms)[:, src], link_latency_ms=lat,
         link_ms_per_byte=per_byte, link_charge="both", memory_cap_bytes=None, pinned={}, partition_overhead_ms=None,
+        cut_scale=np.asarray(problem.cut_scale)[src],
     )
 
 

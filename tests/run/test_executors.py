@@ -238,3 +238,31 @@ def test_an_int64_tensor_from_onnxruntime_feeds_an_openvino_partition():
     feeds = {"x": np.arange(8, dtype=np.int64).reshape(1, 8)}
     res = run_plan(mat, [feeds], requests=1, warmup=0)
     np.testing.assert_array_equal(res.outputs[0]["y"], 2 * feeds["x"] * feeds["x"])
+
+
+
+def test_openvino_outputs_are_the_callers_unless_shared_and_shared_ones_are_views_until_the_next_run():
+    # the executor hands a partition's outputs to the next partition as views of OpenVINO's buffers
+    # (no copy), and copies the model's outputs unless the caller says it is done with them before
+    # the next request (a timed run, as the yardsticks time theirs)
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])
+    nodes = [helper.make_node("Mul", ["x", "x"], ["a"], name="a"), helper.make_node("Add", ["a", "x"], ["y"], name="b")]
+    model = helper.make_model(helper.make_graph(nodes, "ov2", [x], [y]), opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)
+    g = graph_of(model)
+    first, second = (op.id for op in g.ops)
+    a = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    with HybridExecutor(materialize(g, {first: "openvino", second: "openvino"})) as ex:
+        ex.compile()
+        assert ex._shared_outputs == {"y"}
+        owned = ex.run({"x": a})["y"]
+        kept = owned.copy()
+        shared = ex.run({"x": 2 * a}, share_outputs=True)["y"]
+        np.testing.assert_array_equal(owned, kept)  # the caller's copy is untouched by the next run
+        np.testing.assert_allclose(shared, 4 * a * a + 2 * a, rtol=1e-5)
+        ex.run({"x": 3 * a}, share_outputs=True)
+        np.testing.assert_allclose(shared, 9 * a * a + 3 * a, rtol=1e-5)  # a view: the next run wrote it
+        np.testing.assert_allclose(kept, a * a + a, rtol=1e-5)

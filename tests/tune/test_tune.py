@@ -162,3 +162,21 @@ def test_tune_rejects_bad_objective_and_budget(capsys):
     assert "--budget" in capsys.readouterr().err
     assert main(["tune", "/nonexistent/model.onnx", "--trials", "1"]) == 2
     assert "/nonexistent/model.onnx" in capsys.readouterr().err
+
+
+def test_a_throughput_trials_problem_keeps_each_source_targets_cut_scale():
+    # a warm store gives the latency problem a learned cut scale per target; the throughput tuner's
+    # per-core targets copy columns of it, and must copy the scale with them (it raised
+    # "cut_scale: shape (4,), expected (2,)" on a store the latency tuner had probed)
+    import numpy as np
+
+    from placer.problem import PlacementProblem, Tensor
+    from placer.tune.pipeline_tuner import retarget
+
+    base = PlacementProblem(ops=["a", "b"], targets=["ort:t2", "ov:t2", "ort:t1", "ov:t1"],
+                            cost_ms=[[1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]],
+                            tensors=[Tensor("t0", "a", ("b",), 100.0)], link_latency_ms=0.05,
+                            cut_scale=[1.1, 1.2, 1.3, 1.4])
+    p = retarget(base, ["ov@cpu0:t1", "ort@cpu1:t1"], [3, 2], [0.01, 0.02])
+    np.testing.assert_allclose(p.cut_scale, [1.4, 1.3])
+    np.testing.assert_allclose(p.cost_ms, [[4.0, 3.0], [1.0, 2.0]])
