@@ -167,8 +167,8 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                         "solver_predicted_ms": kept.provenance.get("solver_makespan_ms", kept.makespan_ms),
                         "assignment": dict(kept.assignment),
                         "key": assignment_key(kept),
-                        "status": note[:80] if note else ("cut plan kept" if len(set(kept.assignment.values())) > 1
-                                                          else "one target")}
+                        "status": note[:80] if note else (
+                            "cut plan kept" if len(set(kept.assignment.values())) > 1 else "one target")}
                 if prow["key"] not in bench.candidates:
                     try:
                         pmat = materialize(graph, kept)

@@ -199,7 +199,8 @@ class HybridExecutor(_Executor):
             for p in self.partitions:
                 self.compiled[p.id] = self._compile_one(p)
         #: the model's outputs that a partition returns as views of its runtime's buffers
-        self._shared_outputs = {t for p in self.partitions if getattr(self.compiled[p.id], "shares_outputs", False)
+        self._shared_outputs = {t for p in self.partitions
+                                if getattr(self.compiled[p.id], "shares_outputs", False)
                                 for t in p.outputs if t in self.output_names}
         self.compiled_s = time.perf_counter() - t0
 

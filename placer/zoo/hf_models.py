@@ -84,17 +84,22 @@ def _ids(vocab: int):
     return torch.randint(0, vocab, (1, SEQ), dtype=torch.int64)
 
 
-def _bert():
+def _padded_encoder(model, vocab: int):
+    """An encoder taking ``input_ids`` + ``attention_mask`` and returning ``last_hidden_state``, traced
+    with padding (the last eighth of the positions masked), so the masking path is in the graph."""
     import torch
 
+    mask = torch.ones((1, SEQ), dtype=torch.int64)
+    mask[:, -SEQ // 8:] = 0
+    names = ["input_ids", "attention_mask"]
+    return _wrap(model, names, "last_hidden_state"), (_ids(vocab), mask), names, ["last_hidden_state"]
+
+
+def _bert():
     tf = _transformers()
     cfg = tf.BertConfig(vocab_size=30522, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
                         intermediate_size=1024, max_position_embeddings=512, attn_implementation="eager")
-    mask = torch.ones((1, SEQ), dtype=torch.int64)
-    mask[:, -SEQ // 8:] = 0  # traced with padding, so the masking path is in the graph
-    names = ["input_ids", "attention_mask"]
-    module = _wrap(tf.BertModel(cfg), names, "last_hidden_state")
-    return module, (_ids(30522), mask), names, ["last_hidden_state"]
+    return _padded_encoder(tf.BertModel(cfg), 30522)
 
 
 def _gpt2():
@@ -137,16 +142,10 @@ def _llama():
 
 
 def _distilbert():
-    import torch
-
     tf = _transformers()
     cfg = tf.DistilBertConfig(vocab_size=30522, dim=384, n_layers=6, n_heads=6, hidden_dim=1536,
                               max_position_embeddings=512, attn_implementation="eager")
-    mask = torch.ones((1, SEQ), dtype=torch.int64)
-    mask[:, -SEQ // 8:] = 0  # traced with padding, so the masking path is in the graph
-    names = ["input_ids", "attention_mask"]
-    module = _wrap(tf.DistilBertModel(cfg), names, "last_hidden_state")
-    return module, (_ids(30522), mask), names, ["last_hidden_state"]
+    return _padded_encoder(tf.DistilBertModel(cfg), 30522)
 
 
 def _mobilenetv2():

@@ -249,9 +249,10 @@ def test_openvino_outputs_are_the_callers_unless_shared_and_shared_ones_are_view
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])
-    nodes = [helper.make_node("Mul", ["x", "x"], ["a"], name="a"), helper.make_node("Add", ["a", "x"], ["y"], name="b")]
-    model = helper.make_model(helper.make_graph(nodes, "ov2", [x], [y]), opset_imports=[helper.make_opsetid("", 17)],
-                              ir_version=8)
+    nodes = [helper.make_node("Mul", ["x", "x"], ["a"], name="a"),
+             helper.make_node("Add", ["a", "x"], ["y"], name="b")]
+    model = helper.make_model(helper.make_graph(nodes, "ov2", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     g = graph_of(model)
     first, second = (op.id for op in g.ops)
     a = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
