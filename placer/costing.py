@@ -194,16 +194,19 @@ def _fill_context_supported(cost: np.ndarray, source: np.ndarray, names: Sequenc
 
 
 def fusion_scales(table: CostTable) -> dict[str, float]:
-    """Per target, measured whole-model time over the sum of its ops' net costs (1.0 if unknown)."""
+    """Per target, measured whole-model time (less one call's overhead) over the sum of its ops' net
+    costs; 1.0 where that is unknown, and where the whole model measured no more than one call's
+    overhead (a tiny model: the two cannot be told apart, and a scale of 0 would price it free)."""
     scales = {}
     for j, name in enumerate(table.targets):
         col = table.cost_ms[:, j]
         whole = table.whole_model_ms.get(name)
         total = float(col.sum())
-        if whole is None or not np.all(np.isfinite(col)) or total <= 0:
+        net_whole = None if whole is None else whole - table.overhead_ms.get(name, 0.0)
+        if net_whole is None or net_whole <= 0 or not np.all(np.isfinite(col)) or total <= 0:
             scales[name] = 1.0
             continue
-        scales[name] = max(whole - table.overhead_ms.get(name, 0.0), 0.0) / total
+        scales[name] = net_whole / total
     return scales
 
 

@@ -49,6 +49,15 @@ def test_uncalibrated_when_whole_model_unknown_or_some_op_unsupported(tiny_graph
     assert fusion_scales(table) == {"a": pytest.approx(2.0), "b": 1.0}
 
 
+def test_a_whole_model_no_slower_than_one_call_leaves_the_op_costs_as_they_are(tiny_graph):
+    # zoo:tiny on OpenVINO t1 once measured within its call overhead: a scale of 0 priced every plan
+    # at 0 ms
+    n = len(tiny_graph.ops)
+    table = _table(tiny_graph, {"a": [0.01] * n, "b": [0.01] * n}, whole={"a": 0.05, "b": 0.2},
+                   overhead={"a": 0.06, "b": 0.1})
+    assert fusion_scales(table) == {"a": 1.0, "b": pytest.approx(0.1 / (0.01 * n))}
+
+
 def test_entry_cost_discourages_a_one_op_partition_whose_gain_is_smaller():
     # a -> b -> c, all cheap on "x"; b is 0.3 ms cheaper on "y", each hand-off costs 0.1 + entry.
     tensors = [Tensor("t0", None, ("a",), 4), Tensor("t1", "a", ("b",), 4), Tensor("t2", "b", ("c",), 4),
