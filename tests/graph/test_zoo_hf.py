@@ -25,28 +25,38 @@ def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setattr(zt, "CACHE", tmp_path_factory.getbasetemp() / "zoo_cache")
 
 
-def test_hf_bert_loads_and_onnxruntime_matches_torch():
+def _outputs_matching_torch(g, name: str, shape: tuple[int, ...]) -> list[np.ndarray]:
+    """ONNX Runtime's output of ``zoo:name`` on two seeded inputs, each checked against the torch
+    module it was exported from (same seed, same weights)."""
     import onnxruntime as ort
     import torch
 
     from placer.zoo.hf_models import hf_module
 
-    g = api.load("zoo:hf-bert")
-    assert {"MatMul", "Softmax", "LayerNormalization", "Erf", "Where"} <= {op.op_type for op in g.ops}
-    assert len(g.ops) > 100 and len(g.unique_signatures()) > 10
-    module, in_names, out_names = hf_module("hf-bert")
-    assert in_names == ["input_ids", "attention_mask"] and out_names == ["last_hidden_state"]
+    module, in_names, _ = hf_module(name)
     sess = ort.InferenceSession(g.model.SerializeToString(), providers=["CPUExecutionProvider"])
     outs = []
     for seed in (0, 1):
-        feeds = zoo.random_inputs(g.model, seed)  # attention_mask in [0, 8): some positions masked
+        feeds = zoo.random_inputs(g.model, seed)  # an attention_mask in [0, 8): some positions masked
         with torch.no_grad():
             ref = module(*(torch.from_numpy(feeds[n]) for n in in_names)).numpy()
         out = sess.run(None, feeds)[0]
-        assert out.shape == (1, 128, 256)
+        assert out.shape == shape
         np.testing.assert_allclose(out, ref, atol=1e-4, rtol=1e-4)
-        assert np.isfinite(out).all() and out.std() > 0.1  # not degenerate
         outs.append(out)
+    return outs
+
+
+def test_hf_bert_loads_and_onnxruntime_matches_torch():
+    from placer.zoo.hf_models import hf_module
+
+    g = api.load("zoo:hf-bert")
+    assert {"MatMul", "Softmax", "LayerNormalization", "Erf", "Where"} <= {op.op_type for op in g.ops}
+    assert len(g.ops) > 100 and len(g.unique_signatures()) > 10
+    _, in_names, out_names = hf_module("hf-bert")
+    assert in_names == ["input_ids", "attention_mask"] and out_names == ["last_hidden_state"]
+    outs = _outputs_matching_torch(g, "hf-bert", (1, 128, 256))
+    assert all(np.isfinite(out).all() and out.std() > 0.1 for out in outs)  # not degenerate
     assert np.abs(outs[0] - outs[1]).max() > 0.1  # the output depends on the input
 
 
@@ -55,24 +65,9 @@ def test_hf_bert_loads_and_onnxruntime_matches_torch():
     ("hf-mobilenetv2", {"Conv", "Clip", "Gemm"}, (1, 1000)),
 ])
 def test_exported_model_computes_what_torch_computes_and_depends_on_its_input(name, ops, shape):
-    import onnxruntime as ort
-    import torch
-
-    from placer.zoo.hf_models import hf_module
-
     g = api.load(f"zoo:{name}")
     assert ops <= {op.op_type for op in g.ops} and len(g.ops) > 100
-    module, in_names, _ = hf_module(name)
-    sess = ort.InferenceSession(g.model.SerializeToString(), providers=["CPUExecutionProvider"])
-    outs = []
-    for seed in (0, 1):
-        feeds = zoo.random_inputs(g.model, seed)
-        with torch.no_grad():
-            ref = module(*(torch.from_numpy(feeds[n]) for n in in_names)).numpy()
-        out = sess.run(None, feeds)[0]
-        assert out.shape == shape
-        np.testing.assert_allclose(out, ref, atol=1e-4, rtol=1e-4)
-        outs.append(out)
+    outs = _outputs_matching_torch(g, name, shape)
     assert np.abs(outs[0] - outs[1]).max() > 0.05  # the output depends on the input
 
 
