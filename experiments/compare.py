@@ -196,33 +196,45 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
             priced[trow["key"]] = (tuned.best.plan, problem, tmat)
         trow["cost_model"] = _relative_dir(tuned.extra.get("cost_model"))
         rows.append(trow)
+        # the tuned plan deployed as a user runs it (`placer run PLAN_DIR`, a process of its own, like the
+        # yardsticks): shows whether sharing this process with the other candidates costs it anything
+        deployed = yardsticks.add_plan(f"deployed:{trow['key']}", bench.candidates[trow["key"]].materialized)
+        drow = {"model": name, "placement": "tuned, own process", "kind": "deployed", "key": deployed.key,
+                "partitions": trow["partitions"], "numerics_ok": trow["numerics_ok"], "info": deployed.info}
+        if deployed.ok:
+            bench.add_yardstick(deployed)
+        else:
+            drow["error"] = deployed.error
+        rows.append(drow)
         stats = bench.measure(list(bench.candidates))
+        paired = bench.paired_ms(list(bench.candidates))  # the figures to compare by, round by round
         for row in rows:
             s = stats.get(row.get("key"))
             if s is not None:
-                row.update(measured_ms=s.median_ms, p10_ms=s.p10_ms, p90_ms=s.p90_ms, n=s.n, n_slowed=s.n_slowed)
+                row.update(measured_ms=s.median_ms, p10_ms=s.p10_ms, p90_ms=s.p90_ms, n=s.n,
+                           n_slowed=s.n_slowed, paired_ms=paired.get(row["key"], s.median_ms))
             if row.get("key") in priced:  # each partition: predicted (sum of its ops' costs) vs measured
                 plan_, problem_, mat_ = priced[row["key"]]
                 row["partition_detail"] = [
                     {k: v for k, v in d.items() if k != "ops"} | {"n_ops": len(d["ops"])}
                     for d in _partition_feedback(problem_, plan_, mat_, bench.partition_medians(row["key"]))]
     singles = [r for r in rows if r["placement"].startswith("single:") and "measured_ms" in r and "note" not in r]
-    best_single = min(singles, key=lambda r: r["measured_ms"]) if singles else None
+    best_single = min(singles, key=lambda r: r["paired_ms"]) if singles else None
     ys = [r for r in rows if r.get("kind") == "yardstick" and r.get("measured_ms")]
-    best_default = min(ys, key=lambda r: r["measured_ms"]) if ys else None
+    best_default = min(ys, key=lambda r: r["paired_ms"]) if ys else None
     # the fastest yardstick whose outputs pass the numerics check at this run's precision (OpenVINO's
     # default computes bf16 on a CPU that has it: fast, but not within the f32 tolerance)
     ys_ok = [r for r in ys if r.get("numerics_ok")]
-    best_default_ok = min(ys_ok, key=lambda r: r["measured_ms"]) if ys_ok else None
+    best_default_ok = min(ys_ok, key=lambda r: r["paired_ms"]) if ys_ok else None
     ort_default = next((r for r in ys if r["placement"] == "yardstick:ort-default"), None)
     ones = [r for r in rows if r.get("kind") == "1-thread" and r.get("measured_ms")]
-    best_one = min(ones, key=lambda r: r["measured_ms"]) if ones else None
+    best_one = min(ones, key=lambda r: r["paired_ms"]) if ones else None
     for r in rows:
         for col, ref_row in (("speedup_vs_best_single", best_single), ("speedup_vs_best_default", best_default),
                              ("speedup_vs_best_default_ok", best_default_ok),
                              ("speedup_vs_ort_default", ort_default), ("speedup_vs_best_1thread", best_one)):
-            if r.get("measured_ms") and ref_row:
-                r[col] = ref_row["measured_ms"] / r["measured_ms"]
+            if r.get("measured_ms") and ref_row:  # round by round (PlanBench.paired_ms)
+                r[col] = ref_row["paired_ms"] / r["paired_ms"]
     result = {"model": name, "ref": ref, "n_ops": len(graph.ops), "profile_s": prof_s, "rows": rows,
               "best_single": best_single["placement"] if best_single else None,
               "best_default": best_default["placement"] if best_default else None,
@@ -262,7 +274,8 @@ def prediction_accuracy(results: list[dict], key: str = "predicted_ms") -> dict[
     groups: dict[str, list[float]] = {"all": [], "one partition": [], "cut plans": []}
     for res in results:
         for r in res["rows"]:
-            if r.get("kind") in ("yardstick", "1-thread") or not r.get("measured_ms") or not r.get(key):
+            if r.get("kind") in ("yardstick", "1-thread", "deployed") or not r.get("measured_ms") \
+                    or not r.get(key):
                 continue
             err = abs(r[key] / r["measured_ms"] - 1)
             groups["all"].append(err)
@@ -286,16 +299,21 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
           f"{meta['date']} by `{meta['command']}`. Every row of a model was measured in one interleaved bench "
           "(median over rounds of requests, p10/p90 shown); numerics checked against ONNX Runtime. Requests of "
           "turns that began or ended with a core the host had slowed (a reference loop 1.3x its best) are left "
-          f"out while half of a row's requests remain: {n_slow} of {n_all + n_slow} here.")
+          f"out while half of a row's requests remain: {n_slow} of {n_all + n_slow} here. Every `x ...` "
+          "ratio compares `paired ms`: the fastest row's median times each row's median ratio to it over the "
+          "rounds both ran in (2-thread runtimes here have spells of seconds 1.5x slower alike; a median over "
+          "all "
+          "rounds lands on either side of that by which rounds a row drew).")
     summary = []
     for res in results:
         tuned = next((r for r in res["rows"] if r["placement"] == "tuned"), {})
         cps = next((r for r in res["rows"] if r["placement"] == "cpsat"), {})
+        dep = next((r for r in res["rows"] if r.get("kind") == "deployed"), {})
         summary.append([res["model"], res["n_ops"], res.get("best_default"), tuned.get("tuned_choice"),
                         tuned.get("speedup_vs_best_default"), tuned.get("speedup_vs_ort_default"),
                         tuned.get("speedup_vs_best_single"), cps.get("speedup_vs_best_default"),
                         tuned.get("speedup_vs_best_1thread"), res.get("best_default_ok"),
-                        tuned.get("speedup_vs_best_default_ok")])
+                        tuned.get("speedup_vs_best_default_ok"), dep.get("speedup_vs_best_default_ok")])
     doc.h2("Summary (latency mode)")
     doc.p("`x best default`: how many times faster than the fastest yardstick (each runtime loaded with its "
           "defaults or at its best latency settings, all cores, each in its own process, measured in the same "
@@ -303,12 +321,15 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
           "runtime at 1 thread (the old yardstick, an extra column). `best default passing numerics`: the "
           "fastest yardstick whose outputs pass the check at this run's precision (OpenVINO's default "
           "computes "
-          "in bf16 on a CPU that has bf16, outside the f32 tolerance).")
+          "in bf16 on a CPU that has bf16, outside the f32 tolerance). `tuned in its own process`: the tuned "
+          "plan run by `placer run`'s executor in a process of its own, as the yardsticks run, in the same "
+          "rounds.")
     doc.table(["model", "ops", "best default", "tuned choice", "tuned x best default", "tuned x ORT default",
                "tuned x best single target", "CP-SAT (untuned) x best default", "tuned x best 1-thread",
-               "best default passing numerics", "tuned x it"], summary)
+               "best default passing numerics", "tuned x it", "tuned in its own process x it"], summary)
     doc.p(f"Geomean of the tuned plan: {geomean([s[4] for s in summary]):.3f}x the best default, "
-          f"{geomean([s[10] for s in summary]):.3f}x the best default passing numerics, "
+          f"{geomean([s[10] for s in summary]):.3f}x the best default passing numerics "
+          f"({geomean([s[11] for s in summary]):.3f}x deployed in a process of its own), "
           f"{geomean([s[5] for s in summary]):.3f}x ONNX Runtime's default, "
           f"{geomean([s[8] for s in summary]):.3f}x the best 1-thread runtime.")
     pipe = [r for r in results if r.get("pipeline")]
@@ -350,14 +371,16 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
         rows = []
         for r in res["rows"]:
             rows.append([r["placement"], r.get("partitions"), r.get("predicted_ms"), r.get("measured_ms"),
-                         r.get("p10_ms"), r.get("p90_ms"), r.get("speedup_vs_best_default"),
+                         r.get("p10_ms"), r.get("p90_ms"), r.get("paired_ms"),
+                         r.get("speedup_vs_best_default"),
                          r.get("speedup_vs_ort_default"), r.get("speedup_vs_best_single"),
                          r.get("speedup_vs_best_1thread"), r.get("solve_s"), r.get("status"),
                          "yes" if r.get("numerics_ok") else r.get("error", "no")])
             if r.get("measured_ms") and r.get("predicted_ms"):
                 pts.append({"label": f"{res['model']}:{r['placement']}", "predicted_ms": r["predicted_ms"],
                             "measured_ms": r["measured_ms"]})
-        doc.table(["placement", "partitions", "predicted ms", "measured ms", "p10", "p90", "x best default",
+        doc.table(["placement", "partitions", "predicted ms", "measured ms", "p10", "p90", "paired ms",
+                   "x best default",
                    "x ORT default", "x best single", "x best 1-thread", "solve s", "status", "numerics"], rows)
         if res.get("fusion_scale"):
             doc.p("Whole-model calibration (measured whole model / sum of isolated op costs): " + ", ".join(

@@ -160,10 +160,12 @@ def honest(ctx: PlanningContext, solved, *, measure: bool = False, say: Callable
                 raise PlacerError(f"--measure: the {key} plan's outputs differ from the reference: "
                                   f"{report.failures()[0].name}")
         stats = bench.measure(["cut", "single"])
+        ratio = bench.paired_ratio("cut", "single")  # round by round (placer.run.bench)
     cut, one = stats["cut"].median_ms, stats["single"].median_ms
-    keep = solved if cut < one else best
+    keep = solved if (ratio if ratio is not None else cut / one) < 1.0 else best
     note = (f"measured: the {solved.solver} plan {cut:.3f} ms (predicted {solved.makespan_ms:.3f}), "
-            f"{best.solver} {one:.3f} ms (predicted {best.makespan_ms:.3f}): kept "
+            f"{best.solver} {one:.3f} ms (predicted {best.makespan_ms:.3f})"
+            + (f", {ratio:.3f}x its time round by round" if ratio is not None else "") + ": kept "
             f"{'the cut plan' if keep is solved else 'the single target'}")
     say(note)
     return keep, note

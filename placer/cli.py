@@ -282,7 +282,7 @@ def cmd_tune(args) -> int:
                        title=f"placer tune {args.model} ({result.objective}); "
                              "figures from the final interleaved rounds unless noted",
                        justify=("partitions", "predicted ms", "measured ms", "req/s", "x best default"))
-    for r in sorted(result.records, key=lambda r: (not r.final, r.measured_ms is None, r.measured_ms or 0)):
+    for r in sorted(result.records, key=lambda r: (not r.final, r.compare_ms is None, r.compare_ms or 0)):
         if r.measured_ms is None and r.throughput_rps is None:
             figure, spread, ratio = "-", "-", "-"
         elif tp:
@@ -290,7 +290,7 @@ def cmd_tune(args) -> int:
             ratio = f"{r.throughput_rps / default.throughput_rps:.2f}" if default else "-"
         else:
             figure, spread = f"{r.measured_ms:.3f}", f"{r.p10_ms:.3f}-{r.p90_ms:.3f}"
-            ratio = f"{default.measured_ms / r.measured_ms:.2f}" if default else "-"
+            ratio = f"{default.compare_ms / r.compare_ms:.2f}" if default else "-"
         note = r.error or ("" if r.final or r.kind == "yardstick" else "measured in its trial, not in the final rounds")
         add_row(table, (r.label + (" *" if r is result.best else ""), r.kind, str(r.n_partitions),
                         f"{r.predicted_ms:.3f}" if r.predicted_ms == r.predicted_ms else "-", figure, spread, ratio,

@@ -46,7 +46,7 @@ def _times(r, ref, tp: bool) -> float | None:
         return None
     if tp:
         return (r.throughput_rps / ref.throughput_rps) if r.throughput_rps and ref.throughput_rps else None
-    return (ref.measured_ms / r.measured_ms) if r.measured_ms and ref.measured_ms else None
+    return (ref.compare_ms / r.compare_ms) if r.compare_ms and ref.compare_ms else None
 
 
 def _candidates(doc: Document, result) -> None:
@@ -56,16 +56,21 @@ def _candidates(doc: Document, result) -> None:
           "its best settings, each in a process of its own. `x best default` and `x ORT default` are how many "
           "times faster a candidate is than the fastest yardstick and than ONNX Runtime at its defaults; "
           "`x best single` compares with the best single placer target. Figures come from the final "
-          "interleaved rounds unless the note says otherwise.")
+          "interleaved rounds unless the note says otherwise. The ratios compare `paired ms`: the fastest "
+          "candidate's median, times each other's median ratio to it over the rounds both ran in (a "
+          "machine's slow spells then hit both sides of a ratio alike).")
     ref_default, ref_ort, ref_single = result.best_default, result.yardstick("ort-default"), result.best_single
     rows = []
     order = {"yardstick": 0, "baseline": 1}
     for r in sorted(result.records, key=lambda r: (not r.final, order.get(r.kind, 2), r.label)):
         note = r.error or ("" if r.final or r.kind == "yardstick" else "measured in its trial, not in the final rounds")
         rows.append([r.label, r.kind, r.n_partitions, r.predicted_ms, r.measured_ms, r.p10_ms, r.p90_ms,
-                     r.throughput_rps, _times(r, ref_default, tp), _times(r, ref_ort, tp), _times(r, ref_single, tp),
+                     r.paired_ms, r.throughput_rps, _times(r, ref_default, tp), _times(r, ref_ort, tp),
+                     _times(r, ref_single, tp),
                      "yes" if r.numerics_ok else ("no" if r.numerics_ok is False else "-"), note])
-    doc.table(["candidate", "kind", "partitions", "predicted ms", "measured p50 ms", "p10", "p90", "req/s",
+    doc.table(["candidate", "kind", "partitions", "predicted ms", "measured p50 ms", "p10", "p90",
+               "paired ms",
+               "req/s",
                "x best default", "x ORT default", "x best single", "numerics ok", "note"], rows)
 
 

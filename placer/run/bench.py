@@ -14,6 +14,13 @@ project's machines), and a 2-thread runtime then runs at the slow core's pace. A
 ended with a core :data:`~placer.devices.core_speed.SLOWED` is left out of the figures, as long as
 at least half of the candidate's samples remain (else every sample counts); ``n_slowed`` says how
 many were left out. Every candidate, yardsticks included, is judged alike.
+
+Two candidates are compared round by round (:meth:`PlanBench.paired_ms`): the median over the
+rounds of the ratio of their turns' medians. Their own medians over all rounds can disagree with it
+by 1.3x: a 2-thread runtime on this project's machines has spells of several seconds in which every
+2-thread candidate runs 1.5x slower alike (3.6 -> 5.4 ms on squeezenet; 1-thread ones, and the core
+probe, do not change: session 13), so a median over rounds lands on either side of the gap by the
+luck of which rounds a candidate drew, while within one round both are in the same spell.
 """
 
 from __future__ import annotations
@@ -96,6 +103,8 @@ class Candidate:
     partition_ms: dict[str, list[float]] = field(default_factory=dict)
     #: per timed-partitions run (one per turn, aligned with each list of ``partition_ms``): slowed
     partition_slowed: list[bool] = field(default_factory=list)
+    #: per turn: (the bench's round number, the median of the turn's samples, slowed)
+    turns: list[tuple[int, float, bool]] = field(default_factory=list)
     yardstick: Any = None  # a placer.run.yardsticks.Yardstick: runs in its own process
 
 
@@ -125,6 +134,7 @@ class PlanBench:
         self.per_round = per_round
         self.candidates: dict[str, Candidate] = {}
         self._probed = False  # each core's reference time taken (before the first turn)
+        self._round = 0  # rounds run so far (a turn's round number pairs it with the others' turns)
 
     def add(self, key: str, materialized) -> Candidate:
         """Compile the hybrid executor of ``materialized`` (once) and keep it under ``key``."""
@@ -160,19 +170,23 @@ class PlanBench:
             for key in keys:
                 self.candidates[key].samples_ms.clear()
                 self.candidates[key].samples_slowed.clear()
+                self.candidates[key].turns.clear()
         if not self._probed:
             warm_core_probe()  # each core's reference time, before the first turn
             self._probed = True
         before = core_slowdown() or 1.0
         for r in range(rounds or self.rounds):
             raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
+            self._round += 1
             order = keys if r % 2 == 0 else keys[::-1]
             for key in order:
                 cand = self.candidates[key]
                 n0 = len(cand.samples_ms)
                 timed_partitions = False
                 if cand.yardstick is not None:  # times its own requests in its process
-                    cand.samples_ms.extend(cand.yardstick.run_batch(n_req - 1, r * n_req))
+                    # its first request left out, as a plan's (timed partition by partition) is: the
+                    # first after a switch is the slowest (pools asleep, caches cold), for both alike
+                    cand.samples_ms.extend(cand.yardstick.run_batch(n_req, r * n_req)[1:])
                 else:
                     for i in range(n_req):
                         feeds = self.feeds[(r * n_req + i) % len(self.feeds)]
@@ -191,6 +205,8 @@ class PlanBench:
                 after = core_slowdown() or 1.0
                 slowed = max(before, after) >= SLOWED
                 cand.samples_slowed.extend([slowed] * (len(cand.samples_ms) - n0))
+                if len(cand.samples_ms) > n0:
+                    cand.turns.append((self._round, float(np.median(cand.samples_ms[n0:])), slowed))
                 if timed_partitions:
                     cand.partition_slowed.append(slowed)
                 before = after
@@ -204,6 +220,37 @@ class PlanBench:
             return LatencyStats(nan, nan, nan, 0)
         return LatencyStats(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)),
                             len(s), left_out)
+
+    def paired_ratio(self, key: str, ref: str) -> float | None:
+        """How many times longer ``key``'s requests take than ``ref``'s, judged round by round: the median
+        over the rounds both took a turn in of the ratio of their turns' medians (rounds in which either
+        turn was slowed left out while at least half remain, as :func:`quiet_samples` does). None
+        without a shared round."""
+        a, b = self.candidates[key].turns, self.candidates[ref].turns
+        ref_turn = {rnd: (ms, slowed) for rnd, ms, slowed in b}
+        pairs = [(ms / ref_turn[rnd][0], slowed or ref_turn[rnd][1]) for rnd, ms, slowed in a
+                 if rnd in ref_turn and ref_turn[rnd][0] > 0]
+        if not pairs:
+            return None
+        ratios, _ = quiet_samples([p[0] for p in pairs], [p[1] for p in pairs])
+        return float(np.median(ratios))
+
+    def paired_ms(self, keys: Sequence[str]) -> dict[str, float]:
+        """Each of ``keys`` as the same rounds see it: the fastest of them by median (the anchor) keeps its
+        median; every other is the anchor's median times :meth:`paired_ratio` to it. These are the
+        figures to compare candidates by (module docstring); a key with no round shared with the
+        anchor is left out."""
+        stats = {k: self.stats(k) for k in dict.fromkeys(keys)}
+        timed = [k for k, s in stats.items() if s.n and np.isfinite(s.median_ms)]
+        if not timed:
+            return {}
+        anchor = min(timed, key=lambda k: stats[k].median_ms)
+        out = {anchor: stats[anchor].median_ms}
+        for k in timed:
+            ratio = self.paired_ratio(k, anchor) if k != anchor else None
+            if ratio is not None:
+                out[k] = stats[anchor].median_ms * ratio
+        return out
 
     def partition_medians(self, key: str) -> dict[str, float]:
         cand = self.candidates[key]

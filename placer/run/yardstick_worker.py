@@ -15,6 +15,11 @@ user would (see :data:`KINDS`), then answers JSON-line commands on stdin with JS
 ``{"cmd": "info"}``
     what the runtime reports of itself (threads, streams, precision); replies a dict.
 
+Kind :data:`PLAN_KIND` loads a placer plan instead (``MODEL.onnx`` is then a PLAN_DIR), run by
+the hybrid executor as ``placer run PLAN_DIR`` runs it: placer's result deployed in a process of
+its own, measured exactly as the runtimes it is compared with (docs/design.md, "A plan in a process
+of its own").
+
 Each yardstick has a process of its own because runtimes at their defaults keep pool threads
 spinning after a run: in one process they slow each other down (docs/design.md, "Measuring
 yardsticks without contaminating them").
@@ -32,6 +37,8 @@ from typing import Any, Callable
 import numpy as np
 
 from placer.errors import first_line
+from placer.materialize import load_plan_dir
+from placer.run.executors import make_executor
 
 #: latency yardsticks: a runtime loaded with its defaults, and at its best latency settings
 LATENCY_KINDS = ("ort-default", "ort-parallel", "ov-default", "ov-latency")
@@ -43,6 +50,8 @@ BF16_KINDS = ("ov-latency-bf16",)
 #: bf16: the same hint pinned to f32 (:func:`placer.run.yardsticks.throughput_kinds`)
 F32_THROUGHPUT_KINDS = ("ov-throughput-f32",)
 KINDS = LATENCY_KINDS + BF16_KINDS + THROUGHPUT_KINDS + F32_THROUGHPUT_KINDS
+#: not a yardstick: a placer plan (a PLAN_DIR) run by the hybrid executor in a process of its own
+PLAN_KIND = "placer-plan"
 
 DESCRIPTIONS = {
     "ort-default": "ONNX Runtime, InferenceSession(path) with default options",
@@ -178,7 +187,25 @@ def _ov(model_path: str, kind: str) -> _Runner:
     return _Runner(run_one, info, throughput)
 
 
+def _plan(plan_dir: str) -> _Runner:
+    mat = load_plan_dir(plan_dir)
+    ex = make_executor(mat, "hybrid")
+    ex.compile()
+    names = list(ex.output_names)
+
+    def run_one(feeds: dict) -> list:
+        # views of a runtime's buffers, as the OpenVINO yardsticks return theirs (share_outputs)
+        out = ex.run(feeds, share_outputs=True)
+        return [out[n] for n in names]
+
+    return _Runner(run_one, {"runtime": "placer hybrid executor", "partitions": len(mat.partitions),
+                             "targets": sorted({p.target for p in mat.partitions}),
+                             "cores": sorted(os.sched_getaffinity(0))})
+
+
 def load(kind: str, model_path: str) -> _Runner:
+    if kind == PLAN_KIND:
+        return _plan(model_path)
     if kind not in KINDS:
         raise ValueError(f"unknown yardstick {kind!r}; known: {', '.join(KINDS)}")
     return _ort(model_path, kind) if kind.startswith("ort") else _ov(model_path, kind)

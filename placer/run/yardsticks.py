@@ -17,6 +17,7 @@ A yardstick that fails to load (an op the runtime lacks, a crash) is reported, n
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -40,6 +41,7 @@ from placer.run.yardstick_worker import (
     DESCRIPTIONS,
     F32_THROUGHPUT_KINDS,
     LATENCY_KINDS,
+    PLAN_KIND,
     THROUGHPUT_KINDS,
 )
 
@@ -75,13 +77,16 @@ def label(kind: str) -> str:
 class Yardstick:
     """One runtime, loaded as a user would load it, in its own process."""
 
-    def __init__(self, kind: str, model_path: Path, feeds_path: Path, workdir: Path):
+    def __init__(self, kind: str, model_path: Path, feeds_path: Path, workdir: Path, *,
+                 key: str | None = None, name: str | None = None):
         self.kind = kind
-        self.key = label(kind)
+        self.key = key or label(kind)
         self.workdir = workdir
+        #: the stem of this process's files in ``workdir`` (its stderr, its outputs)
+        self.name = name or kind
         self.error: str | None = None
         self.info: dict[str, Any] = {}
-        self._stderr = open(workdir / f"{kind}.stderr", "w+b")  # noqa: SIM115 - closed in close()
+        self._stderr = open(workdir / f"{self.name}.stderr", "w+b")  # noqa: SIM115 - closed in close()
         # the worker dies with this process (PARENT_ENV: it checks it did not miss our death)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "placer.run.yardstick_worker", kind, str(model_path), str(feeds_path)],
@@ -162,7 +167,7 @@ class Yardstick:
         return reply["n"] / reply["wall_s"] if reply and reply.get("wall_s") else None
 
     def outputs(self, n_feeds: int, output_names: Sequence[str]) -> list[dict[str, np.ndarray]] | None:
-        path = self.workdir / f"{self.kind}.outputs.npz"
+        path = self.workdir / f"{self.name}.outputs.npz"
         if not self._ask({"cmd": "outputs", "path": str(path)}):
             return None
         with np.load(path, allow_pickle=False) as z:
@@ -226,6 +231,8 @@ class YardstickSet:
         feeds_path = self.workdir / "feeds.npz"
         np.savez(feeds_path, **{f"{i}__{k}": np.asarray(v) for i, f in enumerate(feeds) for k, v in f.items()})
         self.n_feeds = len(feeds)
+        #: placer plans deployed in processes of their own (:meth:`add_plan`), by key
+        self.plans: dict[str, Yardstick] = {}
         # started together (loading overlaps), then awaited one by one
         self.all = {k: Yardstick(k, model_path, feeds_path, self.workdir) for k in kinds}
         for k, y in self.all.items():
@@ -234,6 +241,21 @@ class YardstickSet:
 
     def __getitem__(self, kind: str) -> Yardstick:
         return self.all[kind]
+
+    def add_plan(self, key: str, mat) -> Yardstick:
+        """``mat`` (a :class:`~placer.materialize.Materialized`) saved as a PLAN_DIR and run by the hybrid
+        executor in a process of its own, on the set's inputs: placer's result as a user deploys it
+        (``placer run PLAN_DIR``), measured as the yardsticks are. Keyed ``key`` in a bench; not a
+        yardstick (``self.all`` does not list it). Check ``.ok``: a plan that fails to load says why."""
+        if key in self.plans:
+            return self.plans[key]
+        name = f"plan{len(self.plans)}"
+        plan_dir = self.workdir / name
+        copy.copy(mat).save(plan_dir, relax=False)  # a copy: the caller's keeps its own out_dir
+        proc = Yardstick(PLAN_KIND, plan_dir, self.workdir / "feeds.npz", self.workdir, key=key, name=name)
+        proc.wait_ready()
+        self.plans[key] = proc
+        return proc
 
     @property
     def ready(self) -> dict[str, Yardstick]:
@@ -248,7 +270,7 @@ class YardstickSet:
         return None if outs is None else check_against_reference(model, feeds, outs, **tolerance)
 
     def close(self) -> None:
-        for y in self.all.values():
+        for y in [*self.all.values(), *self.plans.values()]:
             y.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 

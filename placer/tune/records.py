@@ -50,6 +50,15 @@ class TrialRecord:
     partitions: list[dict] = field(default_factory=list)
     #: True when ``measured_ms`` comes from the final interleaved rounds (the ones the verdict uses)
     final: bool = False
+    #: the final rounds' figure to compare candidates by, round by round
+    #: (:meth:`placer.run.bench.PlanBench.paired_ms`); None outside the final rounds
+    paired_ms: float | None = None
+
+    @property
+    def compare_ms(self) -> float | None:
+        """The latency to compare this record with others by: :attr:`paired_ms` where the final rounds
+        gave one, else the median (:attr:`measured_ms`)."""
+        return self.paired_ms if self.paired_ms is not None else self.measured_ms
 
     def take_numerics(self, report) -> None:
         """Record a :class:`~placer.run.numerics.NumericsReport`: passed, and the worst absolute error."""
@@ -90,7 +99,7 @@ class TuneResult:
             return None
         if self.objective == "throughput":
             return max(records, key=lambda r: r.throughput_rps or 0.0)
-        return min(records, key=lambda r: r.measured_ms or math.inf)
+        return min(records, key=lambda r: r.compare_ms or math.inf)
 
     @property
     def best_default(self) -> TrialRecord | None:
@@ -110,7 +119,7 @@ class TuneResult:
         """The result in plain sentences, every figure from the final interleaved rounds."""
         best, single, default = self.best, self.best_single, self.best_default
         tp = self.objective == "throughput"
-        fig = (lambda r: f"{r.throughput_rps:.1f} req/s") if tp else (lambda r: f"{r.measured_ms:.3f} ms")
+        fig = (lambda r: f"{r.throughput_rps:.1f} req/s") if tp else (lambda r: f"{r.compare_ms:.3f} ms")
         lines = []
         if self.extra.get("n_trials") == 0 and not tp:
             lines.append("No trial ran: the budget was spent before the search (profiling, baselines). "
@@ -143,7 +152,7 @@ class TuneResult:
             return math.nan
         if self.objective == "throughput":
             return (self.best.throughput_rps or 0.0) / max(other.throughput_rps or 1e-12, 1e-12)
-        return (other.measured_ms or math.nan) / (self.best.measured_ms or math.nan)
+        return (other.compare_ms or math.nan) / (self.best.compare_ms or math.nan)
 
 
 def assignment_key(plan) -> str:

@@ -352,11 +352,12 @@ class LatencySearch:
         # budget, at most half), so the whole command ends near its budget
         guard_s = time.monotonic() - t_guard
         self.reserve = self._reserve_for_the_end(guard_s, min(ok, key=lambda r: stats[r.key].median_ms))
+        paired = self.bench.paired_ms([r.key for r in ok] + self.ys_keys)  # round by round (placer.run.bench)
         for r in ok + [r for r in self.records if r.key in self.ys_keys]:
             fill(r, stats[r.key])
-        self.best_single = min(ok, key=lambda r: r.measured_ms)
+        self.best_single = min(ok, key=lambda r: paired.get(r.key, r.measured_ms))
         if self.ys_keys:
-            self.best_default_key = min(self.ys_keys, key=lambda k: stats[k].median_ms)
+            self.best_default_key = min(self.ys_keys, key=lambda k: paired.get(k, stats[k].median_ms))
         # re-price the problem from the whole-model times just measured (interleaved, same executor);
         # a stored whole-model time these contradict is flagged for re-measurement
         session_ms = {r.label.split(":", 1)[1]: r.measured_ms for r in ok}
@@ -500,12 +501,14 @@ class LatencySearch:
         final_keys = [r.key for r in finalists] + self.ys_keys
         fastest = min((r.measured_ms for r in finalists), default=math.nan)
         stats = self.bench.measure(final_keys, rounds=FINAL_ROUNDS, fresh=True, per_round=final_requests(fastest))
+        paired = self.bench.paired_ms(final_keys)  # compared round by round (placer.run.bench)
         for r in self.records:
             if r.key in stats:
                 fill(r, stats[r.key])
+                r.paired_ms = paired.get(r.key)
                 r.final = True
-        best = min(finalists, key=lambda r: r.measured_ms)
-        best_single = min((r for r in finalists if r.kind == "baseline"), key=lambda r: r.measured_ms)
+        best = min(finalists, key=lambda r: r.compare_ms)
+        best_single = min((r for r in finalists if r.kind == "baseline"), key=lambda r: r.compare_ms)
         return best, best_single
 
     # ---- output ----------------------------------------------------------------------------------

@@ -86,3 +86,60 @@ def _dead_or_dying(pid: int) -> bool:
         return True
     pending = int(status["SigPnd"], 16) | int(status["ShdPnd"], 16)
     return bool(pending & (1 << (signal.SIGKILL - 1)))
+
+
+def test_a_plan_deployed_in_its_own_process_computes_what_it_computes_here_and_shares_the_rounds():
+    """``YardstickSet.add_plan``: placer's plan run by the hybrid executor in a process of its own, as
+    ``placer run PLAN_DIR`` runs it, measured in the same rounds as the same plan here."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "materialize"))
+    from mz_models import diamond_model, graph_of
+
+    from placer.materialize import materialize
+    from placer.run import random_inputs
+    from placer.run.bench import PlanBench
+
+    g = graph_of(diamond_model())
+    mat = materialize(g, {"a": "onnxruntime", "b": "openvino", "c": "onnxruntime", "d": "onnxruntime",
+                          "e": "onnxruntime", "f": "openvino"})
+    feeds = [random_inputs(g, seed=s) for s in range(2)]
+    with YardstickSet(g.model, feeds, ("ort-default",)) as ys, \
+            PlanBench(feeds, rounds=3, per_round=3) as bench:
+        deployed = ys.add_plan("deployed", mat)
+        assert deployed.ok, deployed.error
+        assert deployed.info["partitions"] == 3 and mat.out_dir is None  # saved from a copy
+        assert ys.add_plan("deployed", mat) is deployed and "deployed" not in ys.all
+        bench.add("here", mat)
+        bench.add_yardstick(deployed)
+        outs = deployed.outputs(len(feeds), ys.output_names)
+        for here, there in zip(bench.outputs("here"), outs):
+            for name in ys.output_names:
+                np.testing.assert_array_equal(here[name], there[name])
+        stats = bench.measure(["here", "deployed"])
+        # every turn took two timed requests (the first left out), some perhaps set aside as slowed
+        assert all(s.n + s.n_slowed == 3 * 2 for s in stats.values())
+        rounds = {k: [t[0] for t in bench.candidates[k].turns] for k in ("here", "deployed")}
+        assert rounds["here"] == rounds["deployed"] == [1, 2, 3]
+        assert bench.paired_ratio("deployed", "here") > 0
+    assert deployed.proc is None  # closed with the set
+
+
+def test_a_plan_that_cannot_load_in_its_process_says_why():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "materialize"))
+    from mz_models import diamond_model, graph_of
+
+    from placer.materialize import materialize
+    from placer.run import random_inputs
+
+    g = graph_of(diamond_model())
+    mat = materialize(g, {op.id: "onnxruntime" for op in g.ops})
+    feeds = [random_inputs(g, seed=0)]
+    with YardstickSet(g.model, feeds, ()) as ys:
+        mat.submodels[mat.partitions[0].id].graph.node[0].op_type = "NoSuchOp"  # saved as it is: refused
+        deployed = ys.add_plan("broken", mat)
+        assert not deployed.ok and "p0" in deployed.error and deployed.run_batch(2) == []

@@ -37,9 +37,12 @@ def test_cli_tune_latency_end_to_end(tmp_path, db, capsys):
     # and reported but not required to pass (OpenVINO's default is bf16 on a CPU that has it)
     assert measured and all(r["numerics_ok"] for r in measured if r["kind"] != "yardstick")
     assert all(r["numerics_ok"] in (True, False) for r in measured if r["kind"] == "yardstick")
-    # the plan written is the best measured candidate (the measured guard)
+    # the plan written is the best candidate of the final rounds (the measured guard), compared
+    # round by round: every final record carries its paired figure
+    final = [r for r in measured if r["final"]]
+    assert final and all(r["paired_ms"] is not None and r["paired_ms"] > 0 for r in final)
     plan = Plan.load(out / "plan.json")
-    best = min((r for r in measured if r["kind"] != "yardstick"), key=lambda r: r["measured_ms"])
+    best = min((r for r in final if r["kind"] != "yardstick"), key=lambda r: r["paired_ms"])
     assert plan.assignment == best["plan"]["assignment"]
     study = optuna.load_study(study_name=optuna.get_all_study_names(f"sqlite:///{out / 'study.db'}")[0],
                               storage=f"sqlite:///{out / 'study.db'}")
@@ -180,3 +183,25 @@ def test_a_throughput_trials_problem_keeps_each_source_targets_cut_scale():
     p = retarget(base, ["ov@cpu0:t1", "ort@cpu1:t1"], [3, 2], [0.01, 0.02])
     np.testing.assert_allclose(p.cut_scale, [1.4, 1.3])
     np.testing.assert_allclose(p.cost_ms, [[4.0, 3.0], [1.0, 2.0]])
+
+
+def test_the_verdict_compares_the_final_rounds_paired_figures_not_their_medians(tmp_path):
+    """A record's ``compare_ms`` is its paired figure where the final rounds gave one: the fastest
+    yardstick, the ratios and the verdict's figures follow it (placer.run.bench, paired rounds)."""
+    from placer.tune.records import TrialRecord, TuneResult
+
+    def rec(key, kind, median, paired):
+        return TrialRecord(key, key, kind, {"what": key}, None, 1.0, measured_ms=median, paired_ms=paired,
+                           numerics_ok=True, final=True)
+
+    best = rec("single:ort", "baseline", 5.41, 3.65)  # its median drew the slow spell's rounds
+    ort = rec("yardstick:ort-default", "yardstick", 3.87, 3.52)
+    ov = rec("yardstick:ov-latency", "yardstick", 3.80, 3.85)
+    result = TuneResult(best=best, best_single=best, records=[best, ort, ov], objective="latency",
+                        out_dir=tmp_path, fell_back=True, wall_s=1.0)
+    assert result.best_default is ort  # by median it would be ov-latency
+    assert result.speedup_vs(ort) == pytest.approx(3.52 / 3.65)
+    lines = result.verdict()
+    assert "3.650 ms" in lines[0] and "0.96x" in lines[1] and "3.520 ms" in lines[1]
+    # outside the final rounds a record has no paired figure: its median counts
+    assert TrialRecord("t", "t", "trial", {}, None, 1.0, measured_ms=4.0).compare_ms == 4.0
