@@ -278,11 +278,12 @@ def cmd_tune(args) -> int:
     tp = result.objective == "throughput"
     default = result.best_default
     table = make_table(("candidate", "kind", "partitions", "predicted ms", "measured ms" if not tp else "req/s",
-                        "p10-p90", "x best default", "numerics", "note"),
+                        "p10-p90", "paired ms", "x best default", "numerics", "note"),
                        title=f"placer tune {args.model} ({result.objective}); "
                              "figures from the final interleaved rounds unless noted",
-                       justify=("partitions", "predicted ms", "measured ms", "req/s", "x best default"))
+                       justify=("partitions", "predicted ms", "measured ms", "req/s", "paired ms", "x best default"))
     for r in sorted(result.records, key=lambda r: (not r.final, r.compare_ms is None, r.compare_ms or 0)):
+        paired = f"{r.paired_ms:.3f}" if r.paired_ms is not None and not tp else "-"
         if r.measured_ms is None and r.throughput_rps is None:
             figure, spread, ratio = "-", "-", "-"
         elif tp:
@@ -293,7 +294,8 @@ def cmd_tune(args) -> int:
             ratio = f"{default.compare_ms / r.compare_ms:.2f}" if default else "-"
         note = r.error or ("" if r.final or r.kind == "yardstick" else "measured in its trial, not in the final rounds")
         add_row(table, (r.label + (" *" if r is result.best else ""), r.kind, str(r.n_partitions),
-                        f"{r.predicted_ms:.3f}" if r.predicted_ms == r.predicted_ms else "-", figure, spread, ratio,
+                        f"{r.predicted_ms:.3f}" if r.predicted_ms == r.predicted_ms else "-", figure, spread, paired,
+                        ratio,
                         {True: "ok", False: "MISMATCH", None: "-"}[r.numerics_ok], note))
     console.print(table)
     for line in result.verdict():
