@@ -208,6 +208,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
         rows.append(drow)
         stats = bench.measure(list(bench.candidates))
         paired = bench.paired_ms(list(bench.candidates))  # the figures to compare by, round by round
+        paired_ratios = {(a, b): bench.paired_ratio(a, b) for a in bench.candidates for b in bench.candidates}
         for row in rows:
             s = stats.get(row.get("key"))
             if s is not None:
@@ -233,8 +234,9 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
         for col, ref_row in (("speedup_vs_best_single", best_single), ("speedup_vs_best_default", best_default),
                              ("speedup_vs_best_default_ok", best_default_ok),
                              ("speedup_vs_ort_default", ort_default), ("speedup_vs_best_1thread", best_one)):
-            if r.get("measured_ms") and ref_row:  # round by round (PlanBench.paired_ms)
-                r[col] = ref_row["paired_ms"] / r["paired_ms"]
+            if r.get("measured_ms") and ref_row:  # the two rows' own ratio, round by round
+                r[col] = 1.0 / (paired_ratios.get((r["key"], ref_row["key"]))
+                                or r["paired_ms"] / ref_row["paired_ms"])
     result = {"model": name, "ref": ref, "n_ops": len(graph.ops), "profile_s": prof_s, "rows": rows,
               "best_single": best_single["placement"] if best_single else None,
               "best_default": best_default["placement"] if best_default else None,
@@ -300,10 +302,10 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
           "(median over rounds of requests, p10/p90 shown); numerics checked against ONNX Runtime. Requests of "
           "turns that began or ended with a core the host had slowed (a reference loop 1.3x its best) are left "
           f"out while half of a row's requests remain: {n_slow} of {n_all + n_slow} here. Every `x ...` "
-          "ratio compares `paired ms`: the fastest row's median times each row's median ratio to it over the "
-          "rounds both ran in (2-thread runtimes here have spells of seconds 1.5x slower alike; a median over "
-          "all "
-          "rounds lands on either side of that by which rounds a row drew).")
+          "figure is the two rows' ratio taken round by round: the median, over the rounds both ran in, of "
+          "the ratio of their turns' medians (2-thread runtimes here have spells of seconds 1.5x slower "
+          "alike; a median over all rounds lands on either side of that by which rounds a row drew). "
+          "`paired ms`: the fastest row's median times each row's ratio to it.")
     summary = []
     for res in results:
         tuned = next((r for r in res["rows"] if r["placement"] == "tuned"), {})

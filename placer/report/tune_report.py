@@ -56,8 +56,8 @@ def _candidates(doc: Document, result) -> None:
           "its best settings, each in a process of its own. `x best default` and `x ORT default` are how many "
           "times faster a candidate is than the fastest yardstick and than ONNX Runtime at its defaults; "
           "`x best single` compares with the best single placer target. Figures come from the final "
-          "interleaved rounds unless the note says otherwise. The ratios compare `paired ms`: the fastest "
-          "candidate's median, times each other's median ratio to it over the rounds both ran in (a "
+          "interleaved rounds unless the note says otherwise. The ratios compare `paired ms`: the chosen "
+          "candidate's median, times each other's median ratio to it over the final rounds both ran in (a "
           "machine's slow spells then hit both sides of a ratio alike).")
     ref_default, ref_ort, ref_single = result.best_default, result.yardstick("ort-default"), result.best_single
     rows = []

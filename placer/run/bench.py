@@ -235,16 +235,17 @@ class PlanBench:
         ratios, _ = quiet_samples([p[0] for p in pairs], [p[1] for p in pairs])
         return float(np.median(ratios))
 
-    def paired_ms(self, keys: Sequence[str]) -> dict[str, float]:
-        """Each of ``keys`` as the same rounds see it: the fastest of them by median (the anchor) keeps its
-        median; every other is the anchor's median times :meth:`paired_ratio` to it. These are the
-        figures to compare candidates by (module docstring); a key with no round shared with the
-        anchor is left out."""
+    def paired_ms(self, keys: Sequence[str], anchor: str | None = None) -> dict[str, float]:
+        """Each of ``keys`` as the same rounds see it: the anchor (default: the fastest of them by median)
+        keeps its median; every other is the anchor's median times :meth:`paired_ratio` to it. These
+        are the figures to compare candidates by (module docstring); a key with no round shared with
+        the anchor is left out."""
         stats = {k: self.stats(k) for k in dict.fromkeys(keys)}
         timed = [k for k, s in stats.items() if s.n and np.isfinite(s.median_ms)]
         if not timed:
             return {}
-        anchor = min(timed, key=lambda k: stats[k].median_ms)
+        if anchor not in timed:
+            anchor = min(timed, key=lambda k: stats[k].median_ms)
         out = {anchor: stats[anchor].median_ms}
         for k in timed:
             ratio = self.paired_ratio(k, anchor) if k != anchor else None

@@ -65,6 +65,13 @@ FINAL_ROUNDS = 5
 #: each candidate's share of a final round lasts about this long (more requests for small models:
 #: a few sub-millisecond requests are at the mercy of one scheduler tick), within 4..64 requests
 FINAL_ROUND_MS = 25.0
+#: a runner-up within this share of the best candidate after the final rounds races it: both, and the
+#: fastest yardstick that passes numerics, get up to DECIDE_ROUNDS more rounds (as the budget allows),
+#: and the choice follows all their rounds. Two 2-thread runtimes 3-8% apart swapped places between
+#: 5-round measurements (hf-convnext, session 13: tune kept ONNX Runtime, the comparison's 8 rounds
+#: put OpenVINO 8% ahead)
+DECIDE_MARGIN = 0.03
+DECIDE_ROUNDS = 10
 
 
 def final_requests(best_ms: float) -> int:
@@ -279,6 +286,7 @@ class LatencySearch:
         self.best_single: TrialRecord | None = None
         self.best_default_key: str | None = None
         self.reserve = 0.15  # the share of the budget kept for the final rounds (set from the baselines)
+        self.write_s = 2.0  # seconds kept after the final rounds for the outputs (set from the baselines)
         self.study = self.fusion = None
         self.n_done = 0
 
@@ -411,7 +419,8 @@ class LatencySearch:
         except PlacerError:
             pass  # the final build reports it, where it matters
         build_s = time.monotonic() - t_build
-        tail_s = 2 * guard_s + 3 * build_s + 0.5 * (t_build - t_import) + 2.0
+        self.write_s = 3 * build_s + 0.5 * (t_build - t_import) + 2.0
+        tail_s = 2 * guard_s + self.write_s
         return min(0.5, max(0.15, tail_s / self.budget_s)) if self.budget_s else 0.15
 
     # ---- the study -------------------------------------------------------------------------------
@@ -500,8 +509,18 @@ class LatencySearch:
         self.say(f"final rounds: {len(finalists)} candidate(s) and {len(self.ys_keys)} yardstick(s), interleaved")
         final_keys = [r.key for r in finalists] + self.ys_keys
         fastest = min((r.measured_ms for r in finalists), default=math.nan)
+        t0 = time.monotonic()
         stats = self.bench.measure(final_keys, rounds=FINAL_ROUNDS, fresh=True, per_round=final_requests(fastest))
+        turn_s = (time.monotonic() - t0) / (FINAL_ROUNDS * len(final_keys))
         paired = self.bench.paired_ms(final_keys)  # compared round by round (placer.run.bench)
+        ranked = sorted(finalists, key=lambda r: paired.get(r.key, stats[r.key].median_ms))
+        first = ranked[0]
+        if len(ranked) > 1 and self._close(ranked[0], ranked[1], paired, stats):
+            first = self._race(ranked[0], ranked[1], turn_s, final_requests(fastest),
+                               lambda k: paired.get(k, stats[k].median_ms))
+            stats = {k: self.bench.stats(k) for k in final_keys}
+        # anchored on the leader: every ratio to it (the verdict's) is then one taken round by round
+        paired = self.bench.paired_ms(final_keys, anchor=first.key)
         for r in self.records:
             if r.key in stats:
                 fill(r, stats[r.key])
@@ -510,6 +529,30 @@ class LatencySearch:
         best = min(finalists, key=lambda r: r.compare_ms)
         best_single = min((r for r in finalists if r.kind == "baseline"), key=lambda r: r.compare_ms)
         return best, best_single
+
+    @staticmethod
+    def _close(a: TrialRecord, b: TrialRecord, paired: Mapping[str, float], stats) -> bool:
+        fa, fb = (paired[r.key] if r.key in paired else stats[r.key].median_ms for r in (a, b))
+        return bool(fa > 0 and fb < fa * (1 + DECIDE_MARGIN))
+
+    def _race(self, a: TrialRecord, b: TrialRecord, turn_s: float, per_round: int,
+              figure: Callable[[str], float]) -> TrialRecord:
+        """More rounds of ``a`` and ``b`` (and the fastest yardstick that passes numerics by ``figure``), as
+        many as the budget leaves (at most :data:`DECIDE_ROUNDS`, none under 3; ``turn_s``: one turn's
+        seconds); returns the faster of the two over all their final rounds, round by round."""
+        passing = [r.key for r in self.records if r.kind == "yardstick" and r.numerics_ok and r.key in self.ys_keys]
+        keys = [a.key, b.key] + ([min(passing, key=figure)] if passing else [])
+        n = DECIDE_ROUNDS
+        if self.budget_s:
+            left = self.t_start + self.budget_s - time.monotonic() - self.write_s
+            n = min(n, int(left / max(turn_s * len(keys), 1e-6)))
+        if n < 3:
+            return a
+        self.say(f"final rounds: {a.label} and {b.label} within {DECIDE_MARGIN:.0%} of each other, "
+                 f"{n} more rounds")
+        self.bench.measure(keys, rounds=n, per_round=per_round)  # added to the final rounds' samples
+        ratio = self.bench.paired_ratio(b.key, a.key)
+        return b if ratio is not None and ratio < 1.0 else a
 
     # ---- output ----------------------------------------------------------------------------------
     def cost_model_info(self) -> dict | None:

@@ -205,3 +205,44 @@ def test_the_verdict_compares_the_final_rounds_paired_figures_not_their_medians(
     assert "3.650 ms" in lines[0] and "0.96x" in lines[1] and "3.520 ms" in lines[1]
     # outside the final rounds a record has no paired figure: its median counts
     assert TrialRecord("t", "t", "trial", {}, None, 1.0, measured_ms=4.0).compare_ms == 4.0
+
+
+def test_two_final_candidates_within_the_margin_race_in_more_rounds_as_the_budget_allows():
+    """``LatencySearch._race`` on a real bench: two compiled plans get more rounds when the budget
+    leaves room for three, none otherwise; the choice follows their paired ratio over all rounds."""
+    import sys
+    import time
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "materialize"))
+    from mz_models import diamond_model, graph_of
+
+    from placer.materialize import materialize
+    from placer.run import random_inputs
+    from placer.run.bench import PlanBench
+    from placer.tune.records import TrialRecord
+    from placer.tune.tuner import DECIDE_MARGIN, DECIDE_ROUNDS, LatencySearch
+
+    g = graph_of(diamond_model())
+    said = []
+    search = object.__new__(LatencySearch)  # only what the race reads
+    search.records, search.ys_keys, search.say, search.write_s = [], [], said.append, 0.0
+    with PlanBench([random_inputs(g, seed=0)], rounds=2, per_round=2) as bench:
+        search.bench = bench
+        recs = [TrialRecord(t, t, "baseline", {}, None, 1.0) for t in ("onnxruntime", "openvino")]
+        for r in recs:
+            bench.add(r.key, materialize(g, {op.id: r.key for op in g.ops}))
+        bench.measure([r.key for r in recs])
+        paired = bench.paired_ms([r.key for r in recs])
+        assert LatencySearch._close(recs[0], recs[1], {"onnxruntime": 1.0, "openvino": 1.0 + DECIDE_MARGIN / 2}, {})
+        assert not LatencySearch._close(recs[0], recs[1], {"onnxruntime": 1.0, "openvino": 1.1}, {})
+        # no budget left for three rounds: no race, the first stays first
+        search.budget_s, search.t_start = 1.0, time.monotonic() - 1.0
+        assert search._race(recs[0], recs[1], 0.01, 2, paired.get) is recs[0] and not said
+        assert all(len(bench.candidates[r.key].turns) == 2 for r in recs)
+        # no budget (trials-bounded run): the full race
+        search.budget_s = None
+        first = search._race(recs[0], recs[1], 0.01, 2, paired.get)
+        assert all(len(bench.candidates[r.key].turns) == 2 + DECIDE_ROUNDS for r in recs)
+        ratio = bench.paired_ratio("openvino", "onnxruntime")
+        assert first is (recs[1] if ratio < 1.0 else recs[0]) and "more rounds" in said[0]
