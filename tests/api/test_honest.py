@@ -44,3 +44,39 @@ def test_placer_plan_measures_a_cut_plan_unless_told_not_to():
     assert build_parser().parse_args(["plan", "zoo:tiny"]).measure is True
     assert build_parser().parse_args(["plan", "zoo:tiny", "--no-measure"]).measure is False
     assert build_parser().parse_args(["plan", "zoo:tiny", "--measure"]).measure is True
+
+
+def _diamond_ctx(cost_ort: float, cost_ov: float):
+    """The diamond model's ops on two real 1-thread targets, priced per op (no links)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "materialize"))
+    from mz_models import diamond_model, graph_of
+
+    g = graph_of(diamond_model())
+    ops = [op.id for op in g.ops]
+    p = PlacementProblem(ops=ops, targets=["onnxruntime@cpu:t1", "openvino@cpu:t1"],
+                         cost_ms=np.array([[cost_ort, cost_ov]] * len(ops)), tensors=[])
+    return SimpleNamespace(problem=p, graph=g, tolerance={})
+
+
+def test_measuring_runs_the_single_targets_priced_near_the_best_and_keeps_one_of_them():
+    """A runtime profiled in a slow spell is priced up to 1.5x its time: with ``measure``, every
+    single-target plan priced within RIVALS_WITHIN of the best is run against the chosen plan."""
+    from placer.api import RIVALS_WITHIN
+    from placer.solve import solve
+
+    said = []
+    ctx = _diamond_ctx(1.0, 1.3)  # OpenVINO priced 1.3x ONNX Runtime: within the margin
+    chosen = solve(ctx.problem, "latency", "single:onnxruntime@cpu:t1")
+    plan, note = honest(ctx, chosen, measure=True, say=said.append)
+    assert 1.3 < RIVALS_WITHIN and note == said[0]
+    assert "single:onnxruntime@cpu:t1" in note and "single:openvino@cpu:t1" in note and "round by round" in note
+    assert len(set(plan.assignment.values())) == 1
+    assert note.endswith(f"kept {plan.solver}")
+    # priced beyond the margin: not measured, nothing said
+    far = _diamond_ctx(1.0, RIVALS_WITHIN * 1.1)
+    chosen = solve(far.problem, "latency", "single:onnxruntime@cpu:t1")
+    said.clear()
+    assert honest(far, chosen, measure=True, say=said.append) == (chosen, "") and not said
