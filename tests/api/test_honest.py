@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+from mz_models import diamond_model, graph_of
 
 from placer.api import CUT_MARGIN, honest
 from placer.problem import PlacementProblem, Tensor
@@ -48,12 +49,6 @@ def test_placer_plan_measures_a_cut_plan_unless_told_not_to():
 
 def _diamond_ctx(cost_ort: float, cost_ov: float):
     """The diamond model's ops on two real 1-thread targets, priced per op (no links)."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "materialize"))
-    from mz_models import diamond_model, graph_of
-
     g = graph_of(diamond_model())
     ops = [op.id for op in g.ops]
     p = PlacementProblem(ops=ops, targets=["onnxruntime@cpu:t1", "openvino@cpu:t1"],

@@ -6,6 +6,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from placer.materialize import materialize
+from placer.run import random_inputs
+from placer.run.bench import PlanBench
 from placer.run.yardsticks import YardstickSet
 
 
@@ -91,15 +94,9 @@ def _dead_or_dying(pid: int) -> bool:
 def test_a_plan_deployed_in_its_own_process_computes_what_it_computes_here_and_shares_the_rounds():
     """``YardstickSet.add_plan``: placer's plan run by the hybrid executor in a process of its own, as
     ``placer run PLAN_DIR`` runs it, measured in the same rounds as the same plan here."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "materialize"))
+    # mz_models (tests/run/conftest.py) is imported here: the killed-parent test's child process
+    # imports this module without that path
     from mz_models import diamond_model, graph_of
-
-    from placer.materialize import materialize
-    from placer.run import random_inputs
-    from placer.run.bench import PlanBench
 
     g = graph_of(diamond_model())
     mat = materialize(g, {"a": "onnxruntime", "b": "openvino", "c": "onnxruntime", "d": "onnxruntime",
@@ -127,14 +124,7 @@ def test_a_plan_deployed_in_its_own_process_computes_what_it_computes_here_and_s
 
 
 def test_a_plan_that_cannot_load_in_its_process_says_why():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "materialize"))
     from mz_models import diamond_model, graph_of
-
-    from placer.materialize import materialize
-    from placer.run import random_inputs
 
     g = graph_of(diamond_model())
     mat = materialize(g, {op.id: "onnxruntime" for op in g.ops})

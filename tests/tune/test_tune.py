@@ -210,11 +210,8 @@ def test_the_verdict_compares_the_final_rounds_paired_figures_not_their_medians(
 def test_two_final_candidates_within_the_margin_race_in_more_rounds_as_the_budget_allows():
     """``LatencySearch._race`` on a real bench: two compiled plans get more rounds when the budget
     leaves room for three, none otherwise; the choice follows their paired ratio over all rounds."""
-    import sys
     import time
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "materialize"))
     from mz_models import diamond_model, graph_of
 
     from placer.materialize import materialize
