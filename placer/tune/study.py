@@ -155,11 +155,24 @@ def asked_trial(study, on_ask: Callable[[Any], None] = lambda trial: None):
         yield trial
     except BaseException:
         if trial is not None:
-            tell_once(study, trial, None)
+            _fail_unwinding(study, trial)
         raise
     finally:
         if heartbeat is not None:
             heartbeat.__exit__(None, None, None)
+
+
+def _fail_unwinding(study, trial) -> None:
+    """Tell ``trial`` FAIL while an exception (a stop request among them) unwinds, held against a
+    second stop request. A stop that landed inside one of the storage's commits leaves its session
+    to be rolled back: Optuna's first call then rolls it back and raises StorageInternalError
+    (which replaced the stop: ``placer tune`` exited 1, not 130, with the trial left RUNNING), and a
+    second call goes through."""
+    with deferred():
+        try:
+            tell_once(study, trial, None)
+        except optuna.exceptions.StorageInternalError:
+            tell_once(study, trial, None)
 
 
 def storage_for(url: str, stale_after_s: float = GRACE_PERIOD_S):

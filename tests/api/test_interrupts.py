@@ -62,3 +62,29 @@ def test_a_stop_inside_deferred_is_held_until_the_block_ends(tmp_path):
         interrupts.STOP.clear()
     [trial] = study.get_trials(deepcopy=False)
     assert trial.state == optuna.trial.TrialState.FAIL
+
+
+def test_a_stop_that_cut_a_storage_commit_still_fails_the_trial_and_goes_on(tmp_path):
+    """A stop request raised inside one of the study storage's commits leaves its session to be rolled
+    back (here: a flush that failed). Failing the trial then raised Optuna's StorageInternalError,
+    which replaced the stop (``placer tune`` exited 1 with the trial RUNNING); now the trial is told
+    FAIL and the stop goes on."""
+    import optuna
+    from optuna.storages._rdb import models
+
+    from placer.tune.tuner import asked_trial
+
+    interrupts.STOP.clear()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+    session = study._storage._backend.scoped_session()
+    with pytest.raises(KeyboardInterrupt):
+        with asked_trial(study) as trial:
+            # the same trial id again: the flush fails and the session must be rolled back
+            session.add(models.TrialModel(trial_id=trial._trial_id, number=0, study_id=1,
+                                          state=optuna.trial.TrialState.RUNNING))
+            with pytest.raises(Exception, match="UNIQUE"):
+                session.flush()
+            raise KeyboardInterrupt  # the stop request, as the signal handler raises it
+    [trial] = study.get_trials(deepcopy=False)
+    assert trial.state == optuna.trial.TrialState.FAIL
