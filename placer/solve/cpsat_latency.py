@@ -60,6 +60,10 @@ Hint and fallback
     the hint and sets ``UB``; the returned plan is the best (float-evaluated) of CP-SAT's
     solution, re-timed (and improved by that search when CP-SAT stops early with time left), and
     those heuristic plans, so it is never worse than HEFT.
+Search
+    Two CP-SAT runs on the same model (option ``lns_share``): the full portfolio (it proves small
+    models and the STG optima), then, unless it proved the optimum, the LNS workers alone,
+    hinted with the full run's best solution; the better solution and the larger bound are kept.
 """
 
 from __future__ import annotations
@@ -529,12 +533,18 @@ class LatencyModel:
     # ---------------------------------------------------------------- solve
     def solve(self) -> None:
         """Run CP-SAT on the time left; ``plan`` is its solution re-timed in floats (pools
-        coloured), or None."""
+        coloured), or None. Two phases (option ``lns_share``): the full portfolio, then, unless it
+        proved the optimum, CP-SAT's LNS workers alone from its best solution (:meth:`_lns_phase`)."""
         p, ctx, model, n = self.p, self.ctx, self.model, self.n
         margin = 0.1 + 5e-5 * n  # model hand-over, CP-SAT overrunning on a loaded machine, re-timing
         size = int(p.allowed.sum())
-        solver = self.solver = make_solver(self.options, ctx.remaining() - margin, ctx.seed, size)
+        share = min(max(float(self.options.get("lns_share", 0.0) or 0.0), 0.0), 0.95)
+        full_s = (1.0 - share) * (ctx.remaining() - margin)
+        solver = self.solver = make_solver(self.options, full_s, ctx.seed, size)
         status = self.status = solver.solve(model)
+        solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        self.bound_units = solver.best_objective_bound if solved else None
+        self.lns: dict[str, Any] = {}  # the LNS phase's wall time, deterministic time, whether it improved
         self.name = status_name(status)
         if status == cp_model.INFEASIBLE:
             # cannot happen with a correct model; keep the heuristic rather than fail
@@ -544,8 +554,10 @@ class LatencyModel:
                 raise ProblemError("cpsat: the problem is infeasible (memory caps, colocation, pins)")
         if status == cp_model.MODEL_INVALID:  # pragma: no cover - a bug, not a user error
             raise RuntimeError(f"cpsat: invalid model: {model.validate()}")
+        if share > 0 and status != cp_model.OPTIMAL:
+            solver = self._lns_phase(solver, status, margin, size)
         self.plan: Plan | None = None
-        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if self.status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             assign = read_assign(p, self.unit_lits, solver.boolean_value)
             starts = np.array([solver.value(self.s[v]) for v in range(n)], dtype=float)
             ends = np.array([solver.value(self.e[v]) for v in range(n)], dtype=float)
@@ -553,6 +565,42 @@ class LatencyModel:
                 _color_pool(assign, starts, ends, cl)
             self.plan = make_latency_plan(p, assign, ctx.name, order=order_by_start(p, starts),
                                           options=ctx.plan_options())
+
+    def _lns_phase(self, full: cp_model.CpSolver, status: int, margin: float, size: int) -> cp_model.CpSolver:
+        """CP-SAT's large-neighbourhood workers alone (``use_lns_only``), hinted with the full
+        portfolio's best solution (else the heuristic hint), for the time left, on
+        ``lns_dtime_per_s`` deterministic units per second of it; returns the solver whose
+        solution is the better one (``status`` and ``bound_units`` updated). On random layered
+        graphs x 8 targets the full portfolio spends its deterministic time without improving a
+        500-op hint; LNS from the same hint does (see the option's note in :mod:`placer.solve.cpsat`)."""
+        ctx, model = self.ctx, self.model
+        left = ctx.remaining() - margin
+        if left < 0.2 or (status not in (cp_model.FEASIBLE, cp_model.UNKNOWN)):
+            return full
+        if status == cp_model.FEASIBLE:  # the full phase's best solution, complete, as the hint
+            model.clear_hints()
+            hint = model.proto.solution_hint
+            hint.vars.extend(range(len(model.proto.variables)))
+            hint.values.extend(full.response_proto.solution)
+        elif self.hint is None:
+            return full
+        params = dict(self.options.get("cpsat_params") or {})
+        params["use_lns_only"] = True
+        opts = {**self.options, "cpsat_params": params,
+                "dtime_per_s": float(self.options.get("lns_dtime_per_s", 0.05))}
+        lns = make_solver(opts, left, ctx.seed, size)
+        got = lns.solve(model)
+        self.lns = {"wall_s": lns.wall_time, "dtime": lns.deterministic_time, "improved": False}
+        if got not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return full
+        if status == cp_model.FEASIBLE and lns.objective_value >= full.objective_value:
+            self.bound_units = max(self.bound_units, lns.best_objective_bound)
+            return full  # nothing better (a complete hint is its first solution)
+        self.lns["improved"] = True
+        self.status = got
+        self.name = status_name(got)
+        self.bound_units = max(b for b in (self.bound_units, lns.best_objective_bound) if b is not None)
+        return lns
 
     def polish(self) -> None:
         """When CP-SAT stopped with time left (on its deterministic time): the better of its plan
@@ -600,9 +648,8 @@ class LatencyModel:
     def stats(self, plan: Plan, source: str) -> SolverStats:
         """The returned plan's stats: the best bound valid for the float objective, and the status
         (``OPTIMAL`` only when that bound proves it)."""
-        p, status, r = self.p, self.status, self.r
-        solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-        bound_units = self.solver.best_objective_bound if solved else None
+        p, r = self.p, self.r
+        bound_units = self.bound_units
         cp_bound = 0.0
         if bound_units is not None and math.isfinite(bound_units):
             cp_bound = _float_objective_bound(p, self.ci, bound_units / self.scale * r, self.tw,
@@ -618,7 +665,8 @@ class LatencyModel:
                            wall_s=time.monotonic() - self.t0,
                            extra={"resolution_ms": r, "source": source, "hint": self.best_name,
                                   "hint_objective": self.objective_ms(best_plan) if best_plan else None,
-                                  "cpsat_wall_s": self.solver.wall_time, "lower_bound_ms": self.lb_ms,
+                                  "cpsat_wall_s": self.solver.wall_time,
+                                  "lns": self.lns, "lower_bound_ms": self.lb_ms,
                                   "rounding_slack_ms": self.chain_slack,
                                   "interchangeable_targets": [[p.targets[d] for d in cl]
                                                               for cl in self.classes],
