@@ -22,6 +22,7 @@ from typing import Any
 import optuna
 import sqlalchemy.exc
 
+from placer.errors import first_line
 from placer.interrupts import deferred, raise_if_stopped
 from placer.tune import shared_study
 from placer.tune.optuna_shim import trial_heartbeat
@@ -155,6 +156,11 @@ def asked_trial(study, on_ask: Callable[[Any], None] = lambda trial: None):
         yield trial
     except BaseException:
         if trial is not None:
+            # the heartbeat thread first: its writes would contend with the FAIL below for the
+            # storage's write lock, and a beat blocked on that lock held the exit up (see below)
+            if heartbeat is not None:
+                stopping, heartbeat = heartbeat, None
+                stopping.__exit__(None, None, None)
             _fail_unwinding(study, trial)
         raise
     finally:
@@ -167,12 +173,19 @@ def _fail_unwinding(study, trial) -> None:
     second stop request. A stop that landed inside one of the storage's commits leaves its session
     to be rolled back: Optuna's first call then rolls it back and raises StorageInternalError
     (which replaced the stop: ``placer tune`` exited 1, not 130, with the trial left RUNNING), and a
-    second call goes through."""
+    second call goes through. If that fails too (a CI run: "database is locked" on both calls, the
+    trial's heartbeat thread blocked on the same lock, and the process still alive 120 s after its
+    SIGTERM), the stop goes on all the same, with a warning: the trial stays RUNNING until a later
+    run fails it as stale (:func:`fail_stale`, after the grace period)."""
     with deferred():
         try:
             tell_once(study, trial, None)
         except optuna.exceptions.StorageInternalError:
-            tell_once(study, trial, None)
+            try:
+                tell_once(study, trial, None)
+            except optuna.exceptions.StorageInternalError as exc:
+                warnings.warn(f"could not record trial {trial.number} as failed ({first_line(exc)}); "
+                              "a later run fails it as stale", RuntimeWarning, stacklevel=2)
 
 
 def storage_for(url: str, stale_after_s: float = GRACE_PERIOD_S):
