@@ -103,13 +103,16 @@ def prepare(
     pinned: Mapping[str, str] | None = None,
     colocate: Sequence[Sequence[str]] = (),
     say: Callable[[str], None] | None = None,
+    hurry_after: float | None = None,
 ) -> PlanningContext:
     """Load, profile what is missing (ops, whole model per target, links), build the problem.
 
     ``probe_partitions``: with several real targets, time probe plans that alternate them
     (:mod:`placer.run.partition_probe`) unless the store has them, and charge what a partition
     costs beyond its ops' prices as the problem's per-target entry cost.
-    ``say``: called with one line per profiling phase (what it does, then how long it took)."""
+    ``say``: called with one line per profiling phase (what it does, then how long it took).
+    ``hurry_after``: a ``time.monotonic()`` past which profiling measures nothing twice (a caller's
+    budget; :func:`~placer.profile.campaign.profile_graph`)."""
     graph = model if hasattr(model, "ops") else load(model, shapes)
     tgts = make_targets(targets)
     real = [t for t in tgts if not getattr(t, "simulated", False)]  # simulated targets are never profiled
@@ -124,16 +127,20 @@ def prepare(
         with _phase(say, f"profile ops: {len(graph.unique_signatures())} signatures"
                          f"{f' + {len(segments)} fusion segments' if segments else ''} on {names}"):
             res = profile_graph(graph, real, store, timeout_s=timeout_s, progress=progress, segments=segments,
-                                retry_contended=refresh)
+                                retry_contended=refresh, hurry_after=hurry_after)
         if res.remeasured or res.contended:
             say(f"measurement conditions: other processes kept the machine busy, or the host slowed a core, "
                 f"during {res.remeasured} measurement(s), taken again; {res.contended} stayed disturbed "
                 "(flagged; measured again next time)")
         if res.second_windows:
             say(second_window_line(res))
+        if res.hurried:
+            say(f"profiling reached its share of the budget: {res.hurried} repeat(s) left out "
+                "(disturbed rows kept flagged, to be measured again next time; second windows skipped)")
         if whole_models:
             with _phase(say, f"profile the whole model on {names}"):
-                profile_whole_model(graph, real, store, timeout_s=max(timeout_s, 120.0), retry_contended=refresh)
+                profile_whole_model(graph, real, store, timeout_s=max(timeout_s, 120.0),
+                                    retry_contended=refresh, hurry_after=hurry_after)
         if len(real) > 1:
             with _phase(say, "profile the links between targets"):
                 profile_links(real, store)

@@ -136,6 +136,7 @@ def profile_graph(
     colocate: bool = True,
     retry_contended: bool = False,
     second_window: bool = True,
+    hurry_after: float | None = None,
 ) -> CampaignResult:
     """Profile every unique op signature of ``graph`` on every target; measure only what is missing.
 
@@ -150,7 +151,9 @@ def profile_graph(
     targets' runtimes, as the executor's process does (they slow each other's calls). ``second_window``: a
     multi-thread target measures each op and segment again after the first pass, in a fresh worker, and keeps
     the lower median (slow spells of seconds with no other process busy: docs/design.md, "A second window for
-    multi-thread measurements").
+    multi-thread measurements"). ``hurry_after`` (a ``time.monotonic()`` value, a caller's budget): past it
+    nothing is measured twice; a disturbed row is kept flagged for a later campaign, and the second
+    windows are left out (:meth:`~placer.profile.engine.Engine._hurried`; ``hurried`` counts them).
     """
     t_start = time.perf_counter()
     res = CampaignResult()
@@ -167,7 +170,7 @@ def profile_graph(
         st.register_signatures({r["key"]: r for r in rows}.values())
         eng = Engine(st, timeout_s=timeout_s, isolate=isolate, progress=progress, timing=timing, seed=seed,
                      retry_failed=retry_failed, result=res, colocate=[t.name for t in tlist] if colocate else (),
-                     retry_contended=retry_contended, second_window=second_window)
+                     retry_contended=retry_contended, second_window=second_window, hurry_after=hurry_after)
         eng.run(tasks)
         if links and len(tlist) > 1:
             _run_links(st, tlist, res, sizes=link_sizes, isolate=isolate, timeout_s=max(timeout_s, 120.0),
@@ -374,9 +377,11 @@ def profile_whole_model(
     timing: TimingConfig | None = None,
     progress: bool = False,
     retry_contended: bool = False,
+    hurry_after: float | None = None,
 ) -> dict[str, Measurement]:
     """Profile the whole model as one partition on each target -> ``{target_name: Measurement}``
-    (``retry_contended``: re-measure a stored one flagged as taken on a busy machine)."""
+    (``retry_contended``: re-measure a stored one flagged as taken on a busy machine; ``hurry_after``:
+    as :func:`profile_graph`'s)."""
     tlist = _measurable(_resolve_targets(targets), CampaignResult())
     st, owned = open_store(store)
     try:
@@ -389,7 +394,8 @@ def profile_whole_model(
             tasks.append(Task(K.model_key(graph), "model", t, f"whole model {graph.name}", lambda: graph.model,
                               _min_timeout(t, timeout_s), _static_support(t, graph.ops)))
         Engine(st, timeout_s=timeout_s, isolate=isolate, progress=progress, timing=timing, seed=0,
-               retry_failed=False, result=res, retry_contended=retry_contended).run(tasks)
+               retry_failed=False, result=res, retry_contended=retry_contended,
+               hurry_after=hurry_after).run(tasks)
         return _collect(st, K.model_key(graph), tlist, res)
     finally:
         if owned:

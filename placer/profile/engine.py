@@ -92,9 +92,12 @@ class Engine:
 
     def __init__(self, store: ProfileStore, *, timeout_s: float, isolate: bool, progress: bool,
                  timing: TimingConfig | None, seed: int, retry_failed: bool, result: CampaignResult,
-                 colocate: Sequence[str] = (), retry_contended: bool = False, second_window: bool = True):
+                 colocate: Sequence[str] = (), retry_contended: bool = False, second_window: bool = True,
+                 hurry_after: float | None = None):
         self.store = store
         self.second_window = second_window
+        #: a ``time.monotonic()`` past which nothing is measured twice (see :meth:`_hurried`)
+        self.hurry_after = hurry_after
         self.colocate = list(colocate)
         self.timeout_s = float(timeout_s)
         self.isolate = isolate
@@ -131,10 +134,12 @@ class Engine:
     def _measure_quietly(self, worker, header: dict, payload: bytes, task: Task) -> dict:
         """Measure; while other processes keep the machine busy or the host slows a core
         (:func:`placer.profile.contention.disturbed`), wait a moment and measure again, up to
-        ``timing.contended_attempts`` times, and keep the least disturbed reply (flagged
-        ``contended`` if even that one was)."""
+        ``timing.contended_attempts`` times (once past ``hurry_after``), and keep the least disturbed
+        reply (flagged ``contended`` if even that one was)."""
         best = None
-        for attempt in range(1, max(1, int(self.timing.contended_attempts)) + 1):
+        hurried = self._hurried()
+        attempts = 1 if hurried else max(1, int(self.timing.contended_attempts))
+        for attempt in range(1, attempts + 1):
             header = {**header, "core_reference": core_reference()}  # a new worker's reference too
             reply = worker.request(header, payload, task.timeout_s,
                                    what=f"while measuring {task.label} on {task.target.name}")
@@ -146,11 +151,21 @@ class Engine:
                 best = reply
             if not disturbed(reply.get("contention"), self._slowdown(task, reply)):
                 break
+            if hurried:
+                self.result.hurried += 1  # flagged below: a later campaign takes it again
+                break
             self.result.remeasured += 1
             time.sleep(0.05 * attempt)
         best["contended"] = disturbed(best.get("contention"), self._slowdown(task, best))
         best["attempts"] = attempt
         return best
+
+    def _hurried(self) -> bool:
+        """Past ``hurry_after`` (a caller's budget, e.g. ``placer tune``'s): a disturbed measurement is
+        kept flagged (a later campaign takes it again) instead of being taken again now, and the second
+        windows are left out (the first window's rows stand). On a busy machine those repeats had made
+        a 2-minute tune's profiling take 168 s (436 measurements taken again)."""
+        return self.hurry_after is not None and time.monotonic() > self.hurry_after
 
     @staticmethod
     def _slowdown(task: Task, reply: dict) -> float | None:
@@ -216,6 +231,9 @@ class Engine:
                     worker.stop()
                 self._totals(targets[name]).wall_s += time.perf_counter() - t0
         for name, ts in self._again.items():
+            if ts and self._hurried():
+                self.result.hurried += len(ts)  # the first window's rows stand
+                continue
             if ts and name not in self.unavailable:
                 t0 = time.perf_counter()
                 self._second_window(targets[name], ts)

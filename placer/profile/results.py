@@ -57,6 +57,8 @@ class CampaignResult:
     contended: int = 0  # rows stored although every attempt was contended (flagged; re-measured next time)
     second_windows: int = 0  # multi-thread rows measured again in a second window (the lower median kept)
     slow_first_windows: int = 0  # ... whose first window was over 1.25x the second
+    #: repeats left out past the caller's deadline (disturbed rows kept flagged; second windows)
+    hurried: int = 0
     results: dict[tuple[str, str], Measurement] = field(default_factory=dict)  # (key, target name) -> row
 
     def to_dict(self) -> dict:
@@ -66,5 +68,6 @@ class CampaignResult:
             "links_cached": self.links_cached, "store": self.store_path, "problems": list(self.problems),
             "remeasured": self.remeasured, "contended": self.contended,
             "second_windows": self.second_windows, "slow_first_windows": self.slow_first_windows,
+            "hurried": self.hurried,
             "per_target": {k: v.to_dict() for k, v in self.per_target.items()},
         }
