@@ -57,7 +57,7 @@ from placer.solve import solve
 from placer.tune import space
 from placer.tune.records import TrialRecord, TuneResult, assignment_key, write_outputs
 from placer.tune import shared_study
-from placer.tune.study import GRACE_PERIOD_S, asked_trial, fail_stale, open_study, tell_trial
+from placer.tune.study import GRACE_PERIOD_S, asked_trial, fail_stale, open_study, storage_writes, tell_trial
 
 #: a pipeline candidate's measurement round runs about this long (requests sized from the baselines)
 MEASURE_S = 0.25
@@ -329,10 +329,12 @@ class ThroughputSearch:
         """Solve one trial's pipeline, measure it (a placement measured before is not re-run) and tell
         the study; False if another worker had finished the trial."""
         ctx, cores = self.ctx, self.cores
-        choice = [trial.suggest_categorical(f"core{c}", self.usable) for c in cores]
-        knobs: dict[str, Any] = {f"core{c}": k for c, k in zip(cores, choice)}
-        knobs["boundary_ms"] = trial.suggest_categorical("boundary_ms", [0.0, 0.03, 0.1, 0.3])
-        knobs["fuse"] = trial.suggest_categorical("fuse", [True, False])
+        with storage_writes():
+            choice = [trial.suggest_categorical(f"core{c}", self.usable) for c in cores]
+            knobs: dict[str, Any] = {f"core{c}": k for c, k in zip(cores, choice)}
+            knobs["boundary_ms"] = trial.suggest_categorical("boundary_ms", [0.0, 0.03, 0.1, 0.3])
+            knobs["fuse"] = trial.suggest_categorical("fuse", [True, False])
+        raise_if_stopped()
         names = [f"{k}@cpu{c}:t1" for k, c in zip(choice, cores)]
         cols = [self.kinds.index(k) for k in choice]
         overhead = [ctx.table.overhead_ms.get(ctx.targets[j].name, 0.01) for j in cols]

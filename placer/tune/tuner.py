@@ -50,7 +50,8 @@ from placer.solve import solve
 from placer.tune import learned, shared_study, space
 from placer.tune.pipeline_tuner import tune_throughput
 from placer.tune.records import TrialRecord, TuneResult, assignment_key, load_tune_result, write_outputs
-from placer.tune.study import GRACE_PERIOD_S, asked_trial, fail_stale, open_study, storage_for, tell_trial
+from placer.tune.study import (GRACE_PERIOD_S, asked_trial, fail_stale, open_study, storage_for, storage_writes,
+                               tell_trial)
 
 __all__ = ["LatencySearch", "TrialRecord", "TuneResult", "add_yardsticks", "fill", "final_requests",
            "load_tune_result", "tune"]
@@ -474,7 +475,9 @@ class LatencySearch:
     def run_trial(self, trial) -> bool:
         """Solve, measure and tell one trial; False if another worker had finished it."""
         ctx, best_single = self.ctx, self.best_single
-        knobs = space.suggest_latency(trial, self.names)
+        with storage_writes():
+            knobs = space.suggest_latency(trial, self.names)
+        raise_if_stopped()
         priced = (learned.learned_costs(ctx, self.cost_model)
                   if knobs["costs"] == "learned" and self.cost_model is not None else None)
         # the entry cost from every partition timed as it ran: the context's probe plans (and earlier
