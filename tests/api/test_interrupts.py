@@ -119,3 +119,36 @@ def test_a_stop_goes_on_when_the_trial_cannot_be_failed_and_its_heartbeat_stops_
             raise KeyboardInterrupt  # the stop request, as the signal handler raises it
     assert beating_at_tell == [False, False]
     assert not any("_record_heartbeat" in t.name for t in threading.enumerate())
+
+
+def test_a_stop_requested_during_a_trials_storage_writes_waits_for_them(tmp_path):
+    """A stop request raised inside an Optuna write on SQLite could leave the write lock held for good
+    (reproduced with SIGTERM timers: after 1 of 92 interrupts); a trial's suggestions and its tell run
+    as ``storage_writes``, so the request is raised once they are all written."""
+    import sqlite3
+
+    import optuna
+
+    from placer.tune import study as study_mod
+
+    interrupts.STOP.clear()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    db = tmp_path / "s.db"
+    study = optuna.create_study(storage=study_mod.open_storage(f"sqlite:///{db}"))
+    trial = study_mod.ask(study)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with study_mod.storage_writes():
+                trial.suggest_categorical("a", [1, 2])
+                interrupts.request_stop()  # what the SIGTERM handler calls: held, not raised here
+                trial.suggest_categorical("b", [1, 2])
+            interrupts.raise_if_stopped()
+    finally:
+        interrupts.STOP.clear()
+    assert set(study.trials[0].params) == {"a", "b"}  # both writes went through
+    con = sqlite3.connect(db, timeout=0.5)
+    try:
+        con.execute("BEGIN IMMEDIATE")  # nobody holds the write lock
+        con.execute("ROLLBACK")
+    finally:
+        con.close()
