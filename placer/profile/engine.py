@@ -231,13 +231,14 @@ class Engine:
                     worker.stop()
                 self._totals(targets[name]).wall_s += time.perf_counter() - t0
         for name, ts in self._again.items():
-            if ts and self._hurried():
+            if not ts or name in self.unavailable:
+                continue
+            if self._hurried():
                 self.result.hurried += len(ts)  # the first window's rows stand
                 continue
-            if ts and name not in self.unavailable:
-                t0 = time.perf_counter()
-                self._second_window(targets[name], ts)
-                self._totals(targets[name]).wall_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            self._second_window(targets[name], ts)
+            self._totals(targets[name]).wall_s += time.perf_counter() - t0
         for name, why in self.unavailable.items():
             self.result.problems.append(
                 f"{name} became unavailable ({why}): {self._skipped[name]} measurement(s) skipped, nothing stored "

@@ -334,7 +334,6 @@ class ThroughputSearch:
             knobs: dict[str, Any] = {f"core{c}": k for c, k in zip(cores, choice)}
             knobs["boundary_ms"] = trial.suggest_categorical("boundary_ms", [0.0, 0.03, 0.1, 0.3])
             knobs["fuse"] = trial.suggest_categorical("fuse", [True, False])
-        raise_if_stopped()
         names = [f"{k}@cpu{c}:t1" for k, c in zip(choice, cores)]
         cols = [self.kinds.index(k) for k in choice]
         overhead = [ctx.table.overhead_ms.get(ctx.targets[j].name, 0.01) for j in cols]

@@ -57,16 +57,19 @@ def tell_once(study, trial, value: float | None = None, attrs: Mapping[str, Any]
     return True
 
 
+@contextlib.contextmanager
 def storage_writes():
-    """A block of study storage writes (a trial's suggestions, its tell) that a stop request does not
-    cut in two: the request is held until the block ends, then raised. A SIGTERM raised inside an
-    Optuna write on SQLite could leave the write lock held by a connection that was never rolled
-    back or closed; every later write (failing the trial, the heartbeat) then waited 60 s for it,
-    and ``placer tune`` was still running 120 s after the signal (two CI runs in session 14;
-    reproduced with a timer interrupting suggest_categorical: the lock stayed held after 1 of 92
+    """A block of study storage writes (a trial's suggestions, its tell) that a stop request does not cut
+    in two: the request is held until the block ends, then raised (KeyboardInterrupt). A SIGTERM
+    raised inside an Optuna write on SQLite could leave the write lock held by a connection that was
+    never rolled back or closed; every later write (failing the trial, the heartbeat) then waited 60
+    s for it, and ``placer tune`` was still running 120 s after the signal (two CI runs in session
+    14; reproduced with a timer interrupting suggest_categorical: the lock stayed held after 1 of 92
     interrupts, and neither disposing the engine's pool nor clearing the traceback's frames freed
     it)."""
-    return deferred()
+    with deferred():
+        yield
+    raise_if_stopped()
 
 
 def tell_trial(study, trial, rec: Any, value: float | None, say: Callable[[str], None], message: str) -> bool:
@@ -76,9 +79,8 @@ def tell_trial(study, trial, rec: Any, value: float | None, say: Callable[[str],
     :func:`tell_once`): the caller then does not count it."""
     attrs = {"plan_key": rec.key, "predicted": rec.predicted_ms, "n_partitions": rec.n_partitions,
              **shared_study.plan_attrs(rec.plan)}
-    with deferred():  # see storage_writes
+    with storage_writes():
         told = tell_once(study, trial, value, attrs)
-    raise_if_stopped()
     if not told:
         say(f"trial {trial.number}: another worker finished it first; its result is kept, this one dropped")
         return False

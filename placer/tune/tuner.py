@@ -477,7 +477,6 @@ class LatencySearch:
         ctx, best_single = self.ctx, self.best_single
         with storage_writes():
             knobs = space.suggest_latency(trial, self.names)
-        raise_if_stopped()
         priced = (learned.learned_costs(ctx, self.cost_model)
                   if knobs["costs"] == "learned" and self.cost_model is not None else None)
         # the entry cost from every partition timed as it ran: the context's probe plans (and earlier
