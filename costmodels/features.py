@@ -94,6 +94,11 @@ _NUMERIC = (
     # vector-width alignment of the channel / inner sizes (kernels pick code paths by it), and how a
     # data-movement op walks memory (the innermost axis kept in place or not; the rank)
     "align_C", "align_K", "align_inner", "inner_moved", "in_rank",
+    # a convolution as the GEMM its kernels run, per group: M = output pixels, N = K / groups,
+    # depth = C / groups * kh * kw; how well N and C / groups fit the vector width picks the kernel
+    # (1-thread ONNX Runtime: 47 GFLOP/s at 5 output channels per group, 200 at 128)
+    "log_C_per_group", "log_K_per_group", "log_gemm_depth", "log_gemm_M", "align_C_per_group",
+    "align_K_per_group", "K_per_group_mod16", "log_groups",
 )
 #: Column names of :func:`signature_features`, in order.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -348,6 +353,14 @@ def signature_features(obj: Any) -> np.ndarray:
         g = int(attrs.get("group", 1) or 1)
         f["groups"] = float(g)
         f["depthwise"] = 1.0 if g > 1 and len(x0) >= 2 and g == x0[1] else 0.0
+        if op in ("Conv", "ConvTranspose"):
+            c_g, k_g = f["C"] / g, (float(y0[1]) if len(y0) >= 2 else 0.0) / g
+            f["log_C_per_group"], f["log_K_per_group"] = _l(c_g), _l(k_g)
+            f["log_gemm_depth"] = _l(c_g * f["kernel_h"] * f["kernel_w"])
+            f["log_gemm_M"] = _l(_prod(y0[2:]) if len(y0) > 2 else 0.0)
+            f["align_C_per_group"], f["align_K_per_group"] = _align(c_g), _align(k_g)
+            f["K_per_group_mod16"] = float(int(k_g) % 16)
+            f["log_groups"] = _l(g)
     f["log_C"], f["log_K"], f["log_HW"] = _l(f["C"]), _l(f["K"]), _l(f["H"] * f["W"])
     if family_of(op) == "matmul" and len(ins) >= 2:
         a, b = ins[0]["shape"], ins[1]["shape"]

@@ -43,7 +43,9 @@ from costmodels.roofline import RooflineModel
 from placer.safe_io import load_json
 
 FORMAT = "placer-costmodel"
-VERSION = 1
+#: 2 (session 15): op models read 8 more convolution features (costmodels.features) and average several
+#: regressors; a version-1 model cannot predict with this code's feature vectors
+VERSION = 2
 CARD = "card.json"
 
 #: The only non-default types a saved model may contain (skops trusts plain sklearn/numpy types).
@@ -131,17 +133,33 @@ SAVED_NAMES = (CARD, "tables.json", "transfer.skops", "partition.skops", "op_mod
 
 
 def check_overwritable(directory: str | Path) -> None:
-    """CostModelError unless ``directory`` is new, holds none of a model's files, or holds a model this
-    code reads whose files pass their hashes: anything else (a newer format version, a damaged or
-    half-written model) is the user's and is not overwritten."""
+    """CostModelError unless ``directory`` is new, holds none of a model's files, holds a model this
+    code reads whose files pass their hashes, or holds this format at an older version (placer's own,
+    superseded: replaced): anything else (a newer format version, a damaged or half-written model)
+    is the user's and is not overwritten."""
     d = Path(directory)
     if not d.exists() or not any((d / name).exists() or (d / name).is_symlink() for name in SAVED_NAMES):
+        return
+    if is_older_version(d):
         return
     try:
         verify_saved(d)
     except CostModelError as exc:
         raise CostModelError(f"{d}: holds a cost model this placer cannot read ({exc}); refusing to "
                              "overwrite it: move it away or save to another directory") from None
+
+
+def is_older_version(d: str | Path) -> bool:
+    """Whether ``d``'s card is this format at a version below :data:`VERSION` (read, not trusted further):
+    a model an older placer saved, which this one refits and replaces."""
+    try:
+        card = load_json(Path(d) / CARD, "the cost model's card", CostModelError)
+    except CostModelError:
+        return False
+    if not isinstance(card, dict):
+        return False
+    version = card.get("version")
+    return card.get("format") == FORMAT and type(version) is int and version < VERSION
 
 
 def save_cost_model(cm: Any, directory: str | Path) -> Path:

@@ -149,18 +149,77 @@ def perturb(spec: Mapping[str, Any], rng: np.random.Generator) -> dict:
     return s
 
 
-def random_spec(family: str, rng: np.random.Generator) -> dict:
-    """A random spec of ``family`` with sizes typical of CNNs and transformers."""
-    ch = lambda: int(rng.choice([16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]))  # noqa: E731
-    hw = lambda: int(rng.choice([7, 14, 28, 56, 112]))  # noqa: E731
-    seq = lambda: int(rng.choice([16, 32, 64, 128, 256]))  # noqa: E731
-    hid = lambda: int(rng.choice([64, 128, 256, 384, 512, 768]))  # noqa: E731
+#: the largest convolution (FLOPs) :func:`random_spec` draws with ``wide=True``
+WIDE_MAX_FLOPS = 4e8
+
+
+def _conv_flops(spec: Mapping[str, Any]) -> float:
+    out = -(-spec["H"] // spec["stride"])  # "same" padding's output size (an upper bound without padding)
+    return 2.0 * spec["C"] // spec["group"] * spec["K"] * spec["kernel"] ** 2 * out * out
+
+
+def _cap_conv_flops(spec: dict) -> None:
+    """Shrink a conv spec to at most WIDE_MAX_FLOPS: the map first, then the channels (groups kept)."""
+    while _conv_flops(spec) > WIDE_MAX_FLOPS:
+        if spec["H"] > max(spec["kernel"], 4):
+            spec["H"] = max(spec["kernel"], 4, int(spec["H"] * 0.8))
+        elif spec["group"] == spec["C"] and spec["C"] > 1:  # depthwise: channels and groups together
+            spec["C"] = spec["K"] = spec["group"] = max(1, spec["C"] // 2)
+        else:
+            g = spec["group"]
+            spec["K"] = max(g, spec["K"] // 2 // g * g)
+            spec["C"] = max(g, spec["C"] // 2 // g * g) if spec["K"] == g else spec["C"]
+
+
+def _log_uniform_int(rng: np.random.Generator, lo: int, hi: int) -> int:
+    return int(round(float(np.exp(rng.uniform(np.log(lo), np.log(hi))))))
+
+
+def _wide_channels(rng: np.random.Generator) -> int:
+    """Channels log-uniform in 3..1024: mostly multiples of 8, some of 4, some any count (3, 36, 60, 1000)."""
+    c = _log_uniform_int(rng, 3, 1024)
+    u = rng.random()
+    multiple = 8 if u < 0.6 else (4 if u < 0.8 else 1)
+    return max(multiple, int(round(c / multiple)) * multiple)
+
+
+def random_spec(family: str, rng: np.random.Generator, wide: bool = False) -> dict:
+    """A random spec of ``family`` with sizes typical of CNNs and transformers.
+
+    ``wide=False`` draws from short lists of the usual sizes (channels 16..512 in the usual steps,
+    spatial 7..112 in powers of two); ``wide=True`` from log-uniform ranges (channels 3..1024 not
+    always multiples of 8, spatial 4..112 at any size, sequences 8..512, hidden sizes 64..1024),
+    grouped as well as depthwise and dense convolutions, and unpadded ones: sizes and kinds of ops
+    that real models have and a short list never reaches (ShuffleNet's 4-group convolutions on 136
+    to 544 channels, AlexNet's 13x13 and 27x27 maps).
+    """
+    if wide:
+        ch = lambda: _wide_channels(rng)  # noqa: E731
+        hw = lambda: (int(rng.choice([7, 14, 28, 56])) if rng.random() < 0.3  # noqa: E731
+                      else _log_uniform_int(rng, 4, 112))
+        seq = lambda: _log_uniform_int(rng, 8, 512)  # noqa: E731
+        hid = lambda: 32 * _log_uniform_int(rng, 2, 32)  # noqa: E731
+    else:
+        ch = lambda: int(rng.choice([16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]))  # noqa: E731
+        hw = lambda: int(rng.choice([7, 14, 28, 56, 112]))  # noqa: E731
+        seq = lambda: int(rng.choice([16, 32, 64, 128, 256]))  # noqa: E731
+        hid = lambda: int(rng.choice([64, 128, 256, 384, 512, 768]))  # noqa: E731
     if family == "conv":
         c, k = ch(), ch()
         kernel = int(rng.choice([1, 1, 3, 3, 5, 7]))
-        dw = rng.random() < 0.2
-        return {"family": "conv", "N": 1, "C": c, "H": hw(), "W": 0, "K": c if dw else k, "kernel": kernel,
-                "stride": int(rng.choice([1, 1, 2])), "group": c if dw else 1, "bias": True}
+        u = rng.random()
+        dw = u < 0.2
+        group = c if dw else 1
+        if wide and not dw and u < 0.35:  # grouped: 2..8 groups, channels rounded to a multiple of them
+            group = int(rng.choice([2, 3, 4, 8]))
+            c, k = max(group, c // group * group), max(group, k // group * group)
+        spec = {"family": "conv", "N": 1, "C": c, "H": hw(), "W": 0, "K": c if dw else k, "kernel": kernel,
+                "stride": int(rng.choice([1, 1, 2])), "group": group, "bias": True}
+        if wide:
+            if kernel > 1 and rng.random() < 0.2:
+                spec["pad"] = 0
+            _cap_conv_flops(spec)
+        return spec
     if family == "matmul":
         if rng.random() < 0.5:
             s = seq()
@@ -256,7 +315,7 @@ def spec_nodes(spec: Mapping[str, Any], prefix: str, rng: np.random.Generator):
         if s.get("bias", True):
             inits.append(_const(f"{prefix}_b", [k], rng))
             inputs.append(f"{prefix}_b")
-        p = ker // 2
+        p = int(s.get("pad", ker // 2))
         node = helper.make_node("Conv", inputs, [y], name=f"{prefix}_conv", kernel_shape=[ker, ker],
                                 strides=[s["stride"]] * 2, pads=[p] * 4, group=g)
     elif fam == "matmul":
@@ -361,10 +420,17 @@ def _spec_key(spec: Mapping[str, Any]) -> str:
 
 
 def sample_variants(base: Iterable[Any] = (), n: int = 200, seed: int = 0, random_share: float = 0.3,
-                    families: Sequence[str] = FAMILIES) -> list[dict]:
+                    families: Sequence[str] = FAMILIES, family_weights: Mapping[str, float] | None = None,
+                    wide: bool = False) -> list[dict]:
     """``n`` distinct specs: perturbations of ``base`` signatures (Ops, Signatures, dicts or specs)
-    and a ``random_share`` of random specs over ``families``."""
+    and a ``random_share`` of random specs over ``families`` (drawn by ``family_weights``, equal
+    weights where missing; ``wide``: the wide size prior of :func:`random_spec`)."""
     rng = np.random.default_rng(seed)
+    families = list(families)
+    weights = np.array([float((family_weights or {}).get(f, 1.0)) for f in families])
+    if not np.all(np.isfinite(weights)) or (weights < 0).any() or weights.sum() <= 0:
+        raise ValueError(f"family_weights must be finite, non-negative and not all zero: {family_weights}")
+    weights = weights / weights.sum()
     seeds = []
     for b in base:
         spec = dict(b) if isinstance(b, Mapping) and "family" in b else spec_from_signature(b)
@@ -377,7 +443,8 @@ def sample_variants(base: Iterable[Any] = (), n: int = 200, seed: int = 0, rando
         if seeds and rng.random() >= random_share:
             spec = perturb(seeds[int(rng.integers(0, len(seeds)))], rng)
         else:
-            spec = random_spec(str(rng.choice(list(families))), rng)
+            family = rng.choice(families, p=weights) if family_weights else rng.choice(families)
+            spec = random_spec(str(family), rng, wide=wide)
         spec = _fix(spec)
         if _valid(spec):
             out.setdefault(_spec_key(spec), spec)

@@ -32,6 +32,10 @@ import numpy as np
 
 DEFAULT_MODELS = "squeezenet,resnet50,inception_v1,shufflenet,bert-tiny,bert-h256"
 DEFAULT_TARGETS = "onnxruntime,openvino,tvm-llvm"
+#: family weights of the ``--wide-variants`` bank: convolutions are most of a CNN's distinct signatures
+#: and have the most size parameters (channels, groups, kernel, stride, map), so they get the most rows
+WIDE_FAMILY_WEIGHTS = {"conv": 6.0, "matmul": 2.0, "pool": 1.5, "eltwise": 1.5, "concat": 1.5, "transpose": 1.0,
+                       "reshape": 1.0, "batchnorm": 1.0, "softmax": 0.7, "layernorm": 0.7, "gemm": 0.5, "lrn": 0.5}
 
 
 def zoo_graph(name: str):
@@ -90,9 +94,13 @@ def cmd_profile(args) -> int:
     banks = [(f"variants-{g.name}", list(g.ops), args.variants, 0.0) for g in graphs if args.variants]
     if args.random_variants:
         banks.append(("variants-random", [], args.random_variants, 1.0))
+    if args.wide_variants:
+        banks.append(("variants-wide", [], args.wide_variants, 1.0))
     for name, base, n, share in banks:
         t0 = time.time()
-        specs = sample_variants(base, n=n, seed=args.seed, random_share=share)
+        wide = name == "variants-wide"
+        specs = sample_variants(base, n=n, seed=args.seed, random_share=share, wide=wide,
+                                family_weights=WIDE_FAMILY_WEIGHTS if wide else None)
         res = profile_variants(targets, args.db, specs=specs, seed=args.seed, name=name, progress=False,
                                second_window=not args.one_window)
         manifest[name] = {"seed": args.seed, "specs": specs}
@@ -171,6 +179,9 @@ def main(argv=None) -> int:
     pp.add_argument("--max-len", type=int, default=5)
     pp.add_argument("--variants", type=int, default=0, help="variants sampled around each model's signatures")
     pp.add_argument("--random-variants", type=int, default=0, help="variants drawn at random per op family")
+    pp.add_argument("--wide-variants", type=int, default=0,
+                    help="variants drawn from the wide size prior (costmodels.sampler.random_spec(wide=True)), "
+                         "convolutions weighted up (WIDE_FAMILY_WEIGHTS)")
     pp.add_argument("--no-whole", action="store_true")
     pp.add_argument("--no-links", action="store_true")
     pp.add_argument("--seed", type=int, default=0)

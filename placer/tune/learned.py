@@ -60,6 +60,7 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
     """A CostModel for the real targets of ``ctx`` fitted on its profile store, plus the partitions
     earlier tune runs measured (from the model saved in ``model_dir``, if any)."""
     from costmodels import CostModel  # scikit-learn: see the note at the top
+    from costmodels.persistence import is_older_version
     from costmodels.store import training_data_from_store
     from costmodels.train import fit_cost_model
 
@@ -71,12 +72,21 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
         try:
             prior = CostModel.load(model_dir)
         except Exception as exc:  # noqa: BLE001 - integrity, format or version: refit, never trust it
+            if is_older_version(model_dir):  # an older placer's: superseded, replaced by this run's save
+                say(f"cost model {model_dir}: saved by an older placer ({first_line(exc, 160)}); refitted "
+                    "from the profile store and replaced when this run saves (the partitions earlier tune "
+                    "runs measured into it are not carried over)")
+                return _with_carried(cm, [], say)
             say(f"cost model {model_dir}: not loaded ({type(exc).__name__}: {first_line(exc, 160)}); "
                 "refitted from the profile store; the model there is left as it is (not overwritten)")
             cm._placer_unreadable = (str(Path(model_dir).resolve()), f"{type(exc).__name__}: "
                                      f"{first_line(exc, 160)}")
         else:
             carried = [(r, m) for r, m in tune_records(prior) if r.get("target") in names][-MAX_CARRIED:]
+    return _with_carried(cm, carried, say)
+
+
+def _with_carried(cm, carried: list[tuple[dict, float]], say: Callable[[str], None]):
     if carried:
         cm.add_partition_measurements([{**r, "measured_ms": m} for r, m in carried])
     cm.card["tune_partitions_carried"] = len(carried)

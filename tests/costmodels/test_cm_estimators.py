@@ -84,6 +84,19 @@ def test_op_model_fits_the_law_and_marks_never_supported_types_inf():
     assert rel.max() < 0.05
 
 
+def test_op_model_averages_its_seeds_in_log_space():
+    sigs, y = _op_xy()
+    three = OpLatencyModel(n_estimators=40, n_models=3, random_state=5).fit(sigs, y)
+    assert len(three.regressors_) == 3
+    singles = [OpLatencyModel(n_estimators=40, n_models=1, random_state=5 + i).fit(sigs, y) for i in range(3)]
+    np.testing.assert_allclose(np.log(three.predict(sigs)), np.mean([np.log(m.predict(sigs)) for m in singles], axis=0))
+    assert not np.allclose(singles[0].predict(sigs), singles[1].predict(sigs))  # the seeds do differ
+    # without row subsampling every seed would fit the same trees: one regressor
+    assert len(OpLatencyModel(n_estimators=20, subsample=1.0).fit(sigs, y).regressors_) == 1
+    with pytest.raises(ValueError, match="n_models"):
+        OpLatencyModel(n_models=0).fit(sigs, y)
+
+
 def test_roofline_from_spec_needs_no_data():
     rm = RooflineModel.from_spec({"peak_gflops": 100.0, "mem_bandwidth_gbs": 10.0, "call_overhead_ms": 0.01})
     conv = conv_sig(64, 64, 56)

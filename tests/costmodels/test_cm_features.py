@@ -25,6 +25,22 @@ def test_conv_dims_and_work():
     assert (f["C"], f["K"], f["H"], f["kernel_h"], f["groups"]) == (16, 32, 28, 3, 1)
 
 
+def test_a_convolution_is_also_described_as_its_per_group_gemm():
+    # ShuffleNet's 4-group 1x1: 272 -> 272 channels on 14x14, 68 input and output channels per group
+    sig = {"op_type": "Conv", "attrs": {"group": 4},
+           "inputs": [[(1, 272, 14, 14), "float32"], [(272, 68, 1, 1), "float32", True]],
+           "outputs": [[(1, 272, 14, 14), "float32"]]}
+    f = dict(zip(FEATURE_NAMES, signature_features(sig)))
+    assert np.isclose(f["log_C_per_group"], np.log1p(68)) and np.isclose(f["log_K_per_group"], np.log1p(68))
+    assert np.isclose(f["log_gemm_depth"], np.log1p(68)) and np.isclose(f["log_gemm_M"], np.log1p(196))
+    assert (f["align_C_per_group"], f["align_K_per_group"], f["K_per_group_mod16"]) == (4, 4, 4)
+    dense = dict(zip(FEATURE_NAMES, signature_features(conv_sig(16, 32, 28))))
+    assert np.isclose(dense["log_gemm_depth"], np.log1p(16 * 9)) and dense["align_K_per_group"] == 32
+    relu = dict(zip(FEATURE_NAMES, signature_features(
+        {"op_type": "Relu", "inputs": [[(1, 272, 14, 14), "float32"]], "outputs": [[(1, 272, 14, 14), "float32"]]})))
+    assert relu["log_gemm_depth"] == relu["log_groups"] == 0.0  # convolutions only
+
+
 def test_graph_op_signature_and_its_dict_share_the_key_and_numbers():
     from placer.graph import build_graph, load_model
 

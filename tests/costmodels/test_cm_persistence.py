@@ -119,3 +119,19 @@ def test_loads_during_saves_by_another_process_never_see_half_a_model(saved):
     assert saver.returncode == 0, err[-2000:]
     assert loads >= 1
     assert not [p.name for p in saved.rglob("*.tmp")]  # nothing left aside
+
+
+def test_a_model_saved_by_an_older_version_is_refused_on_load_and_replaced_on_save(fitted_model, saved):
+    from costmodels.errors import CostModelError
+    from costmodels.persistence import VERSION
+
+    card = json.loads((saved / "card.json").read_text())
+    (saved / "card.json").write_text(json.dumps({**card, "version": VERSION - 1}))
+    with pytest.raises(CostModelError, match="format version"):
+        CostModel.load(saved)
+    fitted_model.save(saved)  # placer's own, superseded: replaced, not refused
+    assert json.loads((saved / "card.json").read_text())["version"] == VERSION
+    assert CostModel.load(saved).measured_ms == fitted_model.measured_ms
+    (saved / "card.json").write_text(json.dumps({**card, "version": VERSION + 1}))  # a newer placer's: kept
+    with pytest.raises(CostModelError, match="refusing to overwrite"):
+        fitted_model.save(saved)

@@ -108,6 +108,34 @@ def test_variants_build_and_profile(tmp_path):
     assert len(data.ops) == 6 and all(r.models == ("variants-0",) for r in data.ops)
 
 
+def test_wide_variants_reach_grouped_unpadded_and_odd_sized_convs_within_the_flop_cap():
+    import onnx
+
+    from costmodels.sampler import FAMILIES, WIDE_MAX_FLOPS, bank_model, sample_variants, spec_from_signature
+    from costmodels.sampler import variant_signatures
+
+    specs = sample_variants(n=300, seed=3, random_share=1.0, wide=True,
+                            family_weights={"conv": 5.0, "lrn": 0.0})
+    assert len(specs) == 300 and len({str(s) for s in specs}) == 300
+    convs = [s for s in specs if s["family"] == "conv"]
+    assert not any(s["family"] == "lrn" for s in specs)
+    assert len(convs) > len(specs) / 4  # 5/15 of the draws, against 1/12 at equal weights
+    assert any(1 < s["group"] < s["C"] for s in convs)  # grouped, neither dense nor depthwise
+    assert any(s.get("pad") == 0 for s in convs)
+    assert any(s["C"] % 8 for s in convs) and any(s["H"] not in (7, 14, 28, 56, 112) for s in convs)
+    for s in convs:
+        assert s["C"] % s["group"] == 0 and s["K"] % s["group"] == 0
+        out = -(-s["H"] // s["stride"])
+        assert 2 * s["C"] // s["group"] * s["K"] * s["kernel"] ** 2 * out * out <= WIDE_MAX_FLOPS
+    onnx.checker.check_model(bank_model(convs[:40]), full_check=True)
+    for spec, sig in zip(convs[:40], variant_signatures(convs[:40])):
+        back = spec_from_signature(sig)
+        assert (back["C"], back["K"], back["group"], back["kernel"]) == (spec["C"], spec["K"], spec["group"],
+                                                                          spec["kernel"])
+    with pytest.raises(ValueError, match="family_weights"):
+        sample_variants(n=5, random_share=1.0, family_weights={f: 0.0 for f in FAMILIES})
+
+
 class _FakeStore:
     """Duck-typed ProfileStore rows: one target name under two fingerprints (old, new)."""
 

@@ -512,13 +512,15 @@ def _overwrite(c, base, add, cmdir):
     def refit_into(d: Path) -> Callable[[], None]:
         return left_intact(d, lambda: fit_store(str(base.store), d))
 
+    from costmodels.persistence import VERSION
+
     d = cmdir("newer-version")
     card = json.loads((d / "card.json").read_text())
-    (d / "card.json").write_text(json.dumps({**card, "version": 2}))
+    (d / "card.json").write_text(json.dumps({**card, "version": VERSION + 1}))
     add("overwrite", "costmodel-newer-version[fit]", call=refit_into(d),
         expect=[d.name, "refusing to overwrite"])
     d = cmdir("newer-version-cli")
-    (d / "card.json").write_text(json.dumps({**card, "version": 7}))
+    (d / "card.json").write_text(json.dumps({**card, "version": VERSION + 5}))
     add("overwrite", "costmodel-newer-version[placer fit]", call=left_intact(d, _cli(
         ["fit", "--db", str(base.store), "--out", str(d)])), expect=[d.name, "refusing to overwrite"])
     d = cmdir("tables-flipped")

@@ -75,16 +75,34 @@ def test_a_newer_models_directory_is_left_intact(ctx, tmp_path):
     cm = learned.fit_or_update(ctx, None)
     cm.save(tmp_path / "cm")
     card = json.loads((tmp_path / "cm" / "card.json").read_text())
-    (tmp_path / "cm" / "card.json").write_text(json.dumps({**card, "version": 2}))
+    from costmodels.persistence import VERSION
+
+    (tmp_path / "cm" / "card.json").write_text(json.dumps({**card, "version": VERSION + 1}))
     before = _files(tmp_path / "cm")
     said = []
     again = learned.fit_or_update(ctx, tmp_path / "cm", said.append)
-    assert "format version 2" in said[0] and "not overwritten" in said[0], said
+    assert f"format version {VERSION + 1}" in said[0] and "not overwritten" in said[0], said
     assert learned.save(again, tmp_path / "cm", said.append) is None
     with pytest.raises(CostModelError, match="refusing to overwrite"):
         again.save(tmp_path / "cm")
     assert main(["fit", "--db", str(ctx.store.path), "--out", str(tmp_path / "cm")]) == 2
     assert _files(tmp_path / "cm") == before
+
+
+def test_an_older_placers_model_is_refitted_and_replaced(ctx, tmp_path):
+    from costmodels.persistence import VERSION
+
+    cm = learned.fit_or_update(ctx, None)
+    cm.save(tmp_path / "cm")
+    card = json.loads((tmp_path / "cm" / "card.json").read_text())
+    (tmp_path / "cm" / "card.json").write_text(json.dumps({**card, "version": VERSION - 1}))
+    said = []
+    again = learned.fit_or_update(ctx, tmp_path / "cm", said.append)
+    assert "saved by an older placer" in said[0] and f"format version {VERSION - 1}" in said[0], said
+    assert learned.save(again, tmp_path / "cm", said.append) is not None
+    assert json.loads((tmp_path / "cm" / "card.json").read_text())["version"] == VERSION
+    assert "not loaded" not in " ".join(str(m) for m in said)
+    assert learned.fit_or_update(ctx, tmp_path / "cm", said.append).card["tune_partitions_carried"] == 0
 
 
 def _files(d) -> dict[str, bytes]:
