@@ -451,6 +451,20 @@ def sample_variants(base: Iterable[Any] = (), n: int = 200, seed: int = 0, rando
     return list(out.values())
 
 
+def conv_variants(n: int, seed: int = 0) -> list[dict]:
+    """``n`` distinct convolutions from the usual-size prior of :func:`random_spec` (dense and
+    depthwise; channels 16..512 in the usual steps, maps 7..112), each at most WIDE_MAX_FLOPS: a bank
+    of the convolution shapes real CNNs use, for the family where most held-out misses are."""
+    only_conv = {f: (1.0 if f == "conv" else 0.0) for f in FAMILIES}
+    kept: list[dict] = []
+    for draws in (3 * n, 12 * n):  # the same stream, longer: a larger bank extends a smaller one
+        drawn = sample_variants(n=draws, seed=seed, random_share=1.0, family_weights=only_conv)
+        kept = [s for s in drawn if _conv_flops(s) <= WIDE_MAX_FLOPS][:n]
+        if len(kept) == n:
+            break
+    return kept
+
+
 def _valid(spec: Mapping[str, Any], max_elems: int = 8 << 20) -> bool:
     """Keep ops that build and stay small enough to time quickly (<= 8M elements per tensor)."""
     try:
@@ -512,4 +526,4 @@ def profile_variants(targets: Iterable[Any] | None, store: Any, n: int = 200, *,
 
 
 __all__ = ["FAMILIES", "spec_from_signature", "perturb", "random_spec", "spec_nodes", "bank_model", "spec_model",
-           "sample_variants", "variant_signatures", "variant_graphs", "profile_variants", "family_of"]
+           "sample_variants", "conv_variants", "variant_signatures", "variant_graphs", "profile_variants", "family_of"]

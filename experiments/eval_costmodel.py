@@ -73,7 +73,7 @@ def sampled_segments(graph, per_model: int, max_len: int, seed: int) -> list[lis
 def cmd_profile(args) -> int:
     from placer.profile.campaign import profile_graph
 
-    from costmodels.sampler import profile_variants, sample_variants
+    from costmodels.sampler import conv_variants, profile_variants, sample_variants
 
     Path(args.db).parent.mkdir(parents=True, exist_ok=True)
     targets = args.targets.split(",")
@@ -96,11 +96,16 @@ def cmd_profile(args) -> int:
         banks.append(("variants-random", [], args.random_variants, 1.0))
     if args.wide_variants:
         banks.append(("variants-wide", [], args.wide_variants, 1.0))
+    if args.conv_variants:
+        banks.append(("variants-convs", [], args.conv_variants, 1.0))
     for name, base, n, share in banks:
         t0 = time.time()
         wide = name == "variants-wide"
-        specs = sample_variants(base, n=n, seed=args.seed, random_share=share, wide=wide,
-                                family_weights=WIDE_FAMILY_WEIGHTS if wide else None)
+        if name == "variants-convs":
+            specs = conv_variants(n, seed=args.seed)
+        else:
+            specs = sample_variants(base, n=n, seed=args.seed, random_share=share, wide=wide,
+                                    family_weights=WIDE_FAMILY_WEIGHTS if wide else None)
         res = profile_variants(targets, args.db, specs=specs, seed=args.seed, name=name, progress=False,
                                second_window=not args.one_window)
         manifest[name] = {"seed": args.seed, "specs": specs}
@@ -182,6 +187,8 @@ def main(argv=None) -> int:
     pp.add_argument("--wide-variants", type=int, default=0,
                     help="variants drawn from the wide size prior (costmodels.sampler.random_spec(wide=True)), "
                          "convolutions weighted up (WIDE_FAMILY_WEIGHTS)")
+    pp.add_argument("--conv-variants", type=int, default=0,
+                    help="convolutions of the usual sizes, at most 0.4 GFLOP each (costmodels.sampler.conv_variants)")
     pp.add_argument("--no-whole", action="store_true")
     pp.add_argument("--no-links", action="store_true")
     pp.add_argument("--seed", type=int, default=0)

@@ -136,6 +136,16 @@ def test_wide_variants_reach_grouped_unpadded_and_odd_sized_convs_within_the_flo
         sample_variants(n=5, random_share=1.0, family_weights={f: 0.0 for f in FAMILIES})
 
 
+def test_conv_variants_are_usual_sized_convolutions_within_the_flop_cap_and_seeded():
+    from costmodels.sampler import WIDE_MAX_FLOPS, _conv_flops, conv_variants
+
+    bank = conv_variants(40, seed=4)
+    assert len(bank) == 40 and bank == conv_variants(40, seed=4) and bank != conv_variants(40, seed=5)
+    assert all(s["family"] == "conv" and _conv_flops(s) <= WIDE_MAX_FLOPS for s in bank)
+    assert all(s["group"] in (1, s["C"]) and s["H"] in (7, 14, 28, 56, 112) for s in bank)
+    assert conv_variants(20, seed=4) == bank[:20]  # a larger bank extends a smaller one of the same seed
+
+
 class _FakeStore:
     """Duck-typed ProfileStore rows: one target name under two fingerprints (old, new)."""
 
