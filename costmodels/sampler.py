@@ -443,6 +443,7 @@ def sample_variants(base: Iterable[Any] = (), n: int = 200, seed: int = 0, rando
         if seeds and rng.random() >= random_share:
             spec = perturb(seeds[int(rng.integers(0, len(seeds)))], rng)
         else:
+            # without weights, the draw that earlier banks were sampled with (the same stream, the same specs)
             family = rng.choice(families, p=weights) if family_weights else rng.choice(families)
             spec = random_spec(str(family), rng, wide=wide)
         spec = _fix(spec)
@@ -526,4 +527,5 @@ def profile_variants(targets: Iterable[Any] | None, store: Any, n: int = 200, *,
 
 
 __all__ = ["FAMILIES", "spec_from_signature", "perturb", "random_spec", "spec_nodes", "bank_model", "spec_model",
-           "sample_variants", "conv_variants", "variant_signatures", "variant_graphs", "profile_variants", "family_of"]
+           "sample_variants", "conv_variants", "variant_signatures", "variant_graphs", "profile_variants",
+           "family_of"]

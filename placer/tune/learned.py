@@ -76,17 +76,13 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
                 say(f"cost model {model_dir}: saved by an older placer ({first_line(exc, 160)}); refitted "
                     "from the profile store and replaced when this run saves (the partitions earlier tune "
                     "runs measured into it are not carried over)")
-                return _with_carried(cm, [], say)
-            say(f"cost model {model_dir}: not loaded ({type(exc).__name__}: {first_line(exc, 160)}); "
-                "refitted from the profile store; the model there is left as it is (not overwritten)")
-            cm._placer_unreadable = (str(Path(model_dir).resolve()), f"{type(exc).__name__}: "
-                                     f"{first_line(exc, 160)}")
+            else:
+                say(f"cost model {model_dir}: not loaded ({type(exc).__name__}: {first_line(exc, 160)}); "
+                    "refitted from the profile store; the model there is left as it is (not overwritten)")
+                cm._placer_unreadable = (str(Path(model_dir).resolve()), f"{type(exc).__name__}: "
+                                         f"{first_line(exc, 160)}")
         else:
             carried = [(r, m) for r, m in tune_records(prior) if r.get("target") in names][-MAX_CARRIED:]
-    return _with_carried(cm, carried, say)
-
-
-def _with_carried(cm, carried: list[tuple[dict, float]], say: Callable[[str], None]):
     if carried:
         cm.add_partition_measurements([{**r, "measured_ms": m} for r, m in carried])
     cm.card["tune_partitions_carried"] = len(carried)
