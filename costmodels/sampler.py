@@ -33,6 +33,8 @@ FAMILIES = ("conv", "matmul", "gemm", "pool", "eltwise", "batchnorm", "softmax",
             "transpose", "reshape")
 ELTWISE_UNARY = ("Relu", "Sigmoid", "Clip", "Erf", "Tanh", "Sqrt")
 ELTWISE_BINARY = ("Add", "Mul", "Div", "Sub")
+#: op types that copy their input at inference: the light bank's element-wise family adds them
+ELTWISE_PASS = ("Identity", "Dropout")
 OPSET = 17
 
 
@@ -66,9 +68,11 @@ def spec_from_signature(sig: Any) -> dict | None:
                 "stride": int(st), "pad": int(pads[0])}
     if op == "GlobalAveragePool" and len(x) == 4:
         return {"family": "pool", "op": op, "N": x[0], "C": x[1], "H": x[2], "W": x[3]}
-    if op in ELTWISE_UNARY or op in ELTWISE_BINARY:
+    if op in ELTWISE_UNARY or op in ELTWISE_BINARY or op in ELTWISE_PASS:
         other = list(ins[1]) if op in ELTWISE_BINARY and len(ins) > 1 else None
         return {"family": "eltwise", "op": op, "shape": list(x), "other": other}
+    if op == "Sum" and len(ins) >= 2 and all(list(t) == list(x) for t in ins):
+        return {"family": "sum", "shape": list(x), "n": len(ins)}
     if op == "BatchNormalization" and len(x) == 4:
         return {"family": "batchnorm", "N": x[0], "C": x[1], "H": x[2], "W": x[3]}
     if op == "Softmax":
@@ -131,7 +135,7 @@ def perturb(spec: Mapping[str, Any], rng: np.random.Generator) -> dict:
         elif len(s["shape"]) > 1 and len(s["to"]) > 1 and s["shape"][0] == s["to"][0]:
             s["shape"][0] *= k  # a larger batch on both sides
             s["to"][0] *= k
-    elif fam in ("eltwise", "softmax", "layernorm", "transpose"):
+    elif fam in ("eltwise", "softmax", "layernorm", "transpose", "sum"):
         shape = list(s["shape"])
         i = int(rng.integers(0, len(shape))) if shape else 0
         if shape:
@@ -355,6 +359,10 @@ def spec_nodes(spec: Mapping[str, Any], prefix: str, rng: np.random.Generator):
                       numpy_helper.from_array(np.array(6.0, np.float32), f"{prefix}_hi")]
             inputs += [f"{prefix}_lo", f"{prefix}_hi"]
         node = helper.make_node(op, inputs, [y], name=f"{prefix}_{op.lower()}")
+    elif fam == "sum":
+        names = [f"{prefix}_x{i}" for i in range(int(s["n"]))]
+        ins += [_vi(n, s["shape"]) for n in names]
+        node = helper.make_node("Sum", names, [y], name=f"{prefix}_sum")
     elif fam == "batchnorm":
         c = s["C"]
         ins.append(_vi(x, [s["N"], c, s["H"], s["W"]]))
@@ -387,7 +395,7 @@ def spec_nodes(spec: Mapping[str, Any], prefix: str, rng: np.random.Generator):
         inits.append(numpy_helper.from_array(np.array(s["to"], np.int64), f"{prefix}_to"))
         node = helper.make_node("Reshape", [x, f"{prefix}_to"], [y], name=f"{prefix}_reshape")
     else:
-        raise ValueError(f"unknown family {fam!r}; valid: {', '.join(FAMILIES)}")
+        raise ValueError(f"unknown family {fam!r}; valid: {', '.join(FAMILIES + ('sum',))}")
     out = helper.make_tensor_value_info(y, TensorProto.FLOAT, None)
     return [node], ins, inits, [out]
 
@@ -466,6 +474,44 @@ def conv_variants(n: int, seed: int = 0) -> list[dict]:
     return kept
 
 
+#: the light bank's families and their weights ("pass": Identity and Dropout, "sum": n-ary Sum)
+LIGHT_FAMILY_WEIGHTS = {"eltwise": 4.0, "pass": 1.0, "sum": 1.0, "transpose": 2.0, "reshape": 2.0,
+                        "pool": 2.0, "concat": 1.0, "softmax": 1.0, "batchnorm": 1.0, "layernorm": 1.0}
+#: the largest tensor (elements) of a light-bank op: 4 MB of float32
+LIGHT_MAX_ELEMS = 1 << 20
+
+
+def light_variants(n: int, seed: int = 0) -> list[dict]:
+    """``n`` distinct cheap ops from the wide size prior of :func:`random_spec`, no tensor over
+    LIGHT_MAX_ELEMS: element-wise (Identity, Dropout and n-ary Sum too), movement, pooling,
+    concatenation and normalization ops, the ops between a model's convolutions and matmuls. They
+    run in 4-100 us, where a call's fixed cost and the tensor sizes decide the time, and the other
+    banks hold few of them (two Identity rows, no Sum). A larger bank extends a smaller one drawn
+    with the same seed."""
+    rng = np.random.default_rng(seed)
+    families = list(LIGHT_FAMILY_WEIGHTS)
+    weights = np.array([LIGHT_FAMILY_WEIGHTS[f] for f in families])
+    weights = weights / weights.sum()
+    out: dict[str, dict] = {}
+    tries = 0
+    while len(out) < n and tries < 50 * n:
+        tries += 1
+        family = str(rng.choice(families, p=weights))
+        if family in ("pass", "sum"):
+            shape = random_spec("eltwise", rng, wide=True)["shape"]
+            if family == "pass":
+                op = str(rng.choice(ELTWISE_PASS))
+                spec = {"family": "eltwise", "op": op, "shape": shape, "other": None}
+            else:
+                spec = {"family": "sum", "shape": shape, "n": int(rng.choice([2, 2, 3]))}
+        else:
+            spec = random_spec(family, rng, wide=True)
+        spec = _fix(spec)
+        if _valid(spec, max_elems=LIGHT_MAX_ELEMS):
+            out.setdefault(_spec_key(spec), spec)
+    return list(out.values())
+
+
 def _valid(spec: Mapping[str, Any], max_elems: int = 8 << 20) -> bool:
     """Keep ops that build and stay small enough to time quickly (<= 8M elements per tensor)."""
     try:
@@ -527,5 +573,5 @@ def profile_variants(targets: Iterable[Any] | None, store: Any, n: int = 200, *,
 
 
 __all__ = ["FAMILIES", "spec_from_signature", "perturb", "random_spec", "spec_nodes", "bank_model", "spec_model",
-           "sample_variants", "conv_variants", "variant_signatures", "variant_graphs", "profile_variants",
-           "family_of"]
+           "sample_variants", "conv_variants", "light_variants", "variant_signatures", "variant_graphs",
+           "profile_variants", "family_of", "ELTWISE_PASS", "LIGHT_FAMILY_WEIGHTS", "LIGHT_MAX_ELEMS"]

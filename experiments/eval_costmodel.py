@@ -73,7 +73,7 @@ def sampled_segments(graph, per_model: int, max_len: int, seed: int) -> list[lis
 def cmd_profile(args) -> int:
     from placer.profile.campaign import profile_graph
 
-    from costmodels.sampler import conv_variants, profile_variants, sample_variants
+    from costmodels.sampler import conv_variants, light_variants, profile_variants, sample_variants
 
     Path(args.db).parent.mkdir(parents=True, exist_ok=True)
     targets = args.targets.split(",")
@@ -84,7 +84,8 @@ def cmd_profile(args) -> int:
         graphs.append(g)
         segs = sampled_segments(g, args.segments, args.max_len, args.seed) if args.segments else None
         r = profile_graph(g, targets, args.db, progress=False, segments=segs, whole_model=not args.no_whole,
-                          links=not args.no_links, seed=args.seed, second_window=not args.one_window)
+                          links=not args.no_links, seed=args.seed, second_window=not args.one_window,
+                          probes=args.probes)
         print(f"{name}: {len(g.ops)} ops, {r.unique_signatures} signatures, {len(segs or [])} segments: "
               f"measured {r.measured}, cached {r.cached}, unsupported {r.unsupported}, failed {r.failed}, "
               f"second windows {r.second_windows} ({r.slow_first_windows} slow first) "
@@ -98,16 +99,20 @@ def cmd_profile(args) -> int:
         banks.append(("variants-wide", [], args.wide_variants, 1.0))
     if args.conv_variants:
         banks.append(("variants-convs", [], args.conv_variants, 1.0))
+    if args.light_variants:
+        banks.append(("variants-light", [], args.light_variants, 1.0))
     for name, base, n, share in banks:
         t0 = time.time()
         wide = name == "variants-wide"
         if name == "variants-convs":
             specs = conv_variants(n, seed=args.seed)
+        elif name == "variants-light":
+            specs = light_variants(n, seed=args.seed)
         else:
             specs = sample_variants(base, n=n, seed=args.seed, random_share=share, wide=wide,
                                     family_weights=WIDE_FAMILY_WEIGHTS if wide else None)
         res = profile_variants(targets, args.db, specs=specs, seed=args.seed, name=name, progress=False,
-                               second_window=not args.one_window)
+                               second_window=not args.one_window, probes=args.probes)
         manifest[name] = {"seed": args.seed, "specs": specs}
         manifest_path.write_text(json.dumps(manifest))
         print(f"{name}: {len(specs)} variants, {sum(r.measured for _, r in res)} measured, "
@@ -136,7 +141,8 @@ def _data(args):
         from placer.devices import make_target
 
         targets = [make_target(t).name for t in args.targets.split(",")]
-    return training_data_from_store(args.db, graphs=graphs + banks, targets=targets), graphs
+    return training_data_from_store(args.db, graphs=graphs + banks, targets=targets,
+                                    drift=not getattr(args, "no_drift", False)), graphs
 
 
 def cmd_eval(args) -> int:
@@ -149,6 +155,16 @@ def cmd_eval(args) -> int:
     fit_kw = {"tune_trials": args.tune_trials, "seed": args.seed}
     res = leave_one_model_out(data, [g.name for g in graphs], fit_kw=fit_kw, progress=True)
     res.settings.update(db=str(args.db), command=" ".join(sys.argv), eval_seconds=round(time.time() - t0, 1))
+    if not args.no_drift:
+        from placer.profile import ProfileStore
+        from placer.profile.drift import session_factors
+
+        with ProfileStore(args.db, readonly=True) as st:
+            for t in data.target_names():
+                f = session_factors(st, t)
+                if f:
+                    print(f"session factors {t}: " + ", ".join(f"{s} {v:.3f}" for s, v in sorted(f.items())),
+                          flush=True)
     if args.retest_db:
         from costmodels.evaluate import repeatability
         from costmodels.store import training_data_from_store
@@ -189,6 +205,13 @@ def main(argv=None) -> int:
                          "convolutions weighted up (WIDE_FAMILY_WEIGHTS)")
     pp.add_argument("--conv-variants", type=int, default=0,
                     help="convolutions of the usual sizes, at most 0.4 GFLOP each (costmodels.sampler.conv_variants)")
+    pp.add_argument("--light-variants", type=int, default=0,
+                    help="cheap ops (element-wise, Identity/Dropout/Sum, movement, pooling, concat, "
+                         "norms) from the wide size prior, at most 1M elements a tensor "
+                         "(costmodels.sampler.light_variants)")
+    pp.add_argument("--probes", type=int, default=0,
+                    help="measure the anchors and up to N stored ops again in each campaign, so that rows of "
+                         "different sessions are put on one scale (placer.profile.drift)")
     pp.add_argument("--no-whole", action="store_true")
     pp.add_argument("--no-links", action="store_true")
     pp.add_argument("--seed", type=int, default=0)
@@ -203,6 +226,9 @@ def main(argv=None) -> int:
     pe.add_argument("--tune-trials", type=int, default=0)
     pe.add_argument("--retest-db", default=None, help="a second profile of the same models (noise floor)")
     pe.add_argument("--seed", type=int, default=0)
+    pe.add_argument("--no-drift", action="store_true",
+                    help="read rows as stored, without dividing them by their session's factor "
+                         "(placer.profile.drift)")
     pe.set_defaults(func=cmd_eval)
     px = sub.add_parser("export")
     px.add_argument("--db", required=True)

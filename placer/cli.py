@@ -477,6 +477,10 @@ def add_profile(sub) -> None:
     p.add_argument("--retry-failed", action="store_true", help="re-measure rows that errored, timed out or crashed")
     p.add_argument("--retry-contended", action="store_true",
                    help="re-measure rows flagged as taken while other processes kept the machine busy")
+    p.add_argument("--probes", type=int_in(0, 1000), default=0, metavar="N",
+                   help="measure the anchor ops and up to N stored ops again, at the start and the end of "
+                        "each target's work, so that the cost model puts rows of different sessions on one "
+                        "scale (the machine's speed drifts by a few %% between days; default 0: off)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="TVM RPC tracker for tvm-rpc targets")
     p.add_argument("--rpc-key", default=None, help="TVM RPC device key for tvm-rpc targets")
@@ -507,7 +511,7 @@ def cmd_profile(args) -> int:
                            shapes=parse_shapes(args.shape), timeout_s=args.timeout, segments=args.segments,
                            links=not args.no_links, whole_model=not args.no_whole_model,
                            retry_failed=args.retry_failed, progress=not args.quiet,
-                           retry_contended=args.retry_contended)
+                           retry_contended=args.retry_contended, probes=args.probes)
 
 
 def cmd_bench(args) -> int:

@@ -27,7 +27,9 @@ the bars of :mod:`placer.profile.progress`, into a :mod:`placer.profile.results`
 from __future__ import annotations
 
 import os
+import random
 import time
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -36,6 +38,8 @@ from placer.devices import make_target, make_targets
 from placer.errors import ProfileError, TargetUnavailable, first_line
 from placer.graph import OpGraph
 from placer.profile import keys as K
+from placer.profile.anchors import anchor_graph
+from placer.profile.drift import row_session
 from placer.profile.engine import CONTENDED_ATTEMPTS, FAILED, Engine, Task
 from placer.profile.links import DEFAULT_LINK_SIZES, fit_cut_points, fit_points
 from placer.profile.progress import progress_bar
@@ -137,6 +141,7 @@ def profile_graph(
     retry_contended: bool = False,
     second_window: bool = True,
     hurry_after: float | None = None,
+    probes: int = 0,
 ) -> CampaignResult:
     """Profile every unique op signature of ``graph`` on every target; measure only what is missing.
 
@@ -154,6 +159,10 @@ def profile_graph(
     multi-thread measurements"). ``hurry_after`` (a ``time.monotonic()`` value, a caller's budget): past it
     nothing is measured twice; a disturbed row is kept flagged for a later campaign, and the second
     windows are left out (:meth:`~placer.profile.engine.Engine._hurried`; ``hurried`` counts them).
+    ``probes`` > 0: each target measures again, at the start and the end of its work, the
+    :mod:`~placer.profile.anchors` and up to ``probes`` ops of ``graph`` stored by other sessions, so
+    that :mod:`placer.profile.drift` can put this session's rows on the scale of the others (every
+    row names its session, ``CampaignResult.session``).
     """
     t_start = time.perf_counter()
     res = CampaignResult()
@@ -168,9 +177,13 @@ def profile_graph(
         tasks, rows = _graph_tasks(graph, uniq, tlist, timeout_s=timeout_s, model_timeout_s=mto,
                                    whole_model=whole_model, segments=[list(s) for s in (segments or [])])
         st.register_signatures({r["key"]: r for r in rows}.values())
+        res.session = uuid.uuid4().hex[:12]
+        probe_tasks = (_probe_tasks(st, graph, uniq, tlist, probes, res.session, seed, timeout_s)
+                       if probes > 0 else {})
         eng = Engine(st, timeout_s=timeout_s, isolate=isolate, progress=progress, timing=timing, seed=seed,
                      retry_failed=retry_failed, result=res, colocate=[t.name for t in tlist] if colocate else (),
-                     retry_contended=retry_contended, second_window=second_window, hurry_after=hurry_after)
+                     retry_contended=retry_contended, second_window=second_window, hurry_after=hurry_after,
+                     session=res.session, probes=probe_tasks)
         eng.run(tasks)
         if links and len(tlist) > 1:
             _run_links(st, tlist, res, sizes=link_sizes, isolate=isolate, timeout_s=max(timeout_s, 120.0),
@@ -181,6 +194,29 @@ def profile_graph(
         if owned:
             st.close()
     return res
+
+
+def _probe_tasks(st: ProfileStore, graph, uniq: Mapping, tlist: list, n: int, session: str, seed: int,
+                 timeout_s: float) -> dict[str, list[Task]]:
+    """Per target: the anchors, then up to ``n`` ops of ``graph`` whose stored rows other sessions
+    measured (a seeded draw), as probe tasks (:mod:`placer.profile.drift`)."""
+    anchors = anchor_graph()
+    sigs = {h: ids for h, (sig, ids) in uniq.items()}
+    out: dict[str, list[Task]] = {}
+    for t in tlist:
+        tasks = [Task(op.signature.hash, "op", t, f"anchor {op.op_type} {op.id}"[:50],
+                      (lambda oid=op.id: anchors.single_op_model(oid)), _min_timeout(t, timeout_s))
+                 for op in anchors.ops if t.supports(op.op_type, op.domain)]
+        have = st.get_many(sorted(sigs), t)
+        old = sorted(k for k, m in have.items() if m.ok and m.kind == "op" and row_session(m.meta) != session)
+        rng = random.Random(seed)
+        for k in sorted(rng.sample(old, min(n, len(old)))):
+            op = graph.op(sigs[k][0])
+            tasks.append(Task(k, "op", t, f"probe {op.op_type} {op.id}"[:50],
+                              (lambda oid=op.id: graph.single_op_model(oid)), _min_timeout(t, timeout_s),
+                              stored_row=True))
+        out[t.name] = tasks
+    return out
 
 
 def _register_reachable(st: ProfileStore, tlist: list, res: CampaignResult) -> list:

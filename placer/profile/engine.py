@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from placer.profile.contention import (
     is_contended,
     seed_core_reference,
 )
+from placer.profile.drift import row_session, session_factors
 from placer.profile.progress import progress_bar
 from placer.profile.results import CampaignResult, TargetTotals
 from placer.profile.store import Measurement, ProfileStore
@@ -65,6 +66,11 @@ _REPEATED_KINDS = ("overhead", "model")
 #: lasts up to ~15 s (squeezenet's on ONNX Runtime t2 stored at 5.33 ms, 3.74 ms in the session after)
 _SECOND_WINDOW_KINDS = ("op", "segment", "model")
 
+#: a probe this far (ratio either way) from the stored row it re-measures, both put on one scale by
+#: their sessions' factors, contradicts it: the row is measured again. One-thread repeats agree
+#: within 25% for 99% of ops on the development machine (docs/design.md, "Sessions drift")
+CONTRADICTED = 1.25
+
 #: a second window this much faster than the first means the first one was slow (counted, reported)
 SLOW_FIRST_WINDOW = 1.25
 
@@ -85,6 +91,8 @@ class Task:
     model_fn: Callable[[], Any]
     timeout_s: float
     static: tuple[bool, str] = (True, "")
+    #: a probe of a row the store holds: measured again and replaced when the probe contradicts it
+    stored_row: bool = False
 
 
 class Engine:
@@ -93,8 +101,13 @@ class Engine:
     def __init__(self, store: ProfileStore, *, timeout_s: float, isolate: bool, progress: bool,
                  timing: TimingConfig | None, seed: int, retry_failed: bool, result: CampaignResult,
                  colocate: Sequence[str] = (), retry_contended: bool = False, second_window: bool = True,
-                 hurry_after: float | None = None):
+                 hurry_after: float | None = None, session: str = "",
+                 probes: Mapping[str, Sequence[Task]] | None = None):
         self.store = store
+        #: the campaign's session id, written into every row's meta (:mod:`placer.profile.drift`)
+        self.session = session
+        #: target name -> ops measured again at the start and the end of its work, kept as probes
+        self.probes = {k: list(v) for k, v in (probes or {}).items()}
         self.second_window = second_window
         #: a ``time.monotonic()`` past which nothing is measured twice (see :meth:`_hurried`)
         self.hurry_after = hurry_after
@@ -218,15 +231,20 @@ class Engine:
         total = sum(len(v) for v in todo.values())
         with progress_bar(self.progress, total) as bar:
             for name, ts in todo.items():
-                if not ts:
+                probes = self.probes.get(name, [])
+                if not ts and not probes:
                     continue
                 t0 = time.perf_counter()
                 worker = self._worker(targets[name])
                 try:
+                    self._probe(worker, probes, bar)
+                    self._refresh_contradicted(worker, probes)
                     for i, task in enumerate(ts):
                         bar.describe(f"{name} {task.label}")
                         self._run_one(worker, task)
                         bar.advance()
+                    if ts:  # and at the end: the machine may change speed within a long campaign
+                        self._probe(worker, probes, bar)
                 finally:
                     worker.stop()
                 self._totals(targets[name]).wall_s += time.perf_counter() - t0
@@ -244,10 +262,50 @@ class Engine:
                 f"{name} became unavailable ({why}): {self._skipped[name]} measurement(s) skipped, nothing stored "
                 "for them; run the campaign again once the device is back to resume")
 
-    def _run_one(self, worker, task: Task) -> None:
+    def _probe(self, worker, tasks: Sequence[Task], bar) -> None:
+        """Measure ``tasks`` again, whatever the store holds, and record them as this session's probes
+        (:meth:`~placer.profile.store.ProfileStore.add_probe`); a probe that fails to run is left out."""
+        for task in tasks:
+            if task.target.name in self.unavailable:
+                return
+            bar.describe(f"{task.target.name} probe {task.label}")
+            try:
+                reply = self._measure_quietly(worker, self._header(task, repeat=1), self._payload(task), task)
+            except (WorkerDied, PlacerError):
+                continue
+            # one disturbed in every attempt is kept too: the factors' medians leave it out, and a row
+            # it seems to contradict is only measured again
+            if reply.get("status") == "ok":
+                self.store.add_probe(self.session, task.key, task.target, float(reply["stats"]["median_ms"]))
+                self.result.probes += 1
+
+    def _refresh_contradicted(self, worker, probes: Sequence[Task]) -> None:
+        """A stored op row that this session's probe contradicts beyond noise, once both are put on
+        one scale (:func:`~placer.profile.drift.session_factors`), is measured again and replaced
+        (``CampaignResult.refreshed``): a row measured in a disturbance is not trusted."""
+        stored = [t for t in probes if t.stored_row]
+        if not stored:
+            return
+        target = stored[0].target
+        factors = session_factors(self.store, target)
+        now = factors.get(self.session)
+        if now is None:
+            return
+        mine = {p["key"]: p["median_ms"] for p in self.store.probe_rows(target)
+                if p["session"] == self.session}
+        for task in stored:
+            m = self.store.get(task.key, target)
+            if task.key not in mine or m is None or not m.ok or not m.median_ms:
+                continue
+            expected = m.median_ms / factors.get(row_session(m.meta), 1.0) * now
+            if not 1 / CONTRADICTED <= mine[task.key] / expected <= CONTRADICTED:
+                self.result.refreshed += 1
+                self._run_one(worker, task, force=True)
+
+    def _run_one(self, worker, task: Task, force: bool = False) -> None:
         # another campaign may have measured it meanwhile
         m = self.store.get(task.key, task.target)
-        if self._is_done(m):
+        if self._is_done(m) and not force:
             self._count(task, "cached", m)
             return
         if self._start_failures[task.target.name] >= 2:
@@ -309,6 +367,8 @@ class Engine:
             "slowdown": reply.get("slowdown"),
             "attempts": reply.get("attempts", 1), "contended": bool(reply.get("contended")),
         }
+        if self.session:
+            meta["session"] = self.session
         if meta["contended"]:
             self.result.contended += 1
         m = self.store.put(task.key, task.target, kind=task.kind, status="ok", median_ms=median,

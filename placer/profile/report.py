@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from placer.devices import make_targets
 from placer.errors import ProfileError
 from placer.profile.campaign import CampaignResult, profile_model
+from placer.profile.drift import session_factors
 from placer.profile.engine import SLOW_FIRST_WINDOW
 from placer.profile.store import open_store
 from placer.safe_io import printable
@@ -86,7 +87,7 @@ MAX_TIMEOUT_S = 86400.0
 
 def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None, shapes: Mapping | None,
                     timeout_s: float, segments: int, links: bool, whole_model: bool, retry_failed: bool,
-                    progress: bool, retry_contended: bool = False) -> int:
+                    progress: bool, retry_contended: bool = False, probes: int = 0) -> int:
     """``placer profile``: validate targets and store first (fast errors), then load and profile."""
     if not 0 < timeout_s <= MAX_TIMEOUT_S:
         raise ProfileError(f"--timeout {timeout_s}: must be > 0 and at most {MAX_TIMEOUT_S:g} s (a day)")
@@ -97,12 +98,29 @@ def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None
     with store:
         graph, res = profile_model(model, tlist, store, shapes=shapes or None, segments=segments or False,
                                    timeout_s=timeout_s, links=links, whole_model=whole_model,
-                                   retry_failed=retry_failed, progress=progress, retry_contended=retry_contended)
+                                   retry_failed=retry_failed, progress=progress,
+                                   retry_contended=retry_contended, probes=probes)
+        drift = drift_line(store, tlist, res) if res.probes else None
     out = console()
     out.print(summary_table(graph, res))
-    for line in summary_lines(res):
+    for line in summary_lines(res) + ([drift] if drift else []):
         out.print(printable(line), highlight=False, markup=False)
     return 0
+
+
+def drift_line(store, targets, res: CampaignResult) -> str:
+    """What the probes of ``res`` say: how fast each target ran in this session against the store's
+    reference session (:mod:`placer.profile.drift`)."""
+    parts = []
+    for t in targets:
+        f = session_factors(store, t).get(res.session)
+        if f is not None:
+            parts.append(f"{t.name} {f:.3f}x")
+    told = ("; time against the store's reference session (training data is divided by it): "
+            + ", ".join(parts) if parts else "")
+    fresh = (f"; {res.refreshed} stored row(s) a probe contradicted beyond noise measured again and replaced"
+             if res.refreshed else "")
+    return f"session {res.session}: {res.probes} probe measurement(s){told}{fresh}"
 
 
 def link_table(link_model, targets: Iterable[str]):

@@ -59,6 +59,11 @@ class CampaignResult:
     slow_first_windows: int = 0  # ... whose first window was over 1.25x the second
     #: repeats left out past the caller's deadline (disturbed rows kept flagged; second windows)
     hurried: int = 0
+    #: this campaign's session id (in every row it stored) and the probes it recorded (placer.profile.drift)
+    session: str = ""
+    probes: int = 0
+    #: stored rows a probe contradicted beyond noise, measured again and replaced
+    refreshed: int = 0
     results: dict[tuple[str, str], Measurement] = field(default_factory=dict)  # (key, target name) -> row
 
     def to_dict(self) -> dict:
@@ -68,6 +73,7 @@ class CampaignResult:
             "links_cached": self.links_cached, "store": self.store_path, "problems": list(self.problems),
             "remeasured": self.remeasured, "contended": self.contended,
             "second_windows": self.second_windows, "slow_first_windows": self.slow_first_windows,
-            "hurried": self.hurried,
+            "hurried": self.hurried, "session": self.session, "probes": self.probes,
+            "refreshed": self.refreshed,
             "per_target": {k: v.to_dict() for k, v in self.per_target.items()},
         }

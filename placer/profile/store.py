@@ -18,6 +18,10 @@ Tables (``schema_version`` holds :data:`SCHEMA_VERSION`):
     (static check or compile error), ``error`` (raised while running), ``timeout`` or ``crash``
     (the worker process died: segfault, abort, OOM kill). ``net_ms = max(median_ms - overhead, 0)``.
 ``links(src, dst, latency_ms, ms_per_byte, points JSON, timestamp, meta JSON)`` -- hand-off fits.
+``probes(id, session, key, target, median_ms, timestamp)`` -- ops a campaign measured again to tell
+    how fast the machine ran in its session against the others (:mod:`placer.profile.drift`); a
+    measurement's ``meta`` names the ``session`` that took it. A store made before this table
+    existed gets it when opened for writing, and reads as having no probes.
 ``info(key, value)`` -- the store id (provenance of plans).
 
 Concurrency and crashes: WAL journal, ``busy_timeout``, one ``BEGIN IMMEDIATE`` transaction per
@@ -72,6 +76,10 @@ CREATE TABLE IF NOT EXISTS links (
     src TEXT NOT NULL, dst TEXT NOT NULL, latency_ms REAL NOT NULL, ms_per_byte REAL NOT NULL,
     points TEXT NOT NULL, timestamp REAL NOT NULL, meta TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (src, dst));
+CREATE TABLE IF NOT EXISTS probes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT NOT NULL, key TEXT NOT NULL, target TEXT NOT NULL,
+    median_ms REAL NOT NULL, timestamp REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS probes_target ON probes (target);
 """
 
 
@@ -541,6 +549,27 @@ class ProfileStore:
         if kind:
             return int(self._conn.execute("SELECT count(*) FROM measurements WHERE kind=?", (kind,)).fetchone()[0])
         return int(self._conn.execute("SELECT count(*) FROM measurements").fetchone()[0])
+
+    # ---- probes -------------------------------------------------------------------------------
+    def add_probe(self, session: str, key: str, target, median_ms: float) -> None:
+        """Record that ``session`` measured ``key`` on ``target`` at ``median_ms`` (kept apart from
+        ``measurements``: a probe never replaces the row it re-measures)."""
+        th = self.target_hash(target)
+        with self._tx() as c:
+            c.execute("INSERT INTO probes (session, key, target, median_ms, timestamp) VALUES (?,?,?,?,?)",
+                      (str(session), key, th, float(median_ms), time.time()))
+
+    def probe_rows(self, target) -> list[dict]:
+        """The probes of ``target``, oldest first: ``session``, ``key``, ``median_ms``, ``timestamp``
+        (none in a store opened read-only that predates the table)."""
+        th = self.target_hash(target)
+        try:
+            rows = self._conn.execute("SELECT session, key, median_ms, timestamp FROM probes WHERE target=? "
+                                      "ORDER BY id", (th,)).fetchall()
+        except sqlite3.OperationalError:  # an older store opened read-only: no probes table
+            return []
+        return [{"session": r[0], "key": r[1], "median_ms": float(r[2]), "timestamp": float(r[3])}
+                for r in rows]
 
     # ---- links --------------------------------------------------------------------------------
     def put_link(self, src, dst, latency_ms: float, ms_per_byte: float, points: Sequence[Mapping], meta=None) -> None:

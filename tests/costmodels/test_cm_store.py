@@ -146,6 +146,27 @@ def test_conv_variants_are_usual_sized_convolutions_within_the_flop_cap_and_seed
     assert conv_variants(20, seed=4) == bank[:20]  # a larger bank extends a smaller one of the same seed
 
 
+def test_light_variants_are_small_cheap_ops_including_identity_dropout_and_sum_and_seeded():
+    import onnx
+
+    from costmodels.sampler import LIGHT_MAX_ELEMS, bank_model, light_variants, spec_from_signature
+    from costmodels.sampler import variant_signatures
+
+    bank = light_variants(120, seed=4)
+    assert len(bank) == 120 and bank == light_variants(120, seed=4) and bank != light_variants(120, seed=5)
+    assert light_variants(60, seed=4) == bank[:60]  # a larger bank extends a smaller one of the same seed
+    assert not any(s["family"] in ("conv", "matmul", "gemm") for s in bank)
+    ops = {s.get("op") for s in bank if s["family"] == "eltwise"}
+    assert {"Identity", "Dropout"} <= ops and any(s["family"] == "sum" for s in bank)
+    onnx.checker.check_model(bank_model(bank), full_check=True)
+    sigs = variant_signatures(bank)
+    for spec, sig in zip(bank, sigs):
+        assert all(int(np.prod(t["shape"])) <= LIGHT_MAX_ELEMS for t in sig["inputs"] + sig["outputs"])
+        if spec["family"] in ("sum", "eltwise"):
+            assert spec_from_signature(sig) == {k: v for k, v in spec.items()}
+    assert {s["op_type"] for s in sigs} >= {"Identity", "Dropout", "Sum", "Transpose", "Reshape"}
+
+
 class _FakeStore:
     """Duck-typed ProfileStore rows: one target name under two fingerprints (old, new)."""
 

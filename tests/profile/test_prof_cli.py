@@ -62,3 +62,17 @@ def test_profile_ok_then_cached(tmp_path):
     p2 = placer("profile", "zoo:tiny", "--targets", "onnxruntime,openvino", "--db", db, "--segments", "2", "--quiet",
                 "--no-links")
     assert p2.returncode == 0 and "0 measured" in p2.stdout, p2.stdout
+
+
+def test_probes_report_the_sessions_speed_against_the_store_and_reject_a_negative_count(tmp_path):
+    db = str(tmp_path / "p.db")
+    args = ("profile", "zoo:tiny", "--targets", "onnxruntime", "--db", db, "--quiet", "--no-links",
+            "--no-whole-model")
+    first = placer(*args)
+    assert first.returncode == 0 and "probe measurement" not in first.stdout, first.stderr[-3000:]
+    again = placer(*args, "--probes", "2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    line = next(ln for ln in again.stdout.splitlines() if ln.startswith("session "))
+    assert "probe measurement(s)" in line and "onnxruntime@cpu:t1 " in line, line
+    bad = placer(*args, "--probes", "-1")
+    assert bad.returncode == 2 and "argument --probes: -1 is out of range" in bad.stderr.splitlines()[-1]

@@ -1,0 +1,128 @@
+"""Sessions and probes: rows of different profiling sessions put on one scale (placer.profile.drift)."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+
+import numpy as np
+import pytest
+
+from placer.profile import ProfileStore, profile_graph
+from placer.profile.anchors import anchor_graph, anchor_model
+from placer.profile.drift import LEGACY, fit_session_factors, row_session, session_factors
+
+
+def _observations(factors: dict[str, float], keys_of: dict[str, range], noise: float, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    mu = {f"k{i}": float(np.exp(rng.normal(-3, 1))) for i in range(40)}
+    return [(s, f"k{i}", mu[f"k{i}"] * factors[s] * float(np.exp(rng.normal(0, noise))))
+            for s, keys in keys_of.items() for i in keys]
+
+
+def test_session_factors_recover_each_sessions_speed_against_the_reference():
+    true = {LEGACY: 1.0, "a": 1.045, "b": 0.97, "c": 1.3}
+    # a shares keys with the legacy rows, b only with a, c with nobody (its factor stays 1)
+    keys_of = {LEGACY: range(0, 30), "a": range(0, 12), "b": range(8, 20), "c": range(35, 40)}
+    obs = _observations(true, keys_of, noise=0.01)
+    got = fit_session_factors(obs)
+    assert got[LEGACY] == 1.0 and got["c"] == 1.0
+    assert got["a"] == pytest.approx(1.045, rel=0.01) and got["b"] == pytest.approx(0.97, rel=0.01)
+    # another reference rescales every linked session alike
+    other = fit_session_factors(obs, reference="a")
+    assert other["a"] == 1.0 and other[LEGACY] == pytest.approx(1 / got["a"], rel=1e-6)
+    assert other["b"] == pytest.approx(got["b"] / got["a"], rel=1e-6)
+
+
+def test_a_few_disturbed_measurements_do_not_move_a_session_factor():
+    true = {LEGACY: 1.0, "a": 1.04}
+    obs = _observations(true, {LEGACY: range(0, 20), "a": range(0, 20)}, noise=0.005)
+    clean = fit_session_factors(obs)["a"]
+    disturbed = [(s, k, ms * (3.0 if s == "a" and k in ("k1", "k2", "k3") else 1.0)) for s, k, ms in obs]
+    assert fit_session_factors(disturbed)["a"] == pytest.approx(clean, rel=0.01)
+    assert fit_session_factors([]) == {}
+    assert fit_session_factors([("a", "k", math.inf), ("a", "k2", 0.0)]) == {}
+
+
+def test_row_session_reads_the_meta_and_calls_older_rows_legacy():
+    assert row_session({"session": "abc"}) == "abc"
+    assert row_session({}) == LEGACY and row_session(None) == LEGACY
+
+
+def test_the_anchors_are_small_independent_ops_of_the_usual_kinds():
+    import onnx
+
+    onnx.checker.check_model(anchor_model(), full_check=True)
+    g = anchor_graph()
+    assert len(g.ops) == len(g.unique_signatures()) == 9
+    assert {o.op_type for o in g.ops} >= {"Conv", "MatMul", "Relu", "Add", "Transpose", "MaxPool", "Softmax"}
+
+
+def test_a_campaign_with_probes_records_them_and_the_training_rows_take_its_session_factor(tmp_path, tiny,
+                                                                                          fast_timing):
+    """Every row names its campaign's session; a later campaign with probes measures the anchors and
+    some stored ops again without touching their rows, and the training data divides each op row by
+    its session's factor (or reads it as stored with ``drift=False``)."""
+    from costmodels.store import training_data_from_store
+
+    db = tmp_path / "d.db"
+    first = profile_graph(tiny, ["onnxruntime"], db, progress=False, links=False, whole_model=False,
+                          timing=fast_timing)
+    assert first.session and first.probes == 0
+    with ProfileStore(db) as st:
+        rows = {op.signature.hash: st.get(op.signature.hash, "onnxruntime") for op in tiny.ops}
+        assert {row_session(m.meta) for m in rows.values()} == {first.session}
+        assert st.probe_rows("onnxruntime") == [] and session_factors(st, "onnxruntime") == {}
+    second = profile_graph(tiny, ["onnxruntime"], db, progress=False, links=False, whole_model=False,
+                           timing=fast_timing, probes=2)
+    assert second.measured == 0 and second.session != first.session
+    n_anchors = len(anchor_graph().ops)
+    assert second.probes == n_anchors + 2  # the start only: nothing else was measured
+    with ProfileStore(db) as st:
+        assert {k: st.get(k, "onnxruntime") for k in rows} == rows  # probes never replace a row
+        probes = st.probe_rows("onnxruntime")
+        assert {p["session"] for p in probes} == {second.session} and len(probes) == second.probes
+        factors = session_factors(st, "onnxruntime")
+    assert set(factors) == {first.session, second.session} and all(f > 0 for f in factors.values())
+    scaled = {r.key: r.latency_ms for r in training_data_from_store(db).ops}
+    raw = {r.key: r.latency_ms for r in training_data_from_store(db, drift=False).ops}
+    assert set(scaled) == set(raw) == set(rows)
+    for k, m in rows.items():
+        assert raw[k] == m.median_ms
+        assert scaled[k] == pytest.approx(m.median_ms / factors[first.session], rel=1e-12)
+
+
+def test_a_store_from_before_probes_reads_as_having_none(tmp_path):
+    db = tmp_path / "old.db"
+    with ProfileStore(db):
+        pass
+    con = sqlite3.connect(db)
+    con.execute("DROP TABLE probes")
+    con.commit()
+    con.close()
+    with ProfileStore(db, readonly=True) as st:  # read-only: the table is not created
+        assert st.probe_rows("onnxruntime") == [] and session_factors(st, "onnxruntime") == {}
+    with ProfileStore(db) as st:  # opened for writing, it gets the table
+        st.add_probe("s", "k", "onnxruntime", 1.0)
+        assert [p["key"] for p in st.probe_rows("onnxruntime")] == ["k"]
+
+
+def test_a_stored_row_a_probe_contradicts_is_measured_again_and_replaced(tmp_path, tiny, fast_timing):
+    db = tmp_path / "r.db"
+    first = profile_graph(tiny, ["onnxruntime"], db, progress=False, links=False, whole_model=False,
+                          timing=fast_timing)
+    bad = tiny.ops[0].signature.hash
+    with ProfileStore(db) as st:
+        good = st.get(bad, "onnxruntime").median_ms
+        th = st.target_hash("onnxruntime")
+    con = sqlite3.connect(db)  # a row stored in a disturbance: ten times its time
+    con.execute("UPDATE measurements SET median_ms = median_ms * 10 WHERE key=? AND target=?", (bad, th))
+    con.commit()
+    con.close()
+    again = profile_graph(tiny, ["onnxruntime"], db, progress=False, links=False, whole_model=False,
+                          timing=fast_timing, probes=len(tiny.unique_signatures()))
+    assert again.refreshed >= 1 and again.measured == again.refreshed
+    with ProfileStore(db) as st:
+        row = st.get(bad, "onnxruntime")
+    assert row_session(row.meta) == again.session != first.session
+    assert row.median_ms < 5 * good
