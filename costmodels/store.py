@@ -57,9 +57,9 @@ def training_data_from_store(store: Any, graphs: Sequence[Any] = (), targets: It
     (:func:`placer.profile.drift.session_factors`: how much slower the machine ran in the session
     that measured the row than in the reference session, from the probes of campaigns run with
     ``probes``), which puts rows measured on different days on one scale; a store without probes
-    is read as it is. Leave-one-model-out on the session-15 store with a bank profiled a day after
-    the models, the correction gained 0.7-3.3 points of held-out ops within 10% per target
-    (docs/design.md, "Sessions drift").
+    is read as it is. Leave-one-model-out with a bank profiled a day after the models, its effect
+    on the share of held-out ops within 10% was -0.4 to +1.1 points per target, within what
+    profiling the same bank twice moves (docs/design.md, "Sessions drift").
     """
     if isinstance(store, (str, os.PathLike)):
         st, owned = ProfileStore(store, readonly=True), True
