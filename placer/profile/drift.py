@@ -11,7 +11,7 @@ names its session; rows stored before sessions were recorded form one session, :
 measured in more than one session (the probes, and the stored rows of the keys probed) by
 alternating medians, which a few disturbed measurements do not move: ``f(s)`` is how much slower
 session ``s`` ran than the reference session (:data:`LEGACY` when it has observations, else the
-earliest session probed). A session linked to no other by a common key keeps factor 1. Dividing a
+session that measured first: the one that stored the rows a later session probed). A session linked to no other by a common key keeps factor 1. Dividing a
 row's time by its session's factor puts it on the reference session's scale
 (:func:`costmodels.store.training_data_from_store` does, by default).
 """
@@ -99,8 +99,13 @@ def session_factors(store, target) -> dict[str, float]:
         k = (p["session"], p["key"])
         low[k] = min(low.get(k, math.inf), p["median_ms"])
     obs = [(s, k, ms) for (s, k), ms in low.items()]
+    seen = {}  # session -> when it first measured something here
+    for p in probes:
+        seen[p["session"]] = min(seen.get(p["session"], math.inf), p["timestamp"])
     stored = store.get_many({p["key"] for p in probes}, target)
-    obs += [(row_session(m.meta), k, m.median_ms) for k, m in stored.items() if m.ok and m.median_ms]
-    first = min(probes, key=lambda p: p["timestamp"])["session"]
-    sessions = {s for s, _, _ in obs}
-    return fit_session_factors(obs, reference=LEGACY if LEGACY in sessions else first)
+    for k, m in stored.items():
+        if m.ok and m.median_ms:
+            s = row_session(m.meta)
+            obs.append((s, k, m.median_ms))
+            seen[s] = min(seen.get(s, math.inf), m.timestamp)
+    return fit_session_factors(obs, reference=LEGACY if LEGACY in seen else min(seen, key=seen.get))
