@@ -97,7 +97,7 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
         data.add_signature(key, _signature_row(r))
         lat = float(r["median_ms"]) if r["status"] == "ok" and r["median_ms"] is not None else math.inf
         p10, p90 = r.get("p10_ms"), r.get("p90_ms")
-        if drift and hasattr(st, "probe_rows"):  # (a reader of rows alone has no probes)
+        if drift:
             if r["target"] not in factors:
                 factors[r["target"]] = session_factors(st, r["target"])
             f = factors[r["target"]].get(row_session(r["meta"]), 1.0)

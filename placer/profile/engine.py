@@ -237,8 +237,7 @@ class Engine:
                 t0 = time.perf_counter()
                 worker = self._worker(targets[name])
                 try:
-                    self._probe(worker, probes, bar)
-                    self._refresh_contradicted(worker, probes)
+                    self._refresh_contradicted(worker, probes, self._probe(worker, probes, bar))
                     for i, task in enumerate(ts):
                         bar.describe(f"{name} {task.label}")
                         self._run_one(worker, task)
@@ -262,12 +261,14 @@ class Engine:
                 f"{name} became unavailable ({why}): {self._skipped[name]} measurement(s) skipped, nothing stored "
                 "for them; run the campaign again once the device is back to resume")
 
-    def _probe(self, worker, tasks: Sequence[Task], bar) -> None:
+    def _probe(self, worker, tasks: Sequence[Task], bar) -> dict[str, float]:
         """Measure ``tasks`` again, whatever the store holds, and record them as this session's probes
-        (:meth:`~placer.profile.store.ProfileStore.add_probe`); a probe that fails to run is left out."""
+        (:meth:`~placer.profile.store.ProfileStore.add_probe`); a probe that fails to run is left out.
+        Returns the medians recorded, by key."""
+        got: dict[str, float] = {}
         for task in tasks:
             if task.target.name in self.unavailable:
-                return
+                break
             bar.describe(f"{task.target.name} probe {task.label}")
             try:
                 reply = self._measure_quietly(worker, self._header(task, repeat=1), self._payload(task), task)
@@ -276,13 +277,16 @@ class Engine:
             # one disturbed in every attempt is kept too: the factors' medians leave it out, and a row
             # it seems to contradict is only measured again
             if reply.get("status") == "ok":
-                self.store.add_probe(self.session, task.key, task.target, float(reply["stats"]["median_ms"]))
+                got[task.key] = float(reply["stats"]["median_ms"])
+                self.store.add_probe(self.session, task.key, task.target, got[task.key])
                 self.result.probes += 1
+        return got
 
-    def _refresh_contradicted(self, worker, probes: Sequence[Task]) -> None:
-        """A stored op row that this session's probe contradicts beyond noise, once both are put on
-        one scale (:func:`~placer.profile.drift.session_factors`), is measured again and replaced
-        (``CampaignResult.refreshed``): a row measured in a disturbance is not trusted."""
+    def _refresh_contradicted(self, worker, probes: Sequence[Task], mine: Mapping[str, float]) -> None:
+        """A stored op row that this session's probe (``mine``: key -> median) contradicts beyond noise,
+        once both are put on one scale (:func:`~placer.profile.drift.session_factors`), is measured
+        again and replaced (``CampaignResult.refreshed``): a row measured in a disturbance is not
+        trusted."""
         stored = [t for t in probes if t.stored_row]
         if not stored:
             return
@@ -291,8 +295,6 @@ class Engine:
         now = factors.get(self.session)
         if now is None:
             return
-        mine = {p["key"]: p["median_ms"] for p in self.store.probe_rows(target)
-                if p["session"] == self.session}
         for task in stored:
             m = self.store.get(task.key, target)
             if task.key not in mine or m is None or not m.ok or not m.median_ms:

@@ -175,7 +175,7 @@ class _FakeStore:
                "inputs": [{"shape": [1, 8], "dtype": "float32", "const": False}],
                "outputs": [{"shape": [1, 8], "dtype": "float32", "const": False}]}
         row = dict(key="k1", kind="op", signature=sig, flops=8.0, bytes=64.0, weight_bytes=0.0, p10_ms=None,
-                   p90_ms=None)
+                   p90_ms=None, meta={})
         self.rows = [
             {**row, "target": "old", "target_name": "x@cpu:t1", "status": "ok", "median_ms": 9.0, "timestamp": 3.0},
             {**row, "target": "new", "target_name": "x@cpu:t1", "status": "ok", "median_ms": 1.0, "timestamp": 2.0},
@@ -193,6 +193,9 @@ class _FakeStore:
         return [r for r in self.rows if r["kind"] == kind and (status is None or r["status"] == status)]
 
     def link_rows(self):
+        return []
+
+    def probe_rows(self, target):
         return []
 
 
