@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 
 from costmodels.data import LinkRow, OpRow, PartitionRow, TrainingData
 from costmodels.transfer import link_key
-from placer.profile.drift import row_session, session_factors
+from placer.profile.drift import DriftScale, drift_scale
 from placer.profile.store import ProfileStore, open_store
 
 
@@ -53,13 +53,13 @@ def training_data_from_store(store: Any, graphs: Sequence[Any] = (), targets: It
     """Training rows of ``store`` (a ProfileStore or a path) for ``targets`` (names; default all).
 
     ``graphs`` (OpGraphs) name the models the op signatures occur in and make their whole-model
-    measurements usable as partitions. ``drift``: op times are divided by their session's factor
-    (:func:`placer.profile.drift.session_factors`: how much slower the machine ran in the session
-    that measured the row than in the reference session, from the probes of campaigns run with
-    ``probes``), which puts rows measured on different days on one scale; a store without probes
-    is read as it is. Leave-one-model-out with a bank profiled a day after the models, its effect
-    on the share of held-out ops within 10% was -0.4 to +1.1 points per target, within what
-    profiling the same bank twice moves (docs/design.md, "Sessions drift").
+    measurements usable as partitions. ``drift``: op times are divided by their block's factor
+    (:func:`placer.profile.drift.drift_scale`: how much slower the machine ran in the session, or
+    campaign, that measured the row than in the one that measured first, from probes and from
+    near-twin signatures measured in both), which puts rows measured at different times on one
+    scale. Leave-one-model-out on a store of six models and banks profiled over a day, the held-out
+    share within 10% rose by 1.5-5.5 points per target against the rows as stored
+    (experiments/costmodel_report_s17; docs/design.md, "Blocks and twins").
     """
     if isinstance(store, (str, os.PathLike)):
         st, owned = ProfileStore(store, readonly=True), True
@@ -90,7 +90,7 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
     for g in graphs:
         for op in g.ops:
             sig_models.setdefault(op.signature.hash, set()).add(g.name)
-    factors: dict[str, dict[str, float]] = {}  # target hash -> session -> factor
+    scales: dict[str, DriftScale] = {}  # target hash -> how fast each block of its rows ran
     for (key, name), r in latest("op"):
         if not ok(name) or r["signature"] is None:
             continue
@@ -98,9 +98,9 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
         lat = float(r["median_ms"]) if r["status"] == "ok" and r["median_ms"] is not None else math.inf
         p10, p90 = r.get("p10_ms"), r.get("p90_ms")
         if drift:
-            if r["target"] not in factors:
-                factors[r["target"]] = session_factors(st, r["target"])
-            f = factors[r["target"]].get(row_session(r["meta"]), 1.0)
+            if r["target"] not in scales:
+                scales[r["target"]] = drift_scale(st, r["target"])
+            f = scales[r["target"]].row_factor(key)
             lat, p10, p90 = (x / f if x is not None else None for x in (lat, p10, p90))
         data.ops.append(OpRow(name, key, lat, tuple(sorted(sig_models.get(key, ()))), p10, p90))
     for (key, name), r in latest("overhead", "ok"):

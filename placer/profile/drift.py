@@ -1,35 +1,54 @@
-"""How fast the machine ran in each profiling session, against the others: one factor per session.
+"""How fast the machine ran in each block of stored rows, against the others: one factor per block.
 
-Every campaign run with probes (:func:`placer.profile.campaign.profile_graph`, ``probes=N``)
-measures again, in its own session, the :mod:`~placer.profile.anchors` and up to ``N`` ops of
-its graph that the store already holds from other sessions (:meth:`ProfileStore.add_probe`;
-the rows themselves are left as they are, unless a probe contradicts one beyond noise, see
-:meth:`placer.profile.engine.Engine._refresh_contradicted`). Each measurement row's ``meta``
-names its session; rows stored before sessions were recorded form one session, :data:`LEGACY`.
+A block is a profiling session: each measurement row's ``meta`` names the campaign that stored it.
+Rows stored before sessions were recorded are split at gaps of more than :data:`LEGACY_GAP_S`
+between consecutive rows (one block per campaign): ``legacy``, ``legacy#1``, ... in time order.
 
-:func:`session_factors` fits, per target, ``log t(k, s) = log mu(k) + log f(s)`` over every key
-measured in more than one session (the probes, and the stored rows of the keys probed) by
-alternating medians, which a few disturbed measurements do not move: ``f(s)`` is how much slower
-session ``s`` ran than the reference session (:data:`LEGACY` when it has observations, else the
-session that measured first: the one that stored the rows a later session probed). A session linked to no other by a common key keeps factor 1. Dividing a
-row's time by its session's factor puts it on the reference session's scale
-(:func:`costmodels.store.training_data_from_store` does, by default).
+Two kinds of observation link blocks:
+
+* **Probes.** Every campaign run with probes (:func:`placer.profile.campaign.profile_graph`,
+  ``probes=N``) measures again, in its own session, the :mod:`~placer.profile.anchors` and up to
+  ``N`` ops of its graph that the store already holds from other sessions
+  (:meth:`ProfileStore.add_probe`; the rows themselves are left as they are, unless a probe
+  contradicts one beyond noise, see :meth:`placer.profile.engine.Engine._refresh_contradicted`).
+* **Twins** (:func:`twin_observations`): near-identical op signatures stored in different blocks,
+  each time divided by its op's work. The random banks the cost model learns from share no key
+  with the models profiled before them, but hundreds of near-twins.
+
+:func:`drift_scale` fits, per target, ``log t(k, b) = log mu(k) + log f(b)`` over every key (or
+twin pair) observed in more than one block, by alternating medians, which a few disturbed
+measurements do not move: ``f(b)`` is how much slower block ``b`` ran than the reference block
+(the one that measured first). A block linked to none keeps factor 1. Dividing a row's time by its
+block's factor puts it on the reference block's scale (:func:`costmodels.store.training_data_from_store`
+does, by default).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["LEGACY", "fit_session_factors", "row_session", "session_factors"]
+__all__ = ["LEGACY", "DriftScale", "drift_scale", "fit_session_factors", "row_session", "session_factors",
+           "twin_observations"]
 
 #: the session of rows stored without one (before sessions were recorded)
 LEGACY = "legacy"
 
 #: rounds of alternating medians (they settle in 3-6 on the stores measured)
 _ROUNDS = 20
+
+#: rows stored without a session this many seconds after the previous one begin a new block (a campaign
+#: stores a row every second or so; the campaigns of one evening were minutes to hours apart)
+LEGACY_GAP_S = 300.0
+
+#: twins (:func:`twin_observations`): every dimension within this ratio of the other's ...
+TWIN_RATIO = 1.6
+#: ... and each row paired with this many nearest twins in each other block
+TWINS_PER_BLOCK = 3
 
 
 def row_session(meta) -> str:
@@ -86,26 +105,120 @@ def _linked(shared: dict[str, list[tuple[str, float]]], ref: str) -> set[str]:
     return seen
 
 
+@dataclass(frozen=True)
+class DriftScale:
+    """How fast the machine ran in each block of a target's rows, against the reference block.
+
+    A block is a session (:func:`row_session`); rows stored without one are split into blocks at
+    gaps of more than :data:`LEGACY_GAP_S` between consecutive rows (one per campaign), named
+    ``legacy``, ``legacy#1``, ... in time order."""
+
+    #: block -> factor (how much slower than the reference block); a block linked to none is absent
+    factors: dict[str, float] = field(default_factory=dict)
+    #: key of a stored op row -> its block
+    blocks: dict[str, str] = field(default_factory=dict)
+
+    def row_factor(self, key: str) -> float:
+        """The factor of the block of the stored row ``key`` (1.0 when unknown or unlinked)."""
+        return self.factors.get(self.blocks.get(key, LEGACY), 1.0)
+
+
 def session_factors(store, target) -> dict[str, float]:
-    """The session factors of ``target`` in ``store`` (a :class:`~placer.profile.store.ProfileStore`):
-    its probes and, for the keys probed, the stored rows' own times and sessions. ``{}`` without probes."""
-    probes = store.probe_rows(target)
-    if not probes:
-        return {}
+    """``{block: factor}`` of ``target`` in ``store`` (:func:`drift_scale`); ``{}`` when its rows form
+    one block and no probe links it to another."""
+    return drift_scale(store, target).factors
+
+
+def drift_scale(store, target, *, twins: bool = True) -> DriftScale:
+    """The :class:`DriftScale` of ``target`` in ``store`` (a :class:`~placer.profile.store.ProfileStore`).
+
+    Observations: the probes and, for the keys probed, the stored rows' own times; with ``twins``,
+    every pair of near-identical op signatures stored in different blocks (:func:`twin_observations`).
+    The reference is the block that measured first."""
+    rows = [r for r in store.measurements(target, kind="op", status="ok")
+            if r["median_ms"] and r["median_ms"] > 0]
+    blocks = _blocks(rows)
+    first: dict[str, float] = {}  # block -> when it first measured something here
+    for r in rows:
+        b = blocks[r["key"]]
+        first[b] = min(first.get(b, math.inf), r["timestamp"])
+    obs = []
     # a key probed at the start and the end of a session counts once, at its lower time: a slow spell
     # of seconds on a multi-thread target (the reason for second windows) hits one pass, not both
     low: dict[tuple[str, str], float] = {}
-    for p in probes:
+    for p in store.probe_rows(target):
         k = (p["session"], p["key"])
         low[k] = min(low.get(k, math.inf), p["median_ms"])
-    obs = [(s, k, ms) for (s, k), ms in low.items()]
-    seen = {}  # session -> when it first measured something here
-    for p in probes:
-        seen[p["session"]] = min(seen.get(p["session"], math.inf), p["timestamp"])
-    stored = store.get_many({p["key"] for p in probes}, target)
-    for k, m in stored.items():
-        if m.ok and m.median_ms:
-            s = row_session(m.meta)
-            obs.append((s, k, m.median_ms))
-            seen[s] = min(seen.get(s, math.inf), m.timestamp)
-    return fit_session_factors(obs, reference=LEGACY if LEGACY in seen else min(seen, key=seen.get))
+        first[p["session"]] = min(first.get(p["session"], math.inf), p["timestamp"])
+    obs += [(s, k, ms) for (s, k), ms in low.items()]
+    stored = {r["key"]: r for r in rows}
+    obs += [(blocks[k], k, stored[k]["median_ms"]) for k in {k for _, k in low} if k in stored]
+    if twins:
+        obs += twin_observations(rows, blocks)
+    if not obs:
+        return DriftScale({}, blocks)
+    ref = min((b for b in first if any(s == b for s, _, _ in obs)), key=first.get, default=None)
+    return DriftScale(fit_session_factors(obs, reference=ref), blocks)
+
+
+def _blocks(rows) -> dict[str, str]:
+    """key -> block of each stored op row (see :class:`DriftScale`)."""
+    out: dict[str, str] = {}
+    legacy = sorted((r["timestamp"], r["key"]) for r in rows if row_session(r["meta"]) == LEGACY)
+    n, prev = 0, None
+    for ts, key in legacy:
+        if prev is not None and ts - prev > LEGACY_GAP_S:
+            n += 1
+        prev = ts
+        out[key] = LEGACY if n == 0 else f"{LEGACY}#{n}"
+    for r in rows:
+        out.setdefault(r["key"], row_session(r["meta"]))
+    return out
+
+
+def twin_observations(rows, blocks: dict[str, str]) -> list[tuple[str, str, float]]:
+    """``(block, pair, ms per unit of work)`` for near-identical op signatures stored in different blocks.
+
+    Two signatures are twins when they have the same op type, attributes and tensor ranks, and every
+    dimension within :data:`TWIN_RATIO` of the other's; each row is paired with its
+    :data:`TWINS_PER_BLOCK` nearest twins in each other block. A pair's two times, each divided by its
+    op's work (FLOPs, else bytes moved), are two measurements of one thing in two blocks: the banks
+    of random shapes that the cost model learns from share no key with the models profiled before
+    them, but they share near-twins by the hundred."""
+    by_class: dict[tuple, list[tuple[str, np.ndarray, float]]] = defaultdict(list)
+    for r in rows:
+        sig = r.get("signature")
+        if not isinstance(sig, dict) or "inputs" not in sig or "outputs" not in sig:
+            continue
+        tensors = list(sig["inputs"]) + list(sig["outputs"])
+        cls = (r.get("op_type"), json.dumps(sig.get("attrs", {}), sort_keys=True, default=str),
+               tuple((len(t["shape"]), bool(t.get("const"))) for t in sig["inputs"]),
+               tuple(len(t["shape"]) for t in sig["outputs"]))
+        work = float(r.get("flops") or 0.0) or float(r.get("bytes") or 0.0)
+        dims = np.log1p(np.array([max(int(d), 0) for t in tensors for d in t["shape"]], dtype=float))
+        if work > 0:
+            by_class[cls].append((r["key"], dims, r["median_ms"] / work))
+    radius = math.log(TWIN_RATIO)
+    pairs: set[tuple[int, int, tuple]] = set()
+    obs: list[tuple[str, str, float]] = []
+    for cls, members in by_class.items():
+        if len({blocks[k] for k, _, _ in members}) < 2:
+            continue
+        dims = np.stack([d for _, d, _ in members])
+        for i, (key, d, _) in enumerate(members):
+            dist = np.abs(dims - d).max(axis=1)
+            taken: dict[str, int] = defaultdict(int)
+            for j in np.argsort(dist, kind="stable"):
+                if dist[j] > radius:
+                    break
+                other = blocks[members[j][0]]
+                if other == blocks[key] or taken[other] >= TWINS_PER_BLOCK:
+                    continue
+                taken[other] += 1
+                pair = (min(i, int(j)), max(i, int(j)), cls)
+                if pair in pairs:
+                    continue
+                pairs.add(pair)
+                name = f"twin{len(pairs)}"
+                obs += [(blocks[members[a][0]], name, members[a][2]) for a in pair[:2]]
+    return obs

@@ -37,7 +37,7 @@ from placer.profile.contention import (
     is_contended,
     seed_core_reference,
 )
-from placer.profile.drift import row_session, session_factors
+from placer.profile.drift import drift_scale
 from placer.profile.progress import progress_bar
 from placer.profile.results import CampaignResult, TargetTotals
 from placer.profile.store import Measurement, ProfileStore
@@ -284,22 +284,22 @@ class Engine:
 
     def _refresh_contradicted(self, worker, probes: Sequence[Task], mine: Mapping[str, float]) -> None:
         """A stored op row that this session's probe (``mine``: key -> median) contradicts beyond noise,
-        once both are put on one scale (:func:`~placer.profile.drift.session_factors`), is measured
+        once both are put on one scale (:func:`~placer.profile.drift.drift_scale`), is measured
         again and replaced (``CampaignResult.refreshed``): a row measured in a disturbance is not
         trusted."""
         stored = [t for t in probes if t.stored_row]
         if not stored:
             return
         target = stored[0].target
-        factors = session_factors(self.store, target)
-        now = factors.get(self.session)
+        scale = drift_scale(self.store, target)
+        now = scale.factors.get(self.session)
         if now is None:
             return
         for task in stored:
             m = self.store.get(task.key, target)
             if task.key not in mine or m is None or not m.ok or not m.median_ms:
                 continue
-            expected = m.median_ms / factors.get(row_session(m.meta), 1.0) * now
+            expected = m.median_ms / scale.row_factor(task.key) * now
             if not 1 / CONTRADICTED <= mine[task.key] / expected <= CONTRADICTED:
                 self.result.refreshed += 1
                 self._run_one(worker, task, force=True)

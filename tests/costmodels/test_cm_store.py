@@ -189,8 +189,9 @@ class _FakeStore:
         return [{"hash": "old", "name": "x@cpu:t1", "fingerprint": {"adapter_version": 1}},
                 {"hash": "new", "name": "x@cpu:t1", "fingerprint": {"adapter_version": 2}}]
 
-    def measurements(self, kind=None, status=None):
-        return [r for r in self.rows if r["kind"] == kind and (status is None or r["status"] == status)]
+    def measurements(self, target=None, kind=None, status=None):
+        return [r for r in self.rows if r["kind"] == kind and (status is None or r["status"] == status)
+                and (target is None or r["target"] == target)]
 
     def link_rows(self):
         return []

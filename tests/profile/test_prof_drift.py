@@ -10,7 +10,7 @@ import pytest
 
 from placer.profile import ProfileStore, profile_graph
 from placer.profile.anchors import anchor_graph, anchor_model
-from placer.profile.drift import LEGACY, fit_session_factors, row_session, session_factors
+from placer.profile.drift import LEGACY, drift_scale, fit_session_factors, row_session, session_factors
 
 
 def _observations(factors: dict[str, float], keys_of: dict[str, range], noise: float, seed: int = 0):
@@ -98,6 +98,61 @@ def test_a_campaign_with_probes_records_them_and_the_training_rows_take_its_sess
     for k, m in now.items():
         assert raw[k] == m.median_ms
         assert scaled[k] == pytest.approx(m.median_ms / factors[row_session(m.meta)], rel=1e-12)
+
+
+def _conv_rows(rng, n: int, kernel: int = 3) -> list[dict]:
+    """Signature rows of ``n`` random convolutions (as the store registers them)."""
+    rows = []
+    for _ in range(n):
+        c, co, hw = (int(rng.integers(16, 65)), int(rng.integers(16, 65)), int(rng.integers(8, 33)))
+        sig = {"op_type": "Conv", "attrs": {"kernel_shape": [kernel, kernel]},
+               "inputs": [{"shape": [1, c, hw, hw], "dtype": "float32", "const": False},
+                          {"shape": [co, c, kernel, kernel], "dtype": "float32", "const": True}],
+               "outputs": [{"shape": [1, co, hw, hw], "dtype": "float32", "const": False}]}
+        key = f"conv{kernel}-{len(rows)}-{c}-{co}-{hw}"
+        rows.append({"key": key, "kind": "op", "op_type": "Conv", "signature": sig,
+                     "flops": 2.0 * c * co * kernel * kernel * hw * hw, "bytes": 4.0 * (c + co) * hw * hw})
+    return rows
+
+
+def test_twins_put_blocks_that_share_no_key_on_one_scale(tmp_path):
+    """Banks of random shapes share no key with the rows stored before them, but near-twin
+    signatures: rows stored without a session split at gaps into blocks, and each block's speed
+    is fitted from its twins in the others (a block with no twin keeps factor 1)."""
+    from costmodels.store import training_data_from_store
+
+    rng = np.random.default_rng(3)
+    true = {LEGACY: 1.0, f"{LEGACY}#1": 1.08, "s2": 0.95}
+    blocks = {LEGACY: _conv_rows(rng, 40), f"{LEGACY}#1": _conv_rows(rng, 40), "s2": _conv_rows(rng, 40),
+              "s3": _conv_rows(rng, 10, kernel=5)}  # another kernel size: no twin anywhere
+    db = tmp_path / "twins.db"
+    with ProfileStore(db) as st:
+        for block, rows in blocks.items():
+            st.register_signatures(rows)
+            for r in rows:  # a time proportional to the work, a per-shape efficiency, the block's speed
+                ms = r["flops"] / 2e7 * float(np.exp(rng.normal(0, 0.05))) * true.get(block, 1.0)
+                st.put(r["key"], "onnxruntime", kind="op", status="ok", median_ms=ms, net_ms=ms, n=5,
+                       meta={"session": block} if block.startswith("s") else {})
+        th = st.target_hash("onnxruntime")
+    con = sqlite3.connect(db)  # the two blocks without a session: stored an hour apart
+    for i, r in enumerate(blocks[f"{LEGACY}#1"]):
+        con.execute("UPDATE measurements SET timestamp = timestamp + 3600 + ? WHERE key=? AND target=?",
+                    (i, r["key"], th))
+    con.commit()
+    con.close()
+    with ProfileStore(db, readonly=True) as st:
+        scale = drift_scale(st, "onnxruntime")
+        alone = drift_scale(st, "onnxruntime", twins=False)
+    assert {scale.blocks[r["key"]] for r in blocks[f"{LEGACY}#1"]} == {f"{LEGACY}#1"}
+    assert scale.factors[LEGACY] == 1.0 and "s3" not in scale.factors
+    assert scale.factors[f"{LEGACY}#1"] == pytest.approx(1.08, rel=0.03)
+    assert scale.factors["s2"] == pytest.approx(0.95, rel=0.03)
+    assert alone.factors == {}  # no probes, no twins: nothing links the blocks
+    raw = {r.key: r.latency_ms for r in training_data_from_store(db, drift=False).ops}
+    scaled = {r.key: r.latency_ms for r in training_data_from_store(db).ops}
+    for block, rows in blocks.items():
+        for r in rows:
+            assert scaled[r["key"]] == pytest.approx(raw[r["key"]] / scale.factors.get(block, 1.0), rel=1e-12)
 
 
 def test_a_store_from_before_probes_reads_as_having_none(tmp_path):
