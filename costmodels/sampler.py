@@ -512,36 +512,6 @@ def light_variants(n: int, seed: int = 0) -> list[dict]:
     return list(out.values())
 
 
-def large_conv_variants(n: int, seed: int = 0) -> list[dict]:
-    """``n`` distinct convolutions that the usual-size bank (:func:`conv_variants`, 16..512 channels,
-    dense or depthwise) leaves out, each at most WIDE_MAX_FLOPS: half dense with 256..2048 channels
-    (ResNet's bottleneck ends: 1024 -> 2048 at 7x7), half grouped, 2..8 groups on 24..960 channels
-    (ShuffleNet's, ResNeXt's). Held out, resnet50's large convolutions and shufflenet's grouped ones
-    were predicted 10-60% too slow: the banks had neither. A larger bank extends a smaller one drawn
-    with the same seed."""
-    rng = np.random.default_rng(seed)
-    out: dict[str, dict] = {}
-    tries = 0
-    while len(out) < n and tries < 50 * n:
-        tries += 1
-        if rng.random() < 0.5:
-            group = 1
-            c, k = (16 * max(1, _log_uniform_int(rng, 256, 2048) // 16) for _ in range(2))
-            kernel = int(rng.choice([1, 1, 1, 3]))
-        else:
-            group = int(rng.choice([2, 3, 4, 8]))
-            c, k = (group * max(1, _log_uniform_int(rng, 24, 960) // group) for _ in range(2))
-            kernel = int(rng.choice([1, 1, 3]))
-        hw = int(rng.choice([7, 14, 28, 56])) if rng.random() < 0.5 else _log_uniform_int(rng, 4, 56)
-        spec = {"family": "conv", "N": 1, "C": c, "H": max(hw, kernel), "W": 0, "K": k, "kernel": kernel,
-                "stride": int(rng.choice([1, 1, 2])), "group": group, "bias": True}
-        if _conv_flops(spec) <= WIDE_MAX_FLOPS:
-            spec = _fix(spec)
-            if _valid(spec):
-                out.setdefault(_spec_key(spec), spec)
-    return list(out.values())
-
-
 def _valid(spec: Mapping[str, Any], max_elems: int = 8 << 20) -> bool:
     """Keep ops that build and stay small enough to time quickly (<= 8M elements per tensor)."""
     try:

@@ -73,8 +73,7 @@ def sampled_segments(graph, per_model: int, max_len: int, seed: int) -> list[lis
 def cmd_profile(args) -> int:
     from placer.profile.campaign import profile_graph
 
-    from costmodels.sampler import (conv_variants, large_conv_variants, light_variants, profile_variants,
-                                    sample_variants)
+    from costmodels.sampler import conv_variants, light_variants, profile_variants, sample_variants
 
     Path(args.db).parent.mkdir(parents=True, exist_ok=True)
     targets = args.targets.split(",")
@@ -102,8 +101,6 @@ def cmd_profile(args) -> int:
         banks.append(("variants-convs", [], args.conv_variants, 1.0))
     if args.light_variants:
         banks.append(("variants-light", [], args.light_variants, 1.0))
-    if args.large_conv_variants:
-        banks.append(("variants-largeconvs", [], args.large_conv_variants, 1.0))
     for name, base, n, share in banks:
         t0 = time.time()
         wide = name == "variants-wide"
@@ -111,8 +108,6 @@ def cmd_profile(args) -> int:
             specs = conv_variants(n, seed=args.seed)
         elif name == "variants-light":
             specs = light_variants(n, seed=args.seed)
-        elif name == "variants-largeconvs":
-            specs = large_conv_variants(n, seed=args.seed)
         else:
             specs = sample_variants(base, n=n, seed=args.seed, random_share=share, wide=wide,
                                     family_weights=WIDE_FAMILY_WEIGHTS if wide else None)
@@ -214,9 +209,6 @@ def main(argv=None) -> int:
                     help="cheap ops (element-wise, Identity/Dropout/Sum, movement, pooling, concat, "
                          "norms) from the wide size prior, at most 1M elements a tensor "
                          "(costmodels.sampler.light_variants)")
-    pp.add_argument("--large-conv-variants", type=int, default=0,
-                    help="convolutions the usual-size bank leaves out: dense on 256..2048 channels, grouped "
-                         "(2..8 groups), at most 0.4 GFLOP each (costmodels.sampler.large_conv_variants)")
     pp.add_argument("--probes", type=int, default=0,
                     help="measure the anchors and up to N stored ops again in each campaign, so that rows of "
                          "different sessions are put on one scale (placer.profile.drift)")

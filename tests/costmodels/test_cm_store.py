@@ -146,22 +146,6 @@ def test_conv_variants_are_usual_sized_convolutions_within_the_flop_cap_and_seed
     assert conv_variants(20, seed=4) == bank[:20]  # a larger bank extends a smaller one of the same seed
 
 
-def test_large_conv_variants_are_wide_dense_or_grouped_convolutions_within_the_flop_cap_and_seeded():
-    import onnx
-
-    from costmodels.sampler import WIDE_MAX_FLOPS, _conv_flops, bank_model, large_conv_variants
-
-    bank = large_conv_variants(60, seed=4)
-    assert len(bank) == 60 and bank == large_conv_variants(60, seed=4) and bank != large_conv_variants(60, seed=5)
-    assert large_conv_variants(30, seed=4) == bank[:30]  # a larger bank extends a smaller one of the same seed
-    dense = [s for s in bank if s["group"] == 1]
-    grouped = [s for s in bank if s["group"] > 1]
-    assert dense and grouped and all(256 <= min(s["C"], s["K"]) and max(s["C"], s["K"]) <= 2048 for s in dense)
-    assert all(s["group"] in (2, 3, 4, 8) and s["C"] % s["group"] == 0 == s["K"] % s["group"] for s in grouped)
-    assert all(s["family"] == "conv" and _conv_flops(s) <= WIDE_MAX_FLOPS for s in bank)
-    onnx.checker.check_model(bank_model(bank[:10]), full_check=True)
-
-
 def test_light_variants_are_small_cheap_ops_including_identity_dropout_and_sum_and_seeded():
     import onnx
 
