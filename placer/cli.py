@@ -477,10 +477,11 @@ def add_profile(sub) -> None:
     p.add_argument("--retry-failed", action="store_true", help="re-measure rows that errored, timed out or crashed")
     p.add_argument("--retry-contended", action="store_true",
                    help="re-measure rows flagged as taken while other processes kept the machine busy")
-    p.add_argument("--probes", type=int_in(0, 1000), default=0, metavar="N",
+    p.add_argument("--probes", type=int_in(0, 1000), default=None, metavar="N",
                    help="measure the anchor ops and up to N stored ops again, at the start and the end of "
                         "each target's work, so that the cost model puts rows of different sessions on one "
-                        "scale (the machine's speed drifts by a few %% between days; default 0: off)")
+                        "scale and a stored row they contradict is measured again (default: 8 when rows of "
+                        "this model were stored an hour or more ago, else none; 0: off)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="TVM RPC tracker for tvm-rpc targets")
     p.add_argument("--rpc-key", default=None, help="TVM RPC device key for tvm-rpc targets")

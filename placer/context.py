@@ -35,6 +35,7 @@ from placer.errors import TargetError
 from placer.graph.opaque import describe_members, is_opaque
 from placer.profile import profile_graph, profile_links, profile_whole_model
 from placer.profile.contention import CONTENDED, CpuWindow, quiet_now
+from placer.profile.report import drift_line
 from placer.profile.keys import model_key, partition_key, partition_prefix
 from placer.profile.report import second_window_line
 from placer.profile.store import open_store as _open_store
@@ -127,7 +128,9 @@ def prepare(
         with _phase(say, f"profile ops: {len(graph.unique_signatures())} signatures"
                          f"{f' + {len(segments)} fusion segments' if segments else ''} on {names}"):
             res = profile_graph(graph, real, store, timeout_s=timeout_s, progress=progress, segments=segments,
-                                retry_contended=refresh, hurry_after=hurry_after)
+                                retry_contended=refresh, hurry_after=hurry_after, probes=None)
+        if res.probes:  # rows stored an hour or more ago were checked (profile.campaign.auto_probes)
+            say(drift_line(store, real, res))
         if res.remeasured or res.contended:
             say(f"measurement conditions: other processes kept the machine busy, or the host slowed a core, "
                 f"during {res.remeasured} measurement(s), taken again; {res.contended} stayed disturbed "

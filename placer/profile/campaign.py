@@ -50,15 +50,18 @@ from placer.profile.timing import TimingConfig
 
 #: the campaigns, and (re-exported) what moved to placer.profile.results, .engine and .supervisor
 __all__ = [
+    "AUTO_PROBES",
     "CONTENDED_ATTEMPTS",
     "DEFAULT_TIMEOUT_S",
     "FAILED",
+    "RECHECK_AFTER_S",
     "STARTUP_TIMEOUT_S",
     "CampaignResult",
     "InProcessWorker",
     "TargetTotals",
     "WorkerDied",
     "WorkerProcess",
+    "auto_probes",
     "profile_graph",
     "profile_links",
     "profile_model",
@@ -67,6 +70,11 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT_S = 60.0
+
+#: ``profile_graph(probes=None)``: stored op rows this old (s) or older are checked by probes ...
+RECHECK_AFTER_S = 3600.0
+#: ... this many of them per target, with the anchors (:func:`auto_probes`)
+AUTO_PROBES = 8
 
 
 def _resolve_targets(targets) -> list:
@@ -141,7 +149,7 @@ def profile_graph(
     retry_contended: bool = False,
     second_window: bool = True,
     hurry_after: float | None = None,
-    probes: int = 0,
+    probes: int | None = 0,
 ) -> CampaignResult:
     """Profile every unique op signature of ``graph`` on every target; measure only what is missing.
 
@@ -162,7 +170,9 @@ def profile_graph(
     ``probes`` > 0: each target measures again, at the start and the end of its work, the
     :mod:`~placer.profile.anchors` and up to ``probes`` ops of ``graph`` stored by other sessions, so
     that :mod:`placer.profile.drift` can put this session's rows on the scale of the others (every
-    row names its session, ``CampaignResult.session``).
+    row names its session, ``CampaignResult.session``). ``probes=None``: :data:`AUTO_PROBES` when some
+    target holds op rows of ``graph`` that another session stored :data:`RECHECK_AFTER_S` or more ago
+    (:func:`auto_probes`), else none: rows stored within the hour are trusted as they are.
     """
     t_start = time.perf_counter()
     res = CampaignResult()
@@ -178,6 +188,8 @@ def profile_graph(
                                    whole_model=whole_model, segments=[list(s) for s in (segments or [])])
         st.register_signatures({r["key"]: r for r in rows}.values())
         res.session = uuid.uuid4().hex[:12]
+        if probes is None:
+            probes = auto_probes(st, uniq, tlist)
         probe_tasks = (_probe_tasks(st, graph, uniq, tlist, probes, res.session, seed, timeout_s)
                        if probes > 0 else {})
         eng = Engine(st, timeout_s=timeout_s, isolate=isolate, progress=progress, timing=timing, seed=seed,
@@ -194,6 +206,19 @@ def profile_graph(
         if owned:
             st.close()
     return res
+
+
+def auto_probes(st: ProfileStore, uniq: Mapping, tlist: list, now: float | None = None) -> int:
+    """How many stored ops :func:`profile_graph` probes with ``probes=None``: :data:`AUTO_PROBES` when
+    some target in ``tlist`` holds an op row of the signatures ``uniq`` stored :data:`RECHECK_AFTER_S`
+    or more before ``now`` (a row of an earlier day may be off by the machine's drift, or have been
+    taken in a disturbance), else 0."""
+    now = time.time() if now is None else now
+    for t in tlist:
+        have = st.get_many(sorted(uniq), t)
+        if any(m.ok and m.kind == "op" and now - m.timestamp >= RECHECK_AFTER_S for m in have.values()):
+            return AUTO_PROBES
+    return 0
 
 
 def _probe_tasks(st: ProfileStore, graph, uniq: Mapping, tlist: list, n: int, session: str, seed: int,

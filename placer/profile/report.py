@@ -87,7 +87,7 @@ MAX_TIMEOUT_S = 86400.0
 
 def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None, shapes: Mapping | None,
                     timeout_s: float, segments: int, links: bool, whole_model: bool, retry_failed: bool,
-                    progress: bool, retry_contended: bool = False, probes: int = 0) -> int:
+                    progress: bool, retry_contended: bool = False, probes: int | None = None) -> int:
     """``placer profile``: validate targets and store first (fast errors), then load and profile."""
     if not 0 < timeout_s <= MAX_TIMEOUT_S:
         raise ProfileError(f"--timeout {timeout_s}: must be > 0 and at most {MAX_TIMEOUT_S:g} s (a day)")

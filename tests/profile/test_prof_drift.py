@@ -155,6 +155,31 @@ def test_twins_put_blocks_that_share_no_key_on_one_scale(tmp_path):
             assert scaled[r["key"]] == pytest.approx(raw[r["key"]] / scale.factors.get(block, 1.0), rel=1e-12)
 
 
+def test_rows_stored_an_hour_ago_are_probed_by_default_and_fresh_ones_are_trusted(tmp_path, tiny,
+                                                                                   fast_timing):
+    from placer.profile.campaign import AUTO_PROBES, RECHECK_AFTER_S, auto_probes
+
+    db = tmp_path / "auto.db"
+    kw = dict(progress=False, links=False, whole_model=False, timing=fast_timing)
+    profile_graph(tiny, ["onnxruntime"], db, **kw)
+    fresh = profile_graph(tiny, ["onnxruntime"], db, probes=None, **kw)
+    assert fresh.probes == 0 and fresh.measured == 0
+    with ProfileStore(db) as st:
+        th = st.target_hash("onnxruntime")
+    con = sqlite3.connect(db)  # the rows were stored an hour and a minute ago
+    con.execute("UPDATE measurements SET timestamp = timestamp - ? WHERE target=?",
+                (RECHECK_AFTER_S + 60, th))
+    con.commit()
+    con.close()
+    with ProfileStore(db) as st:
+        assert auto_probes(st, tiny.unique_signatures(), ["onnxruntime"]) == AUTO_PROBES
+        assert auto_probes(st, tiny.unique_signatures(), ["onnxruntime"], now=0.0) == 0
+    again = profile_graph(tiny, ["onnxruntime"], db, probes=None, **kw)
+    stored_probes = min(AUTO_PROBES, len(tiny.unique_signatures()))
+    assert again.probes == len(anchor_graph().ops) + stored_probes  # the start only: nothing else to measure
+    assert again.measured == again.refreshed  # a row is measured again only if its probe contradicts it
+
+
 def test_a_store_from_before_probes_reads_as_having_none(tmp_path):
     db = tmp_path / "old.db"
     with ProfileStore(db):
