@@ -35,9 +35,8 @@ from placer.errors import TargetError
 from placer.graph.opaque import describe_members, is_opaque
 from placer.profile import profile_graph, profile_links, profile_whole_model
 from placer.profile.contention import CONTENDED, CpuWindow, quiet_now
-from placer.profile.report import drift_line
 from placer.profile.keys import model_key, partition_key, partition_prefix
-from placer.profile.report import second_window_line
+from placer.profile.report import drift_line, second_window_line
 from placer.profile.store import open_store as _open_store
 from placer.run.numerics import load_inputs, tolerance_for
 from placer.run.partition_probe import measure_probes, probe_pairs

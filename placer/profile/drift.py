@@ -157,7 +157,8 @@ def drift_scale(store, target, *, twins: bool = True) -> DriftScale:
         obs += twin_observations(rows, blocks)
     if not obs:
         return DriftScale({}, blocks)
-    ref = min((b for b in first if any(s == b for s, _, _ in obs)), key=first.get, default=None)
+    observed = {s for s, _, _ in obs}
+    ref = min((b for b in first if b in observed), key=first.get, default=None)
     return DriftScale(fit_session_factors(obs, reference=ref), blocks)
 
 
