@@ -59,7 +59,7 @@ def _diamond_ctx(cost_ort: float, cost_ov: float):
 def test_measuring_runs_the_single_targets_priced_near_the_best_and_keeps_one_of_them():
     """A runtime profiled in a slow spell is priced up to 1.5x its time: with ``measure``, every
     single-target plan priced within RIVALS_WITHIN of the best is run against the chosen plan."""
-    from placer.api import RIVALS_WITHIN
+    from placer.api import EXTRA_ROUNDS, MEASURE_ROUNDS, RIVALS_WITHIN
     from placer.solve import solve
 
     said = []
@@ -70,8 +70,21 @@ def test_measuring_runs_the_single_targets_priced_near_the_best_and_keeps_one_of
     assert "single:onnxruntime@cpu:t1" in note and "single:openvino@cpu:t1" in note and "round by round" in note
     assert len(set(plan.assignment.values())) == 1
     assert note.endswith(f"kept {plan.solver}")
+    # five rounds, or fifteen when the first five could not tell the two apart (within TIE_BAND)
+    assert note.startswith(f"measured in {MEASURE_ROUNDS} rounds: ") or note.startswith(
+        f"measured in {MEASURE_ROUNDS + EXTRA_ROUNDS} rounds: ")
     # priced beyond the margin: not measured, nothing said
     far = _diamond_ctx(1.0, RIVALS_WITHIN * 1.1)
     chosen = solve(far.problem, "latency", "single:onnxruntime@cpu:t1")
     said.clear()
     assert honest(far, chosen, measure=True, say=said.append) == (chosen, "") and not said
+
+
+def test_a_close_call_is_two_fastest_plans_within_the_tie_band():
+    from placer.api import TIE_BAND, close_call
+
+    assert close_call({"chosen": 1.0, "rival 0": 1.05})  # the rival 5% slower: more rounds
+    assert close_call({"chosen": 1.0, "rival 0": 0.95, "rival 1": 1.4})  # the rival 5% faster
+    assert not close_call({"chosen": 1.0, "rival 0": TIE_BAND * 1.01})
+    assert not close_call({"chosen": 1.0, "rival 0": 0.8, "rival 1": 1.2})  # the fastest stands apart
+    assert not close_call({"chosen": 1.0})
