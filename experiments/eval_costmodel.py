@@ -227,8 +227,8 @@ def main(argv=None) -> int:
     pe.add_argument("--retest-db", default=None, help="a second profile of the same models (noise floor)")
     pe.add_argument("--seed", type=int, default=0)
     pe.add_argument("--no-drift", action="store_true",
-                    help="read rows as stored, without dividing them by their block's factor (session or campaign) "
-                         "(placer.profile.drift)")
+                    help="read rows as stored, without dividing them by their block's factor (a session "
+                         "or campaign: placer.profile.drift)")
     pe.set_defaults(func=cmd_eval)
     px = sub.add_parser("export")
     px.add_argument("--db", required=True)
