@@ -83,15 +83,17 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
             newest[t["name"]] = t["hash"]
     use = None if all_fingerprints else newest
 
-    def latest(kind: str, status: str | None = None) -> list[tuple[tuple[str, str], dict]]:
-        return sorted(_latest(st.measurements(kind=kind, status=status), use).items())
+    def latest(kind: str, status: str | None = None, rows=None) -> list[tuple[tuple[str, str], dict]]:
+        rows = st.measurements(kind=kind, status=status) if rows is None else rows
+        return sorted(_latest(rows, use).items())
 
     sig_models: dict[str, set[str]] = {}
     for g in graphs:
         for op in g.ops:
             sig_models.setdefault(op.signature.hash, set()).add(g.name)
     scales: dict[str, DriftScale] = {}  # target hash -> how fast each block of its rows ran
-    for (key, name), r in latest("op"):
+    op_rows = st.measurements(kind="op")
+    for (key, name), r in latest("op", rows=op_rows):
         if not ok(name) or r["signature"] is None:
             continue
         data.add_signature(key, _signature_row(r))
@@ -99,7 +101,8 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
         p10, p90 = r.get("p10_ms"), r.get("p90_ms")
         if drift:
             if r["target"] not in scales:
-                scales[r["target"]] = drift_scale(st, r["target"])
+                scales[r["target"]] = drift_scale(st, r["target"],
+                                                  rows=[x for x in op_rows if x["target"] == r["target"]])
             f = scales[r["target"]].row_factor(key)
             lat, p10, p90 = (x / f if x is not None else None for x in (lat, p10, p90))
         data.ops.append(OpRow(name, key, lat, tuple(sorted(sig_models.get(key, ()))), p10, p90))

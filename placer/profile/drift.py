@@ -129,14 +129,17 @@ def session_factors(store, target) -> dict[str, float]:
     return drift_scale(store, target).factors
 
 
-def drift_scale(store, target, *, twins: bool = True) -> DriftScale:
+def drift_scale(store, target, *, twins: bool = True, rows=None) -> DriftScale:
     """The :class:`DriftScale` of ``target`` in ``store`` (a :class:`~placer.profile.store.ProfileStore`).
 
     Observations: the probes and, for the keys probed, the stored rows' own times; with ``twins``,
     every pair of near-identical op signatures stored in different blocks (:func:`twin_observations`).
-    The reference is the block that measured first."""
-    rows = [r for r in store.measurements(target, kind="op", status="ok")
-            if r["median_ms"] and r["median_ms"] > 0]
+    The reference is the block that measured first. ``rows``: the target's op rows as
+    :meth:`~placer.profile.store.ProfileStore.measurements` returns them, when the caller has read
+    them already (default: read here)."""
+    if rows is None:
+        rows = store.measurements(target, kind="op", status="ok")
+    rows = [r for r in rows if r["status"] == "ok" and r["median_ms"] and r["median_ms"] > 0]
     blocks = _blocks(rows)
     first: dict[str, float] = {}  # block -> when it first measured something here
     for r in rows:
@@ -200,12 +203,12 @@ def twin_observations(rows, blocks: dict[str, str]) -> list[tuple[str, str, floa
         if work > 0:
             by_class[cls].append((r["key"], dims, r["median_ms"] / work))
     radius = math.log(TWIN_RATIO)
-    pairs: set[tuple[int, int, tuple]] = set()
     obs: list[tuple[str, str, float]] = []
-    for cls, members in by_class.items():
+    for members in by_class.values():
         if len({blocks[k] for k, _, _ in members}) < 2:
             continue
         dims = np.stack([d for _, d, _ in members])
+        seen: set[tuple[int, int]] = set()  # pairs of this class, each counted once
         for i, (key, d, _) in enumerate(members):
             dist = np.abs(dims - d).max(axis=1)
             taken: dict[str, int] = defaultdict(int)
@@ -216,10 +219,10 @@ def twin_observations(rows, blocks: dict[str, str]) -> list[tuple[str, str, floa
                 if other == blocks[key] or taken[other] >= TWINS_PER_BLOCK:
                     continue
                 taken[other] += 1
-                pair = (min(i, int(j)), max(i, int(j)), cls)
-                if pair in pairs:
+                pair = (min(i, int(j)), max(i, int(j)))
+                if pair in seen:
                     continue
-                pairs.add(pair)
-                name = f"twin{len(pairs)}"
-                obs += [(blocks[members[a][0]], name, members[a][2]) for a in pair[:2]]
+                seen.add(pair)
+                name = f"twin{len(obs) // 2}"
+                obs += [(blocks[members[a][0]], name, members[a][2]) for a in pair]
     return obs
