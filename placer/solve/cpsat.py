@@ -55,7 +55,7 @@ local_search : float, default 0.8; local_search_rate : float, default 1.5e6
     fine plan, while the search keeps finding better plans; 60 s, one run each, 0.5 -> 0.8: gap
     500 x 8 8.83 -> 8.58 % (seed 0), 8.47 -> 8.47 % (seed 1); 2,000 x 8 10.8-11.0 -> 10.66 %
     (seed 0), 7.39 -> 6.94 % (seed 1). STG instances stop at their bound long before the budget.
-lns_share : float, default 0.7; lns_dtime_per_s : float, default 0.05
+lns_share : float or "auto", default "auto"; lns_dtime_per_s : float, default 0.1
     Latency mode: the full CP-SAT portfolio gets the first ``1 - lns_share`` of CP-SAT's time;
     unless it proves the optimum, CP-SAT's large-neighbourhood workers alone (``use_lns_only``)
     go on from its best solution (a complete hint) for the rest, stopped on ``lns_dtime_per_s``
@@ -63,10 +63,15 @@ lns_share : float, default 0.7; lns_dtime_per_s : float, default 0.05
     a 500-op x 8-target random layered graph at 60 s showed why: in interleaved search the eight
     full workers each took one task of about 4 units, the whole deterministic budget, found one
     better solution (10.115 -> 10.114) and no LNS worker ever ran; with LNS alone from the same
-    hint, CP-SAT reached 10.020 (9.948 after the critical-path search). The LNS workers make
-    0.06-0.09 units per wall second on the 2-core machine (100-500 ops x 8 targets), so 0.05
-    keeps the phase on deterministic time there; the full phase's share is what proves the
-    optimum of the STG instances and of small models (all 70 STG optima still proved at 10 s).
+    hint, CP-SAT reached 10.020 (9.948 after the critical-path search). The full phase's share is
+    what proves the optimum of the STG instances and of small models (all 70 STG optima still
+    proved at 10 s). ``"auto"`` (session 18): 0.7 below ``LNS_LARGE_OPS`` (300) ops, 0.95 from
+    there on, where the full portfolio proves nothing and finds nothing in its share (500 x 8:
+    10115 -> 10115 in 7.5 s) while the LNS workers keep improving. ``lns_dtime_per_s`` was 0.05
+    (session 14: "0.06-0.09 units per wall second"); session 18's logs show 0.10-0.12 at 500 x 8,
+    and the phase stopped 15 s before a 60-s limit, so 0.1 (the wall-clock limit stays the
+    backstop where a machine is slower). 500 x 8 at 60 s, seed 0: gap 7.71 % -> 6.88 % (0.1)
+    -> 6.70 % (0.1 and share 0.95); 200 x 8: 5.36 % either way.
 window_bound : bool, default True
     Latency mode: strengthen the lower bound with the start / end window LP
     (:func:`~placer.solve.bounds.window_load_bound`).
@@ -130,7 +135,7 @@ class CpSat(Solver):
         "phase1_fraction": 0.7, "contiguous_warm_start": True, "warm_start_fraction": 0.25, "log": False, "cumulative_max_ops": 3000, "pool_identical": True, "edge_finding": True, "probing_max_size": 1000, "cpsat_params": None,
         "dynamic": True, "window_bound": True, "comm_bound": True, "shave_fraction": 0.15,
         "lns": True, "lns_skip_coarse_gap": 1.0, "local_search": 0.8, "local_search_rate": 1.5e6,
-        "lns_share": 0.7, "lns_dtime_per_s": 0.05,
+        "lns_share": "auto", "lns_dtime_per_s": 0.1,
         "ideals": True, "ideals_fraction": 0.5, "ideals_max": 200_000,
     }
 

@@ -100,7 +100,19 @@ from placer.solve.evaluate import Costs, latency_schedule, make_latency_plan, ne
 from placer.solve.heuristics import DynamicListSearch, HeuristicError, heft, lp_list, priority_assign
 from placer.solve.latency_search import polish
 
-__all__ = ["LatencyModel", "latency_candidates", "solve_latency"]
+__all__ = ["LNS_LARGE_OPS", "LatencyModel", "latency_candidates", "lns_share", "solve_latency"]
+
+#: from this many ops the ``"auto"`` LNS share is 0.95 (below it 0.7): see option ``lns_share``
+LNS_LARGE_OPS = 300
+
+
+def lns_share(option: Any, n_ops: int) -> float:
+    """The share of CP-SAT's time its LNS workers get (option ``lns_share``: a float, or
+    ``"auto"``: 0.7 below :data:`LNS_LARGE_OPS` ops, where the full portfolio proves small models
+    and the STG optima, and 0.95 from there on, where it neither proves nor improves a 500-op hint)."""
+    if option == "auto":
+        return 0.7 if n_ops < LNS_LARGE_OPS else 0.95
+    return float(option or 0.0)
 
 
 def _transfer_total(problem: PlacementProblem, assign: np.ndarray, costs: Costs) -> float:
@@ -538,7 +550,7 @@ class LatencyModel:
         p, ctx, model, n = self.p, self.ctx, self.model, self.n
         margin = 0.1 + 5e-5 * n  # model hand-over, CP-SAT overrunning on a loaded machine, re-timing
         size = int(p.allowed.sum())
-        share = min(max(float(self.options.get("lns_share", 0.0) or 0.0), 0.0), 0.95)
+        share = min(max(lns_share(self.options.get("lns_share", 0.0), n), 0.0), 0.95)
         full_s = (1.0 - share) * (ctx.remaining() - margin)
         solver = self.solver = make_solver(self.options, full_s, ctx.seed, size)
         status = self.status = solver.solve(model)
@@ -587,7 +599,7 @@ class LatencyModel:
         params = dict(self.options.get("cpsat_params") or {})
         params["use_lns_only"] = True
         opts = {**self.options, "cpsat_params": params,
-                "dtime_per_s": float(self.options.get("lns_dtime_per_s", 0.05))}
+                "dtime_per_s": float(self.options.get("lns_dtime_per_s", 0.1))}
         lns = make_solver(opts, left, ctx.seed, size)
         got = lns.solve(model)
         self.lns = {"wall_s": lns.wall_time, "dtime": lns.deterministic_time, "improved": False}

@@ -42,3 +42,14 @@ def test_an_optimum_the_full_portfolio_proves_skips_the_lns_phase():
     plan = solve(p, "latency", "cpsat", time_limit=60, cpsat_params={"max_deterministic_time": 2.0})
     assert plan.stats.status == "OPTIMAL"
     assert plan.stats.extra["lns"] == {}
+
+
+def test_the_auto_lns_share_gives_large_models_to_the_lns_workers():
+    from placer.solve.cpsat_latency import LNS_LARGE_OPS, lns_share
+
+    assert lns_share("auto", LNS_LARGE_OPS - 1) == 0.7 and lns_share("auto", LNS_LARGE_OPS) == 0.95
+    assert lns_share(0.3, 10_000) == 0.3 and lns_share(0, 10) == 0.0 and lns_share(None, 10) == 0.0
+    # the default is "auto": a small model runs both phases as with 0.7
+    p = random_layered(60, 4, seed=0)
+    assert _plan_key(solve(p, "latency", "cpsat", **OPTS)) == _plan_key(solve(p, "latency", "cpsat", **OPTS,
+                                                                                lns_share=0.7))
