@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from placer.solve import solve
+from placer.solve.cpsat_latency import LNS_LARGE_OPS, lns_share
 from placer.solve.instances import load_stg, random_layered
 
 #: Deterministic budgets small enough that the full portfolio does not prove this 60-op problem, and
@@ -45,8 +46,6 @@ def test_an_optimum_the_full_portfolio_proves_skips_the_lns_phase():
 
 
 def test_the_auto_lns_share_gives_large_models_to_the_lns_workers():
-    from placer.solve.cpsat_latency import LNS_LARGE_OPS, lns_share
-
     assert lns_share("auto", LNS_LARGE_OPS - 1) == 0.7 and lns_share("auto", LNS_LARGE_OPS) == 0.95
     assert lns_share(0.3, 10_000) == 0.3 and lns_share(0, 10) == 0.0 and lns_share(None, 10) == 0.0
     # the default is "auto": a small model runs both phases as with 0.7
