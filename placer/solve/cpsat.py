@@ -68,10 +68,12 @@ lns_share : float or "auto", default "auto"; lns_dtime_per_s : float, default 0.
     proved at 10 s). ``"auto"`` (session 18): 0.7 below ``LNS_LARGE_OPS`` (300) ops, 0.95 from
     there on, where the full portfolio proves nothing and finds nothing in its share (500 x 8:
     10115 -> 10115 in 7.5 s) while the LNS workers keep improving. ``lns_dtime_per_s`` was 0.05
-    (session 14: "0.06-0.09 units per wall second"); session 18's logs show 0.10-0.12 at 500 x 8,
+    (session 14: "0.06-0.09 units per wall second"); session 18's logs show 0.08-0.12 at 500 x 8,
     and the phase stopped 15 s before a 60-s limit, so 0.1 (the wall-clock limit stays the
-    backstop where a machine is slower). 500 x 8 at 60 s, seed 0: gap 7.35-7.71 % -> 6.88 % (0.1)
-    -> 6.70 % (0.1 and share 0.95); seed 1: 7.68 % either way; 200 x 8: 5.36 % either way.
+    backstop where a machine is slower); the phase leaves a tenth of the limit to the
+    critical-path search after it. 500 x 8, makespan in ms, old -> as now: 60 s seed 0
+    9.999-10.039 -> 9.948, seed 1 11.101 both, seed 2 9.592 -> 9.604; 10 s 10.291 both: within
+    the spread of single runs; 200 x 8 unchanged.
 window_bound : bool, default True
     Latency mode: strengthen the lower bound with the start / end window LP
     (:func:`~placer.solve.bounds.window_load_bound`).
