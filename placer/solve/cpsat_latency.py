@@ -104,6 +104,9 @@ __all__ = ["LNS_LARGE_OPS", "LatencyModel", "latency_candidates", "lns_share", "
 
 #: from this many ops the ``"auto"`` LNS share is 0.95 (below it 0.7): see option ``lns_share``
 LNS_LARGE_OPS = 300
+#: the critical-path search after CP-SAT (:meth:`LatencyModel.polish`) gets this share of the time
+#: limit as its deterministic budget, and the LNS phase leaves it that much time
+POLISH_SHARE = 0.1
 
 
 def lns_share(option: Any, n_ops: int) -> float:
@@ -614,13 +617,16 @@ class LatencyModel:
         self.bound_units = max(b for b in (self.bound_units, lns.best_objective_bound) if b is not None)
         return lns
 
+    def _polish_enabled(self) -> bool:
+        """Whether :meth:`polish` may run, whatever CP-SAT finds: makespan only, two targets or more,
+        the critical-path search on."""
+        return self.tw <= 0 and self.t >= 2 and float(self.options.get("local_search", 0.0) or 0.0) > 0
+
     def _polish_reserve(self) -> float:
-        """Seconds the LNS phase leaves to :meth:`polish` (a tenth of the time limit, its budget):
-        at 500 x 8 the critical-path search after CP-SAT improved on CP-SAT's plan where an LNS
-        phase to the end of the limit had not (seed 2: 9.592 against 9.675 ms)."""
-        if self.tw > 0 or self.t < 2 or float(self.options.get("local_search", 0.0) or 0.0) <= 0:
-            return 0.0
-        return 0.1 * self.ctx.time_limit
+        """Seconds the LNS phase leaves to :meth:`polish` (its budget, :data:`POLISH_SHARE` of the
+        time limit): at 500 x 8 the critical-path search after CP-SAT improved on CP-SAT's plan where
+        an LNS phase to the end of the limit had not (seed 2: 9.592 against 9.675 ms)."""
+        return POLISH_SHARE * self.ctx.time_limit if self._polish_enabled() else 0.0
 
     def polish(self) -> None:
         """When CP-SAT stopped with time left (on its deterministic time): the better of its plan
@@ -628,8 +634,7 @@ class LatencyModel:
         with the deterministic budget of a tenth of the time limit (makespan only)."""
         self.polished = False
         p, plan, best = self.p, self.plan, self.best_plan
-        if (self.tw > 0 or self.name == "OPTIMAL" or self.t < 2 or (plan is None and best is None)
-                or float(self.options.get("local_search", 0.0) or 0.0) <= 0):
+        if not self._polish_enabled() or self.name == "OPTIMAL" or (plan is None and best is None):
             return
         left = self.ctx.remaining() - (0.1 + 1e-4 * self.n)  # building and returning the plan
         if left < 0.2:
@@ -638,10 +643,10 @@ class LatencyModel:
         base = plan if from_cpsat else best
         assign = np.array([p.target_index[base.assignment[o]] for o in p.ops], dtype=int)
         order = sorted(range(self.n), key=lambda i: (base.start_ms[p.ops[i]], i))
-        # deterministic budget: a tenth of the time limit's worth, within the time left
+        # deterministic budget: POLISH_SHARE of the time limit's worth, within the time left
         name, a, o = polish(p, "", assign, order, {**self.options, "local_search": 1.0},
-                            time.monotonic() + left, self.ctx.seed, budget_s=0.1 * self.ctx.time_limit,
-                            floor=self.lb_ms)
+                            time.monotonic() + left, self.ctx.seed,
+                            budget_s=POLISH_SHARE * self.ctx.time_limit, floor=self.lb_ms)
         if not name:
             return
         new = make_latency_plan(p, a, self.ctx.name, order=o, options=self.ctx.plan_options())
