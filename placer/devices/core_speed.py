@@ -5,19 +5,27 @@ an oversubscribed host) without the guest seeing it: ``/proc/stat`` shows neithe
 time. On this project's 2-core machines a fixed pure-Python loop pinned to one core, on an idle
 machine, took 4.4 ms or 7.0 ms (1.6x) in spells of 1 to 15 s, on either core, a third of the time
 over a minute (session 11); a 2-thread runtime then runs at the slow core's pace.
-:func:`core_slowdown` times that loop (about 1 ms) on each core from a helper thread pinned there.
-Used by the profile's measurement windows (:mod:`placer.profile.contention`) and by the plan bench
-(:mod:`placer.run.bench`), both above this layer.
+:func:`per_core_slowdown` times that loop (about 1 ms) on each core from a helper thread pinned there.
+
+The host can also stop running the cores *at the same time* while each, probed alone, is as fast as
+ever: in such spells ONNX Runtime at 2 threads ran squeezenet in 3.1-3.4 ms, its 1-thread time,
+against 1.6-1.7 ms outside them (session 19; session 13 saw them and found no probe). So
+:func:`parallel_slowdown` times fixed native work (SHA-256 of a 128 KiB buffer, which releases the
+GIL) on every core at once, one pinned thread each (about 0.3 ms), against the best time this
+process has seen for it. :func:`core_slowdown`, the worse of the two, is what the profile's
+measurement windows (:mod:`placer.profile.contention`) and the plan bench
+(:mod:`placer.run.bench`), both above this layer, read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
 
-__all__ = ["SLOWED", "core_reference", "core_slowdown", "process_cores", "seed_core_reference",
-           "warm_core_probe"]
+__all__ = ["SLOWED", "core_reference", "core_slowdown", "parallel_slowdown", "per_core_slowdown",
+           "process_cores", "seed_core_reference", "warm_core_probe"]
 
 #: a core whose reference loop takes this many times its best time in this process is slowed by the
 #: host (:func:`core_slowdown`): measurements on it are disturbed
@@ -27,6 +35,12 @@ _PROBE_ITERATIONS = 20_000
 #: the best time of the reference loop seen on each core in this process (seconds)
 _best_probe_s: dict[int, float] = {}
 _probe_lock = threading.Lock()
+#: the parallel probe's work per core: SHA-256 of this buffer (hashlib releases the GIL over 2 KiB),
+#: :data:`_PARALLEL_REPS` times (about 0.3 ms on the development machine)
+_PARALLEL_BUFFER = bytes(128 * 1024)
+_PARALLEL_REPS = 4
+#: the best time of the parallel probe seen on each set of cores in this process (seconds)
+_best_parallel_s: dict[frozenset[int], float] = {}
 
 
 def _reference_loop_s() -> float:
@@ -38,6 +52,17 @@ def _reference_loop_s() -> float:
 
 
 def core_slowdown(cores: frozenset[int] | None = None, repeat: int = 1) -> float | None:
+    """How much slower ``cores`` (default: this process's) run than the fastest this process has seen
+    them run: the worse of :func:`per_core_slowdown` (the slowest core, probed alone) and, with two
+    cores or more, :func:`parallel_slowdown` (the cores together). 1.0 when they run at their best;
+    None where threads cannot be pinned."""
+    alone = per_core_slowdown(cores, repeat)
+    if alone is None:
+        return None
+    return max(alone, parallel_slowdown(cores, repeat) or 1.0)
+
+
+def per_core_slowdown(cores: frozenset[int] | None = None, repeat: int = 1) -> float | None:
     """How much slower the slowest of ``cores`` (default: this process's) runs a fixed pure-Python
     loop than the fastest this process has seen it run there: 1.0 when every core runs at its best.
 
@@ -72,12 +97,68 @@ def core_slowdown(cores: frozenset[int] | None = None, repeat: int = 1) -> float
     return worst
 
 
+def _parallel_probe_s(cores: list[int]) -> float | None:
+    """Seconds until every one of ``cores`` has done the parallel probe's work, all started at once
+    (one helper thread pinned to each; each times its own work from a shared start); None where a
+    thread cannot be pinned."""
+    took: dict[int, float] = {}
+    start = threading.Barrier(len(cores))
+
+    def work(c: int) -> None:
+        try:
+            os.sched_setaffinity(0, {c})  # 0: this (helper) thread
+        except OSError:
+            start.abort()
+            return
+        try:
+            start.wait()
+        except threading.BrokenBarrierError:
+            return
+        t0 = time.perf_counter()
+        for _ in range(_PARALLEL_REPS):
+            hashlib.sha256(_PARALLEL_BUFFER).digest()
+        took[c] = time.perf_counter() - t0
+
+    threads = [threading.Thread(target=work, args=(c,), name="placer-parallel-probe", daemon=True)
+               for c in cores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return max(took.values()) if len(took) == len(cores) else None
+
+
+def parallel_slowdown(cores: frozenset[int] | None = None, repeat: int = 1) -> float | None:
+    """How much slower ``cores`` (default: this process's) do fixed native work all at once than the
+    fastest this process has seen them do it: 1.0 when they run side by side at their best.
+
+    A multi-thread runtime needs its cores at the same time; this reads high when the host runs them
+    one after the other (each, probed alone by :func:`core_slowdown`'s loop, at its usual speed). On
+    the development machine, in a 200-s trace: 1.28-1.45 (5th percentile to median) while ONNX
+    Runtime at 2 threads ran at its 1-thread pace, under 1.23 for 90% of the rest. ``repeat`` times,
+    keeping the fastest. None with fewer than two cores or where threads cannot be pinned."""
+    cores = frozenset(cores if cores is not None else process_cores())
+    if len(cores) < 2 or not hasattr(os, "sched_setaffinity"):
+        return None
+    with _probe_lock:
+        runs = [_parallel_probe_s(sorted(cores)) for _ in range(max(1, repeat))]
+        runs = [r for r in runs if r is not None]
+        if not runs:
+            return None
+        now = min(runs)
+        best = min(_best_parallel_s.get(cores, now), now)
+        _best_parallel_s[cores] = best
+    return now / best if best > 0 else 1.0
+
+
 def core_reference() -> dict[str, float]:
     """Each core's best reference-loop time seen in this process (JSON-ready: core id as a string),
-    to hand to another process (:func:`seed_core_reference`): a worker that starts in a slow spell
-    would otherwise take the spell as its reference."""
+    and each set of cores' best parallel-probe time (key: the core ids joined by ``+``), to hand to
+    another process (:func:`seed_core_reference`): a worker that starts in a slow spell would
+    otherwise take the spell as its reference."""
     with _probe_lock:
-        return {str(c): s for c, s in _best_probe_s.items()}
+        return {**{str(c): s for c, s in _best_probe_s.items()},
+                **{"+".join(map(str, sorted(cs))): s for cs, s in _best_parallel_s.items()}}
 
 
 def seed_core_reference(reference) -> None:
@@ -87,11 +168,16 @@ def seed_core_reference(reference) -> None:
     with _probe_lock:
         for c, s in reference.items():
             try:
-                core, best = int(c), float(s)
+                cores, best = frozenset(int(x) for x in str(c).split("+")), float(s)
             except (TypeError, ValueError):
                 continue
-            if best > 0:
+            if best <= 0:
+                continue
+            if len(cores) == 1:
+                (core,) = cores
                 _best_probe_s[core] = min(_best_probe_s.get(core, best), best)
+            else:
+                _best_parallel_s[cores] = min(_best_parallel_s.get(cores, best), best)
 
 
 def warm_core_probe(rounds: int = 5) -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from placer.profile import ProfileStore, profile_graph
 from placer.profile.contention import CONTENDED, CpuWindow, busy_ticks_of, is_contended
 
@@ -167,12 +169,49 @@ def test_a_row_measured_while_a_core_was_slowed_is_flagged(tmp_path, tiny, fast_
 def test_a_worker_takes_the_campaigns_core_reference():
     from placer.devices import core_speed
 
-    saved = dict(core_speed._best_probe_s)
+    saved, saved_par = dict(core_speed._best_probe_s), dict(core_speed._best_parallel_s)
     try:
         core_speed._best_probe_s.clear()
-        core_speed.seed_core_reference({"0": 0.002, "1": 0.003, "x": 1, "2": -1})
-        core_speed.seed_core_reference({"0": 0.004, "1": 0.001})  # the faster time wins
-        assert core_speed.core_reference() == {"0": 0.002, "1": 0.001}
+        core_speed._best_parallel_s.clear()
+        core_speed.seed_core_reference({"0": 0.002, "1": 0.003, "x": 1, "2": -1, "0+1": 0.0005, "0+x": 1})
+        core_speed.seed_core_reference({"0": 0.004, "1": 0.001, "1+0": 0.0003})  # the faster time wins
+        assert core_speed.core_reference() == {"0": 0.002, "1": 0.001, "0+1": 0.0003}
     finally:
         core_speed._best_probe_s.clear()
         core_speed._best_probe_s.update(saved)
+        core_speed._best_parallel_s.clear()
+        core_speed._best_parallel_s.update(saved_par)
+
+
+def test_cores_the_host_stops_running_together_read_as_slowed():
+    """The host running a process's cores one after the other (each as fast as ever alone) cannot be
+    staged either: the parallel probe's reference is seeded at a quarter of its time instead, as a
+    campaign hands it to a new worker; the cores together then read slowed (a 2-thread runtime
+    runs at its 1-thread pace in such spells), one core alone has no parallel figure."""
+    import os
+
+    from placer.devices import core_speed
+    from placer.profile.contention import SLOWED, core_slowdown
+
+    cores = frozenset(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("one core: nothing runs side by side")
+    saved, saved_par = dict(core_speed._best_probe_s), dict(core_speed._best_parallel_s)
+    try:
+        core_speed.warm_core_probe(rounds=3)
+        assert core_speed.parallel_slowdown(cores) >= 1.0  # a ratio to the best, never below 1
+        assert core_speed.parallel_slowdown(frozenset({min(cores)})) is None
+        assert "+".join(map(str, sorted(cores))) in core_speed.core_reference()
+        for c in cores:  # each core alone: no slower than ever (its reference is its own time now)
+            core_speed._best_probe_s[c] = float("inf")
+        core_speed._best_parallel_s[cores] = core_speed._best_parallel_s[cores] / 4
+        assert core_speed.parallel_slowdown(cores) >= SLOWED
+        assert core_slowdown(cores) >= SLOWED
+        with CpuWindow() as w:
+            time.sleep(0.01)
+        assert w.slowdown is not None and w.slowdown >= SLOWED
+    finally:
+        core_speed._best_probe_s.clear()
+        core_speed._best_probe_s.update(saved)
+        core_speed._best_parallel_s.clear()
+        core_speed._best_parallel_s.update(saved_par)
