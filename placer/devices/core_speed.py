@@ -133,10 +133,11 @@ def parallel_slowdown(cores: frozenset[int] | None = None, repeat: int = 1) -> f
     fastest this process has seen them do it: 1.0 when they run side by side at their best.
 
     A multi-thread runtime needs its cores at the same time; this reads high when the host runs them
-    one after the other (each, probed alone by :func:`core_slowdown`'s loop, at its usual speed). On
-    the development machine, in a 200-s trace: 1.28-1.45 (5th percentile to median) while ONNX
-    Runtime at 2 threads ran at its 1-thread pace, under 1.23 for 90% of the rest. ``repeat`` times,
-    keeping the fastest. None with fewer than two cores or where threads cannot be pinned."""
+    one after the other (each, probed alone by :func:`per_core_slowdown`'s loop, at its usual speed).
+    On the development machine, in a 200-s trace (``experiments/spell_trace.py``): 1.21 / 1.34 / 1.43
+    (5th, 10th percentile, median) while ONNX Runtime at 2 threads ran at its 1-thread pace, under
+    1.27 for 90% of the rest. ``repeat`` times, keeping the fastest. None with fewer than two cores
+    or where threads cannot be pinned."""
     cores = frozenset(cores if cores is not None else process_cores())
     if len(cores) < 2 or not hasattr(os, "sched_setaffinity"):
         return None
