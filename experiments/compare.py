@@ -206,7 +206,9 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
         else:
             drow["error"] = deployed.error
         rows.append(drow)
-        stats = bench.measure(list(bench.candidates))
+        # up to 8 more rounds, each after waiting for quiet cores, while a row's turns mostly read slowed
+        stats = bench.measure(list(bench.candidates), until_quiet=8, deadline=time.monotonic() + 60.0)
+        quiet_rounds = bench.extra_rounds
         paired = bench.paired_ms(list(bench.candidates))  # the figures to compare by, round by round
         paired_ratios = {(a, b): bench.paired_ratio(a, b) for a in bench.candidates for b in bench.candidates}
         for row in rows:
@@ -238,6 +240,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                 r[col] = 1.0 / (paired_ratios.get((r["key"], ref_row["key"]))
                                 or r["paired_ms"] / ref_row["paired_ms"])
     result = {"model": name, "ref": ref, "n_ops": len(graph.ops), "profile_s": prof_s, "rows": rows,
+              "quiet_rounds": quiet_rounds,  # rounds the bench added for quiet samples
               "best_single": best_single["placement"] if best_single else None,
               "best_default": best_default["placement"] if best_default else None,
               "best_default_ok": best_default_ok["placement"] if best_default_ok else None,

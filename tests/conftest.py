@@ -14,6 +14,9 @@
 * ``bert_model``: a fresh copy of :func:`placer.zoo.bert_encoder` with its defaults.
 * ``_trust_key`` (session, autouse): ``$PLACER_TRUST_KEY`` points into the session's temporary
   folder, so compiling a module never makes or uses the user's own ``~/.config/placer/trust.key``.
+* ``_no_quiet_wait`` (session, autouse): ``$PLACER_QUIET_WAIT_S`` = 0, so rounds a bench adds for
+  quiet samples (:meth:`placer.run.bench.PlanBench.measure`) never wait for the cores: the suite's
+  own parallel workers keep them busy, and no outcome may wait on the machine's load.
 """
 
 from __future__ import annotations
@@ -38,6 +41,21 @@ def _trust_key(tmp_path_factory):
         os.environ.pop(KEY_ENV, None)
     else:
         os.environ[KEY_ENV] = old
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_quiet_wait():
+    import os
+
+    from placer.run.bench import QUIET_WAIT_ENV
+
+    old = os.environ.get(QUIET_WAIT_ENV)
+    os.environ[QUIET_WAIT_ENV] = "0"
+    yield
+    if old is None:
+        os.environ.pop(QUIET_WAIT_ENV, None)
+    else:
+        os.environ[QUIET_WAIT_ENV] = old
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -13,7 +13,11 @@ seconds at a time without the guest seeing it (1.6x, a third of the time over a 
 project's machines), and a 2-thread runtime then runs at the slow core's pace. A turn that began or
 ended with a core :data:`~placer.devices.core_speed.SLOWED` is left out of the figures, as long as
 at least half of the candidate's samples remain (else every sample counts); ``n_slowed`` says how
-many were left out. Every candidate, yardsticks included, is judged alike.
+many were left out. Every candidate, yardsticks included, is judged alike. A spell can outlast a
+whole measurement (tune's final rounds on gpt-tiny, session 19: every 2-thread row 1.6x slower than
+minutes later, the 1-thread rows not); :meth:`PlanBench.measure` with ``until_quiet`` then adds
+rounds, each after waiting for the cores to read quiet, until every candidate has quiet samples to
+be judged by (bounded by a round count and a deadline).
 
 Two candidates are compared round by round (:meth:`PlanBench.paired_ms`): the median over the
 rounds of the ratio of their turns' medians. Their own medians over all rounds can disagree with it
@@ -25,6 +29,7 @@ luck of which rounds a candidate drew, while within one round both are in the sa
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -41,6 +46,38 @@ from placer.run.executors import make_executor
 SETTLE_BUSY_SHARE = 0.2
 SETTLE_WINDOW_S = 0.005
 SETTLE_MAX_S = 0.25
+
+
+#: :meth:`PlanBench.measure` with ``until_quiet``: the most seconds to wait for quiet cores before
+#: each added round (the host's spells last 1-20 s here); ``$PLACER_QUIET_WAIT_S`` overrides it (the
+#: test suite sets 0: its own parallel workers keep the cores busy, and its outcomes must not wait on
+#: the machine)
+QUIET_WAIT_S = 2.0
+QUIET_WAIT_ENV = "PLACER_QUIET_WAIT_S"
+QUIET_POLL_S = 0.2
+
+
+def quiet_wait_s() -> float:
+    """Seconds to wait for quiet cores before each round added for quiet samples: ``$PLACER_QUIET_WAIT_S``
+    when set to a number >= 0, else :data:`QUIET_WAIT_S`."""
+    try:
+        value = float(os.environ.get(QUIET_WAIT_ENV, ""))
+    except ValueError:
+        return QUIET_WAIT_S
+    return value if value >= 0 else QUIET_WAIT_S
+
+
+def wait_quiet(max_s: float, *, poll_s: float = QUIET_POLL_S) -> bool:
+    """Wait, up to ``max_s``, until the cores read below :data:`SLOWED`
+    (:func:`~placer.devices.core_speed.core_slowdown`, polled every ``poll_s``); whether they did."""
+    deadline = time.monotonic() + max(0.0, max_s)
+    while True:
+        if (core_slowdown() or 1.0) < SLOWED:
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(poll_s, left))
 
 
 def _own_cpu_s() -> float:
@@ -135,6 +172,7 @@ class PlanBench:
         self.candidates: dict[str, Candidate] = {}
         self._probed = False  # each core's reference time taken (before the first turn)
         self._round = 0  # rounds run so far (a turn's round number pairs it with the others' turns)
+        self.extra_rounds = 0  # rounds the last measure() added to get quiet samples (until_quiet)
 
     def add(self, key: str, materialized) -> Candidate:
         """Compile the hybrid executor of ``materialized`` (once) and keep it under ``key``."""
@@ -160,10 +198,16 @@ class PlanBench:
         return [ex.run(f) for f in self.feeds]
 
     def measure(self, keys: Sequence[str], *, rounds: int | None = None, fresh: bool = False,
-                per_round: int | None = None) -> dict[str, LatencyStats]:
+                per_round: int | None = None, until_quiet: int = 0, deadline: float | None = None,
+                quiet_wait: float | None = None) -> dict[str, LatencyStats]:
         """Interleaved rounds over ``keys`` (``per_round`` requests per candidate per round, default
         the bench's); returns the stats over *all* samples taken so far, or with ``fresh`` over the
-        samples of these rounds only (figures to be compared side by side)."""
+        samples of these rounds only (figures to be compared side by side).
+
+        ``until_quiet`` > 0: while some candidate has fewer quiet samples than slowed ones (its figure
+        would then count the slowed ones too, :func:`quiet_samples`), up to that many more rounds,
+        each after waiting up to ``quiet_wait`` seconds (default :func:`quiet_wait_s`) for the cores to
+        read quiet (:func:`wait_quiet`), none begun after ``deadline`` (``time.monotonic()``)."""
         keys = list(dict.fromkeys(keys))
         n_req = max(2, int(per_round or self.per_round))
         if fresh:
@@ -176,41 +220,65 @@ class PlanBench:
             self._probed = True
         before = core_slowdown() or 1.0
         for r in range(rounds or self.rounds):
-            raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
-            self._round += 1
-            order = keys if r % 2 == 0 else keys[::-1]
-            for key in order:
-                cand = self.candidates[key]
-                n0 = len(cand.samples_ms)
-                timed_partitions = False
-                if cand.yardstick is not None:  # times its own requests in its process
-                    # its first request left out, as a plan's (timed partition by partition) is: the
-                    # first after a switch is the slowest (pools asleep, caches cold), for both alike
-                    cand.samples_ms.extend(cand.yardstick.run_batch(n_req, r * n_req)[1:])
-                else:
-                    for i in range(n_req):
-                        feeds = self.feeds[(r * n_req + i) % len(self.feeds)]
-                        t0 = time.perf_counter_ns()
-                        # outputs unread: views of a runtime's buffers do (as the yardsticks time theirs)
-                        if i == 0:
-                            _, times = cand.executor.run_timed(feeds, share_outputs=True)
-                            for pid, ms in times.items():
-                                cand.partition_ms.setdefault(pid, []).append(ms)
-                            timed_partitions = bool(times)
-                        else:
-                            cand.executor.run(feeds, share_outputs=True)
-                        if i > 0:  # the timed-partitions run carries timer overhead: keep it out
-                            cand.samples_ms.append((time.perf_counter_ns() - t0) / 1e6)
-                    settle_own_threads()  # the next candidate starts on cores this one has let go
-                after = core_slowdown() or 1.0
-                slowed = max(before, after) >= SLOWED
-                cand.samples_slowed.extend([slowed] * (len(cand.samples_ms) - n0))
-                if len(cand.samples_ms) > n0:
-                    cand.turns.append((self._round, float(np.median(cand.samples_ms[n0:])), slowed))
-                if timed_partitions:
-                    cand.partition_slowed.append(slowed)
-                before = after
+            before = self._one_round(keys, r, n_req, before)
+        extra = 0
+        wait_s = quiet_wait_s() if quiet_wait is None else quiet_wait
+        in_time = lambda: deadline is None or time.monotonic() < deadline  # noqa: E731
+        while extra < until_quiet and self.mostly_slowed(keys) and in_time():
+            left = wait_s if deadline is None else deadline - time.monotonic()
+            wait_quiet(min(wait_s, max(0.0, left)))
+            before = self._one_round(keys, (rounds or self.rounds) + extra, n_req, core_slowdown() or 1.0)
+            extra += 1
+        self.extra_rounds = extra
         return {k: self.stats(k) for k in keys}
+
+    def mostly_slowed(self, keys: Sequence[str]) -> bool:
+        """Whether some of ``keys`` has fewer quiet samples than :func:`quiet_samples` needs to leave the
+        slowed ones out."""
+        for key in keys:
+            cand = self.candidates[key]
+            slowed = cand.samples_slowed[:len(cand.samples_ms)]
+            if any(slowed) and quiet_samples(cand.samples_ms, slowed)[1] == 0:
+                return True
+        return False
+
+    def _one_round(self, keys: list[str], r: int, n_req: int, before: float) -> float:
+        """One turn of each of ``keys`` (reversed order on odd ``r``); returns the last core probe."""
+        raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
+        self._round += 1
+        order = keys if r % 2 == 0 else keys[::-1]
+        for key in order:
+            cand = self.candidates[key]
+            n0 = len(cand.samples_ms)
+            timed_partitions = False
+            if cand.yardstick is not None:  # times its own requests in its process
+                # its first request left out, as a plan's (timed partition by partition) is: the
+                # first after a switch is the slowest (pools asleep, caches cold), for both alike
+                cand.samples_ms.extend(cand.yardstick.run_batch(n_req, r * n_req)[1:])
+            else:
+                for i in range(n_req):
+                    feeds = self.feeds[(r * n_req + i) % len(self.feeds)]
+                    t0 = time.perf_counter_ns()
+                    # outputs unread: views of a runtime's buffers do (as the yardsticks time theirs)
+                    if i == 0:
+                        _, times = cand.executor.run_timed(feeds, share_outputs=True)
+                        for pid, ms in times.items():
+                            cand.partition_ms.setdefault(pid, []).append(ms)
+                        timed_partitions = bool(times)
+                    else:
+                        cand.executor.run(feeds, share_outputs=True)
+                    if i > 0:  # the timed-partitions run carries timer overhead: keep it out
+                        cand.samples_ms.append((time.perf_counter_ns() - t0) / 1e6)
+                settle_own_threads()  # the next candidate starts on cores this one has let go
+            after = core_slowdown() or 1.0
+            slowed = max(before, after) >= SLOWED
+            cand.samples_slowed.extend([slowed] * (len(cand.samples_ms) - n0))
+            if len(cand.samples_ms) > n0:
+                cand.turns.append((self._round, float(np.median(cand.samples_ms[n0:])), slowed))
+            if timed_partitions:
+                cand.partition_slowed.append(slowed)
+            before = after
+        return before
 
     def stats(self, key: str) -> LatencyStats:
         cand = self.candidates[key]

@@ -73,6 +73,12 @@ FINAL_ROUND_MS = 25.0
 #: put OpenVINO 8% ahead)
 DECIDE_MARGIN = 0.03
 DECIDE_ROUNDS = 10
+#: the final rounds add up to this many rounds while some candidate's turns mostly began or ended with
+#: the cores slowed (:meth:`PlanBench.measure` ``until_quiet``; within the budget, else within
+#: QUIET_S): a spell outlasted gpt-tiny's five final rounds (session 19) and tune kept a 1-thread
+#: target at 0.71x the best default passing numerics
+QUIET_ROUNDS = 10
+QUIET_S = 30.0
 
 
 def final_requests(best_ms: float) -> int:
@@ -519,8 +525,14 @@ class LatencySearch:
         final_keys = [r.key for r in finalists] + self.ys_keys
         fastest = min((r.measured_ms for r in finalists), default=math.nan)
         t0 = time.monotonic()
-        stats = self.bench.measure(final_keys, rounds=FINAL_ROUNDS, fresh=True, per_round=final_requests(fastest))
-        turn_s = (time.monotonic() - t0) / (FINAL_ROUNDS * len(final_keys))
+        stats = self.bench.measure(final_keys, rounds=FINAL_ROUNDS, fresh=True,
+                                   per_round=final_requests(fastest), until_quiet=QUIET_ROUNDS,
+                                   deadline=self._quiet_deadline())
+        extra = self.bench.extra_rounds
+        if extra:
+            self.say(f"final rounds: {extra} more round(s), each after waiting for quiet cores: most "
+                     "turns of a candidate had begun or ended with the cores slowed")
+        turn_s = (time.monotonic() - t0) / ((FINAL_ROUNDS + extra) * len(final_keys))
         paired = self.bench.paired_ms(final_keys)  # compared round by round (placer.run.bench)
         ranked = sorted(finalists, key=lambda r: paired.get(r.key, stats[r.key].median_ms))
         first = ranked[0]
@@ -538,6 +550,13 @@ class LatencySearch:
         best = min(finalists, key=lambda r: r.compare_ms)
         best_single = min((r for r in finalists if r.kind == "baseline"), key=lambda r: r.compare_ms)
         return best, best_single
+
+    def _quiet_deadline(self) -> float:
+        """When rounds added for quiet samples must have begun: the budget less the outputs' time,
+        else :data:`QUIET_S` from now."""
+        if self.budget_s:
+            return self.t_start + self.budget_s - self.write_s
+        return time.monotonic() + QUIET_S
 
     @staticmethod
     def _close(a: TrialRecord, b: TrialRecord, paired: Mapping[str, float], stats) -> bool:
@@ -559,7 +578,9 @@ class LatencySearch:
             return a
         self.say(f"final rounds: {a.label} and {b.label} within {DECIDE_MARGIN:.0%} of each other, "
                  f"{n} more rounds")
-        self.bench.measure(keys, rounds=n, per_round=per_round)  # added to the final rounds' samples
+        # added to the final rounds' samples
+        self.bench.measure(keys, rounds=n, per_round=per_round, until_quiet=QUIET_ROUNDS,
+                           deadline=self._quiet_deadline())
         ratio = self.bench.paired_ratio(b.key, a.key)
         return b if ratio is not None and ratio < 1.0 else a
 

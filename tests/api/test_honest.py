@@ -70,9 +70,10 @@ def test_measuring_runs_the_single_targets_priced_near_the_best_and_keeps_one_of
     assert "single:onnxruntime@cpu:t1" in note and "single:openvino@cpu:t1" in note and "round by round" in note
     assert len(set(plan.assignment.values())) == 1
     assert note.endswith(f"kept {plan.solver}")
-    # five rounds, or fifteen when the first five could not tell the two apart (within TIE_BAND)
-    assert note.startswith(f"measured in {MEASURE_ROUNDS} rounds: ") or note.startswith(
-        f"measured in {MEASURE_ROUNDS + EXTRA_ROUNDS} rounds: ")
+    # five rounds, plus up to EXTRA_ROUNDS added while most turns read the cores slowed, plus
+    # EXTRA_ROUNDS more when those could not tell the two apart (within TIE_BAND)
+    rounds = int(note.split(" rounds: ")[0].removeprefix("measured in "))
+    assert MEASURE_ROUNDS <= rounds <= MEASURE_ROUNDS + 2 * EXTRA_ROUNDS
     # priced beyond the margin: not measured, nothing said
     far = _diamond_ctx(1.0, RIVALS_WITHIN * 1.1)
     chosen = solve(far.problem, "latency", "single:onnxruntime@cpu:t1")

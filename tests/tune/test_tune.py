@@ -240,6 +240,7 @@ def test_two_final_candidates_within_the_margin_race_in_more_rounds_as_the_budge
         # no budget (trials-bounded run): the full race
         search.budget_s = None
         first = search._race(recs[0], recs[1], 0.01, 2, paired.get)
-        assert all(len(bench.candidates[r.key].turns) == 2 + DECIDE_ROUNDS for r in recs)
+        # plus the rounds added for quiet samples when most turns read the cores slowed
+        assert all(len(bench.candidates[r.key].turns) == 2 + DECIDE_ROUNDS + bench.extra_rounds for r in recs)
         ratio = bench.paired_ratio("openvino", "onnxruntime")
         assert first is (recs[1] if ratio < 1.0 else recs[0]) and "more rounds" in said[0]

@@ -1,0 +1,76 @@
+"""Rounds added for quiet samples (``PlanBench.measure(until_quiet=...)``): a spell of slowed cores can
+outlast a whole measurement; the bench then adds rounds, each after waiting for quiet cores, bounded
+by a count and a deadline.
+
+A host's spell cannot be staged in a test, so the cores' references are seeded far faster than any
+core runs (every probe then reads slowed), as a campaign hands its best times to a new worker."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from placer.materialize import materialize
+from placer.run.bench import Candidate, PlanBench, wait_quiet
+from placer.run.numerics import random_inputs
+
+
+@pytest.fixture()
+def always_slowed():
+    from placer.devices import core_speed
+
+    saved, saved_par = dict(core_speed._best_probe_s), dict(core_speed._best_parallel_s)
+    try:
+        core_speed.warm_core_probe(rounds=1)
+        for c in list(core_speed._best_probe_s):
+            core_speed._best_probe_s[c] = 1e-7
+        for cs in list(core_speed._best_parallel_s):
+            core_speed._best_parallel_s[cs] = 1e-9
+        yield
+    finally:
+        core_speed._best_probe_s.clear()
+        core_speed._best_probe_s.update(saved)
+        core_speed._best_parallel_s.clear()
+        core_speed._best_parallel_s.update(saved_par)
+
+
+def _plan_bench():
+    from mz_models import diamond_model, graph_of
+
+    g = graph_of(diamond_model())
+    mat = materialize(g, {op.id: "onnxruntime" for op in g.ops})
+    bench = PlanBench([random_inputs(g, seed=0)], rounds=2, per_round=3)
+    bench.add("ort", mat)
+    return bench
+
+
+def test_a_measurement_slowed_throughout_gets_its_extra_rounds_and_no_more(always_slowed):
+    with _plan_bench() as bench:
+        stats = bench.measure(["ort"], until_quiet=3, quiet_wait=0.0)
+        assert bench.extra_rounds == 3  # never quiet: the count bounds it
+        assert [t[0] for t in bench.candidates["ort"].turns] == [1, 2, 3, 4, 5]
+        assert all(t[2] for t in bench.candidates["ort"].turns)  # every turn read slowed
+        assert bench.mostly_slowed(["ort"])
+        assert stats["ort"].n == 5 * 2 and stats["ort"].n_slowed == 0  # all count: none quiet
+        bench.measure(["ort"], until_quiet=3, deadline=time.monotonic() - 1.0)  # past the deadline
+        assert bench.extra_rounds == 0 and len(bench.candidates["ort"].turns) == 7
+        bench.measure(["ort"])  # without until_quiet, as before
+        assert bench.extra_rounds == 0 and len(bench.candidates["ort"].turns) == 9
+    assert wait_quiet(0.0) is False  # slowed, and no time to wait
+
+
+def test_a_candidate_is_mostly_slowed_only_when_its_quiet_samples_cannot_be_used_alone():
+    bench = PlanBench([{}])
+
+    def cand(key, slowed):
+        c = Candidate(key, None, None)
+        c.samples_ms = [1.0] * len(slowed)
+        c.samples_slowed = list(slowed)
+        bench.candidates[key] = c
+
+    cand("quiet", [False] * 6)
+    cand("half", [True] * 3 + [False] * 3)  # half quiet: the slowed ones are left out
+    cand("most", [True] * 4 + [False] * 2)  # fewer quiet than slowed: every sample would count
+    assert not bench.mostly_slowed(["quiet", "half"])
+    assert bench.mostly_slowed(["quiet", "most"])
