@@ -14,10 +14,10 @@ project's machines), and a 2-thread runtime then runs at the slow core's pace. A
 ended with a core :data:`~placer.devices.core_speed.SLOWED` is left out of the figures, as long as
 at least half of the candidate's samples remain (else every sample counts); ``n_slowed`` says how
 many were left out. Every candidate, yardsticks included, is judged alike. A spell can outlast a
-whole measurement (tune's final rounds on gpt-tiny, session 19: every 2-thread row 1.6x slower than
-minutes later, the 1-thread rows not); :meth:`PlanBench.measure` with ``until_quiet`` then adds
-rounds, each after waiting for the cores to read quiet, until every candidate has quiet samples to
-be judged by (bounded by a round count and a deadline).
+whole measurement (the host's spells last up to about 20 s here, a final measurement a few);
+:meth:`PlanBench.measure` with ``until_quiet`` then adds rounds, each after waiting for the cores to
+read quiet, until every candidate has quiet samples to be judged by (bounded by a round count and a
+deadline). Some spells read quiet to the probes (docs/design.md, session 19): those it cannot help.
 
 Two candidates are compared round by round (:meth:`PlanBench.paired_ms`): the median over the
 rounds of the ratio of their turns' medians. Their own medians over all rounds can disagree with it
