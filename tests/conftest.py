@@ -14,6 +14,8 @@
 * ``bert_model``: a fresh copy of :func:`placer.zoo.bert_encoder` with its defaults.
 * ``_trust_key`` (session, autouse): ``$PLACER_TRUST_KEY`` points into the session's temporary
   folder, so compiling a module never makes or uses the user's own ``~/.config/placer/trust.key``.
+* ``core_speed_refs``: :mod:`placer.devices.core_speed` (its per-core and parallel reference times
+  restored after the test, which may seed them: a host's slow spell cannot be staged).
 * ``_no_quiet_wait`` (session, autouse): ``$PLACER_QUIET_WAIT_S`` = 0, so rounds a bench adds for
   quiet samples (:meth:`placer.run.bench.PlanBench.measure`) never wait for the cores: the suite's
   own parallel workers keep them busy, and no outcome may wait on the machine's load.
@@ -56,6 +58,20 @@ def _no_quiet_wait():
         os.environ.pop(QUIET_WAIT_ENV, None)
     else:
         os.environ[QUIET_WAIT_ENV] = old
+
+
+@pytest.fixture()
+def core_speed_refs():
+    from placer.devices import core_speed
+
+    saved, saved_par = dict(core_speed._best_probe_s), dict(core_speed._best_parallel_s)
+    try:
+        yield core_speed
+    finally:
+        core_speed._best_probe_s.clear()
+        core_speed._best_probe_s.update(saved)
+        core_speed._best_parallel_s.clear()
+        core_speed._best_parallel_s.update(saved_par)
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:

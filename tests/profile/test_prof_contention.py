@@ -114,104 +114,80 @@ def test_a_stored_whole_model_time_the_session_contradicts_is_flagged(tmp_path):
     assert said and t.name in said[0]
 
 
-def test_a_core_slower_than_its_reference_reads_as_slowed():
+def test_a_core_slower_than_its_reference_reads_as_slowed(core_speed_refs):
     """The host's slowdown of a virtual machine's core cannot be staged in a test (a process sharing
     the core does not do it: the scheduler lets a ~1 ms loop run through), so the reference is
     seeded instead, as a campaign hands its best times to a new worker: a core whose reference is
     half its time now reads about 2x."""
     import os
 
-    from placer.devices import core_speed
     from placer.profile.contention import SLOWED, core_reference, core_slowdown, disturbed, warm_core_probe
 
+    core_speed = core_speed_refs
     core = min(os.sched_getaffinity(0))
-    saved = dict(core_speed._best_probe_s)
-    try:
-        warm_core_probe(rounds=3)  # each core's best time: the reference
-        assert str(core) in core_reference()
-        assert core_slowdown(frozenset({core})) >= 1.0  # a ratio to the best, never below 1
-        core_speed._best_probe_s[core] = core_speed._best_probe_s[core] / 4
-        assert core_slowdown(frozenset({core})) >= SLOWED
-        with CpuWindow() as w:
-            time.sleep(0.01)
-        assert w.slowdown is not None and w.slowdown >= SLOWED
-    finally:
-        core_speed._best_probe_s.clear()
-        core_speed._best_probe_s.update(saved)
+    warm_core_probe(rounds=3)  # each core's best time: the reference
+    assert str(core) in core_reference()
+    assert core_slowdown(frozenset({core})) >= 1.0  # a ratio to the best, never below 1
+    core_speed._best_probe_s[core] = core_speed._best_probe_s[core] / 4
+    assert core_slowdown(frozenset({core})) >= SLOWED
+    with CpuWindow() as w:
+        time.sleep(0.01)
+    assert w.slowdown is not None and w.slowdown >= SLOWED
     assert disturbed(None, 2.0) and not disturbed(0.0, 1.0) and disturbed(0.3, None)
 
 
-def test_a_row_measured_while_a_core_was_slowed_is_flagged(tmp_path, tiny, fast_timing):
+def test_a_row_measured_while_a_core_was_slowed_is_flagged(tmp_path, tiny, fast_timing, core_speed_refs):
     """End to end, through a worker process: the campaign hands the worker a reference far faster
     than any core runs the loop, so every window reads slowed; each row of a 2-thread target is taken
     again up to the attempts allowed, then stored flagged with its slowdown."""
-    from placer.devices import core_speed, make_target
+    from placer.devices import make_target
     from placer.profile.contention import SLOWED
 
+    core_speed = core_speed_refs
     ort = make_target("onnxruntime:t2")  # a one-thread target is not judged by the other core
-    saved = dict(core_speed._best_probe_s)
-    try:
-        core_speed.warm_core_probe(rounds=1)
-        for c in list(core_speed._best_probe_s):
-            core_speed._best_probe_s[c] = 1e-7
-        with ProfileStore(tmp_path / "p.db") as store:
-            res = profile_graph(tiny, [ort], store, timing=fast_timing, whole_model=False, progress=False,
-                                second_window=False)
-            rows = [m for m in res.results.values() if m.ok and m.kind == "op"]
-    finally:
-        core_speed._best_probe_s.clear()
-        core_speed._best_probe_s.update(saved)
+    core_speed.warm_core_probe(rounds=1)
+    for c in list(core_speed._best_probe_s):
+        core_speed._best_probe_s[c] = 1e-7
+    with ProfileStore(tmp_path / "p.db") as store:
+        res = profile_graph(tiny, [ort], store, timing=fast_timing, whole_model=False, progress=False,
+                            second_window=False)
+        rows = [m for m in res.results.values() if m.ok and m.kind == "op"]
     assert rows and all(m.meta["slowdown"] >= SLOWED and m.meta["contended"] for m in rows)
     assert all(m.meta["attempts"] == fast_timing.contended_attempts for m in rows)
     assert res.contended >= len(rows)  # the call-overhead row too
 
 
-def test_a_worker_takes_the_campaigns_core_reference():
-    from placer.devices import core_speed
-
-    saved, saved_par = dict(core_speed._best_probe_s), dict(core_speed._best_parallel_s)
-    try:
-        core_speed._best_probe_s.clear()
-        core_speed._best_parallel_s.clear()
-        core_speed.seed_core_reference({"0": 0.002, "1": 0.003, "x": 1, "2": -1, "0+1": 0.0005, "0+x": 1})
-        core_speed.seed_core_reference({"0": 0.004, "1": 0.001, "1+0": 0.0003})  # the faster time wins
-        assert core_speed.core_reference() == {"0": 0.002, "1": 0.001, "0+1": 0.0003}
-    finally:
-        core_speed._best_probe_s.clear()
-        core_speed._best_probe_s.update(saved)
-        core_speed._best_parallel_s.clear()
-        core_speed._best_parallel_s.update(saved_par)
+def test_a_worker_takes_the_campaigns_core_reference(core_speed_refs):
+    core_speed = core_speed_refs
+    core_speed._best_probe_s.clear()
+    core_speed._best_parallel_s.clear()
+    core_speed.seed_core_reference({"0": 0.002, "1": 0.003, "x": 1, "2": -1, "0+1": 0.0005, "0+x": 1})
+    core_speed.seed_core_reference({"0": 0.004, "1": 0.001, "1+0": 0.0003})  # the faster time wins
+    assert core_speed.core_reference() == {"0": 0.002, "1": 0.001, "0+1": 0.0003}
 
 
-def test_cores_the_host_stops_running_together_read_as_slowed():
+def test_cores_the_host_stops_running_together_read_as_slowed(core_speed_refs):
     """The host running a process's cores one after the other (each as fast as ever alone) cannot be
     staged either: the parallel probe's reference is seeded at a quarter of its time instead, as a
     campaign hands it to a new worker; the cores together then read slowed (a 2-thread runtime
     runs at its 1-thread pace in such spells), one core alone has no parallel figure."""
     import os
 
-    from placer.devices import core_speed
     from placer.profile.contention import SLOWED, core_slowdown
 
+    core_speed = core_speed_refs
     cores = frozenset(os.sched_getaffinity(0))
     if len(cores) < 2:
         pytest.skip("one core: nothing runs side by side")
-    saved, saved_par = dict(core_speed._best_probe_s), dict(core_speed._best_parallel_s)
-    try:
-        core_speed.warm_core_probe(rounds=3)
-        assert core_speed.parallel_slowdown(cores) >= 1.0  # a ratio to the best, never below 1
-        assert core_speed.parallel_slowdown(frozenset({min(cores)})) is None
-        assert "+".join(map(str, sorted(cores))) in core_speed.core_reference()
-        for c in cores:  # each core alone: no slower than ever (its reference is its own time now)
-            core_speed._best_probe_s[c] = float("inf")
-        core_speed._best_parallel_s[cores] = core_speed._best_parallel_s[cores] / 4
-        assert core_speed.parallel_slowdown(cores) >= SLOWED
-        assert core_slowdown(cores) >= SLOWED
-        with CpuWindow() as w:
-            time.sleep(0.01)
-        assert w.slowdown is not None and w.slowdown >= SLOWED
-    finally:
-        core_speed._best_probe_s.clear()
-        core_speed._best_probe_s.update(saved)
-        core_speed._best_parallel_s.clear()
-        core_speed._best_parallel_s.update(saved_par)
+    core_speed.warm_core_probe(rounds=3)
+    assert core_speed.parallel_slowdown(cores) >= 1.0  # a ratio to the best, never below 1
+    assert core_speed.parallel_slowdown(frozenset({min(cores)})) is None
+    assert "+".join(map(str, sorted(cores))) in core_speed.core_reference()
+    for c in cores:  # each core alone: no slower than ever (its reference is its own time now)
+        core_speed._best_probe_s[c] = float("inf")
+    core_speed._best_parallel_s[cores] = core_speed._best_parallel_s[cores] / 4
+    assert core_speed.parallel_slowdown(cores) >= SLOWED
+    assert core_slowdown(cores) >= SLOWED
+    with CpuWindow() as w:
+        time.sleep(0.01)
+    assert w.slowdown is not None and w.slowdown >= SLOWED

@@ -17,22 +17,12 @@ from placer.run.numerics import random_inputs
 
 
 @pytest.fixture()
-def always_slowed():
-    from placer.devices import core_speed
-
-    saved, saved_par = dict(core_speed._best_probe_s), dict(core_speed._best_parallel_s)
-    try:
-        core_speed.warm_core_probe(rounds=1)
-        for c in list(core_speed._best_probe_s):
-            core_speed._best_probe_s[c] = 1e-7
-        for cs in list(core_speed._best_parallel_s):
-            core_speed._best_parallel_s[cs] = 1e-9
-        yield
-    finally:
-        core_speed._best_probe_s.clear()
-        core_speed._best_probe_s.update(saved)
-        core_speed._best_parallel_s.clear()
-        core_speed._best_parallel_s.update(saved_par)
+def always_slowed(core_speed_refs):
+    core_speed_refs.warm_core_probe(rounds=1)
+    for c in list(core_speed_refs._best_probe_s):
+        core_speed_refs._best_probe_s[c] = 1e-7
+    for cs in list(core_speed_refs._best_parallel_s):
+        core_speed_refs._best_parallel_s[cs] = 1e-9
 
 
 def _plan_bench():
