@@ -2,9 +2,9 @@
 
 Times, over and over for ``--seconds``: squeezenet (the onnx package's copy) through ONNX Runtime
 at 2 threads and at 1 thread, the per-core reference loop (:func:`placer.devices.core_speed.
-core_slowdown`'s per-core part) and the parallel probe (:func:`~placer.devices.core_speed.
-parallel_slowdown`). A sample is "in a spell" when the 2-thread session took over 0.75x the
-1-thread one's time (it normally takes about 0.53x). Prints how often each probe reads
+per_core_slowdown`) and the parallel probe (:func:`~placer.devices.core_speed.parallel_slowdown`).
+A sample is "in a spell" when the 2-thread session took over 0.75x the 1-thread one's time (it
+normally takes about 0.53x). Prints how often each probe reads
 :data:`~placer.devices.core_speed.SLOWED` or more in and out of the spells, and writes the samples
 (``--out``, .npy: seconds, per-core slowdown, parallel slowdown, 2-thread ms, 1-thread ms).
 

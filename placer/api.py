@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -126,9 +125,6 @@ MEASURE_ROUNDS = 5
 #: slow spell over five rounds, two single targets 5% apart measured 7% apart the other way (session 17)
 EXTRA_ROUNDS = 10
 TIE_BAND = 1.10
-#: with ``measure``: rounds added while most turns of a plan began or ended with the cores slowed
-#: (up to EXTRA_ROUNDS, each after waiting for quiet cores) begin within this many seconds
-QUIET_S = 30.0
 
 
 def honest(ctx: PlanningContext, solved, *, measure: bool = False, say: Callable[[str], None] = lambda m: None):
@@ -191,8 +187,9 @@ def _measured_choice(ctx: PlanningContext, chosen, note: str, singles: Sequence,
             if not report.passed:
                 raise PlacerError(f"--measure: the {p.solver} plan's outputs differ from the reference: "
                                   f"{report.failures()[0].name}")
-        # a spell of slowed cores over most rounds: more rounds, each after waiting for quiet cores
-        stats = bench.measure(list(plans), until_quiet=EXTRA_ROUNDS, deadline=time.monotonic() + QUIET_S)
+        # a spell of slowed cores over most rounds: up to EXTRA_ROUNDS more, each after waiting for
+        # quiet cores (within the bench's QUIET_WINDOW_S)
+        stats = bench.measure(list(plans), until_quiet=EXTRA_ROUNDS)
         ratio = _ratios_to_chosen(bench, stats, plans)
         rounds = MEASURE_ROUNDS + bench.extra_rounds
         if close_call(ratio):  # the rounds so far cannot tell them apart: more of them, counted with these

@@ -89,12 +89,20 @@ def per_core_slowdown(cores: frozenset[int] | None = None, repeat: int = 1) -> f
         t.join()
         if not times:
             return None
-        worst = 1.0
-        for c, s in times.items():
-            best = min(_best_probe_s.get(c, s), s)
-            _best_probe_s[c] = best
-            worst = max(worst, s / best if best > 0 else 1.0)
-    return worst
+        return max([1.0] + [_against_best(_best_probe_s, c, s) for c, s in times.items()])
+
+
+def _keep_best(table: dict, key, seconds: float) -> float:
+    """Record ``seconds`` in ``table`` under ``key`` when it beats the best there; the best."""
+    best = min(table.get(key, seconds), seconds)
+    table[key] = best
+    return best
+
+
+def _against_best(table: dict, key, seconds: float) -> float:
+    """``seconds`` over the best time in ``table`` under ``key`` (``seconds`` included): >= 1.0."""
+    best = _keep_best(table, key, seconds)
+    return seconds / best if best > 0 else 1.0
 
 
 def _parallel_probe_s(cores: list[int]) -> float | None:
@@ -146,10 +154,7 @@ def parallel_slowdown(cores: frozenset[int] | None = None, repeat: int = 1) -> f
         runs = [r for r in runs if r is not None]
         if not runs:
             return None
-        now = min(runs)
-        best = min(_best_parallel_s.get(cores, now), now)
-        _best_parallel_s[cores] = best
-    return now / best if best > 0 else 1.0
+        return _against_best(_best_parallel_s, cores, min(runs))
 
 
 def core_reference() -> dict[str, float]:
@@ -175,10 +180,9 @@ def seed_core_reference(reference) -> None:
             if best <= 0:
                 continue
             if len(cores) == 1:
-                (core,) = cores
-                _best_probe_s[core] = min(_best_probe_s.get(core, best), best)
+                _keep_best(_best_probe_s, next(iter(cores)), best)
             else:
-                _best_parallel_s[cores] = min(_best_parallel_s.get(cores, best), best)
+                _keep_best(_best_parallel_s, cores, best)
 
 
 def warm_core_probe(rounds: int = 5) -> None:

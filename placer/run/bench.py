@@ -54,6 +54,9 @@ SETTLE_MAX_S = 0.25
 #: the machine)
 QUIET_WAIT_S = 2.0
 QUIET_WAIT_ENV = "PLACER_QUIET_WAIT_S"
+#: ... and no added round begins later than this many seconds after the measurement's own rounds,
+#: unless the caller gives a deadline (tune: the end of its budget)
+QUIET_WINDOW_S = 30.0
 QUIET_POLL_S = 0.2
 
 
@@ -207,7 +210,8 @@ class PlanBench:
         ``until_quiet`` > 0: while some candidate has fewer quiet samples than slowed ones (its figure
         would then count the slowed ones too, :func:`quiet_samples`), up to that many more rounds,
         each after waiting up to ``quiet_wait`` seconds (default :func:`quiet_wait_s`) for the cores to
-        read quiet (:func:`wait_quiet`), none begun after ``deadline`` (``time.monotonic()``)."""
+        read quiet (:func:`wait_quiet`), none begun after ``deadline`` (``time.monotonic()``; default
+        :data:`QUIET_WINDOW_S` after the measurement's own rounds)."""
         keys = list(dict.fromkeys(keys))
         n_req = max(2, int(per_round or self.per_round))
         if fresh:
@@ -223,10 +227,10 @@ class PlanBench:
             before = self._one_round(keys, r, n_req, before)
         extra = 0
         wait_s = quiet_wait_s() if quiet_wait is None else quiet_wait
-        in_time = lambda: deadline is None or time.monotonic() < deadline  # noqa: E731
-        while extra < until_quiet and self.mostly_slowed(keys) and in_time():
-            left = wait_s if deadline is None else deadline - time.monotonic()
-            wait_quiet(min(wait_s, max(0.0, left)))
+        if deadline is None:
+            deadline = time.monotonic() + QUIET_WINDOW_S
+        while extra < until_quiet and self.mostly_slowed(keys) and time.monotonic() < deadline:
+            wait_quiet(min(wait_s, max(0.0, deadline - time.monotonic())))
             before = self._one_round(keys, (rounds or self.rounds) + extra, n_req, core_slowdown() or 1.0)
             extra += 1
         self.extra_rounds = extra

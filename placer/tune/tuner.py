@@ -74,11 +74,9 @@ FINAL_ROUND_MS = 25.0
 DECIDE_MARGIN = 0.03
 DECIDE_ROUNDS = 10
 #: the final rounds add up to this many rounds while some candidate's turns mostly began or ended with
-#: the cores slowed (:meth:`PlanBench.measure` ``until_quiet``; within the budget, else within
-#: QUIET_S): a spell outlasted gpt-tiny's five final rounds (session 19) and tune kept a 1-thread
-#: target at 0.71x the best default passing numerics
+#: the cores slowed (:meth:`PlanBench.measure` ``until_quiet``; within the budget, else within the
+#: bench's QUIET_WINDOW_S): a spell can outlast the five final rounds
 QUIET_ROUNDS = 10
-QUIET_S = 30.0
 
 
 def final_requests(best_ms: float) -> int:
@@ -527,7 +525,7 @@ class LatencySearch:
         t0 = time.monotonic()
         stats = self.bench.measure(final_keys, rounds=FINAL_ROUNDS, fresh=True,
                                    per_round=final_requests(fastest), until_quiet=QUIET_ROUNDS,
-                                   deadline=self._quiet_deadline())
+                                   deadline=self._budget_end())
         extra = self.bench.extra_rounds
         if extra:
             self.say(f"final rounds: {extra} more round(s), each after waiting for quiet cores: most "
@@ -551,12 +549,10 @@ class LatencySearch:
         best_single = min((r for r in finalists if r.kind == "baseline"), key=lambda r: r.compare_ms)
         return best, best_single
 
-    def _quiet_deadline(self) -> float:
-        """When rounds added for quiet samples must have begun: the budget less the outputs' time,
-        else :data:`QUIET_S` from now."""
-        if self.budget_s:
-            return self.t_start + self.budget_s - self.write_s
-        return time.monotonic() + QUIET_S
+    def _budget_end(self) -> float | None:
+        """When measuring must stop (``time.monotonic()``): the budget less the outputs' time; None
+        without a budget."""
+        return self.t_start + self.budget_s - self.write_s if self.budget_s else None
 
     @staticmethod
     def _close(a: TrialRecord, b: TrialRecord, paired: Mapping[str, float], stats) -> bool:
@@ -571,16 +567,15 @@ class LatencySearch:
         passing = [r.key for r in self.records if r.kind == "yardstick" and r.numerics_ok and r.key in self.ys_keys]
         keys = [a.key, b.key] + ([min(passing, key=figure)] if passing else [])
         n = DECIDE_ROUNDS
-        if self.budget_s:
-            left = self.t_start + self.budget_s - time.monotonic() - self.write_s
-            n = min(n, int(left / max(turn_s * len(keys), 1e-6)))
+        end = self._budget_end()
+        if end is not None:
+            n = min(n, int((end - time.monotonic()) / max(turn_s * len(keys), 1e-6)))
         if n < 3:
             return a
         self.say(f"final rounds: {a.label} and {b.label} within {DECIDE_MARGIN:.0%} of each other, "
                  f"{n} more rounds")
         # added to the final rounds' samples
-        self.bench.measure(keys, rounds=n, per_round=per_round, until_quiet=QUIET_ROUNDS,
-                           deadline=self._quiet_deadline())
+        self.bench.measure(keys, rounds=n, per_round=per_round, until_quiet=QUIET_ROUNDS, deadline=end)
         ratio = self.bench.paired_ratio(b.key, a.key)
         return b if ratio is not None and ratio < 1.0 else a
 
