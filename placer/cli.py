@@ -255,7 +255,7 @@ def add_tune(sub) -> None:
     p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, help="random seed (default 0)")
     p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
                    help="f32 (default): every output within the f32 tolerance of the reference; bf16: the "
-                        "default targets compute OpenVINO in bf16, as OpenVINO's own default does on a CPU "
+                        "default targets add OpenVINO in bf16, as OpenVINO's own default computes on a CPU "
                         "with bf16 (refused on one without), outputs checked at the bf16 tolerance")
     p.set_defaults(func=cmd_tune)
 
