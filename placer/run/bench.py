@@ -231,7 +231,7 @@ class PlanBench:
             deadline = time.monotonic() + QUIET_WINDOW_S
         while extra < until_quiet and self.mostly_slowed(keys) and time.monotonic() < deadline:
             wait_quiet(min(wait_s, max(0.0, deadline - time.monotonic())))
-            before = self._one_round(keys, (rounds or self.rounds) + extra, n_req, core_slowdown() or 1.0)
+            self._one_round(keys, (rounds or self.rounds) + extra, n_req, core_slowdown() or 1.0)
             extra += 1
         self.extra_rounds = extra
         return {k: self.stats(k) for k in keys}
