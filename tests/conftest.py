@@ -15,7 +15,8 @@
 * ``_trust_key`` (session, autouse): ``$PLACER_TRUST_KEY`` points into the session's temporary
   folder, so compiling a module never makes or uses the user's own ``~/.config/placer/trust.key``.
 * ``core_speed_refs``: :mod:`placer.devices.core_speed` (its per-core and parallel reference times
-  restored after the test, which may seed them: a host's slow spell cannot be staged).
+  restored after the test, which may seed them: a host's slow spell cannot be staged);
+  ``always_slowed`` seeds them so that every probe reads slowed.
 * ``_no_quiet_wait`` (session, autouse): ``$PLACER_QUIET_WAIT_S`` = 0, so rounds a bench adds for
   quiet samples (:meth:`placer.run.bench.PlanBench.measure`) never wait for the cores: the suite's
   own parallel workers keep them busy, and no outcome may wait on the machine's load.
@@ -72,6 +73,17 @@ def core_speed_refs():
         core_speed._best_probe_s.update(saved)
         core_speed._best_parallel_s.clear()
         core_speed._best_parallel_s.update(saved_par)
+
+
+@pytest.fixture()
+def always_slowed(core_speed_refs):
+    """Every core probe reads slowed: a host's spell cannot be staged, so the cores' references are
+    seeded far faster than any core runs, as a campaign hands its best times to a new worker."""
+    core_speed_refs.warm_core_probe(rounds=1)
+    for c in list(core_speed_refs._best_probe_s):
+        core_speed_refs._best_probe_s[c] = 1e-7
+    for cs in list(core_speed_refs._best_parallel_s):
+        core_speed_refs._best_parallel_s[cs] = 1e-9
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:

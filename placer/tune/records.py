@@ -144,6 +144,8 @@ class TuneResult:
         if single is not best:
             lines.append(f"vs the best single target ({single.label}, {fig(single)}): "
                          f"{self.speedup_vs(single):.2f}x")
+        if self.extra.get("spell"):
+            lines.append(self.extra["spell"])
         return lines
 
     def speedup_vs(self, other: TrialRecord | None) -> float:

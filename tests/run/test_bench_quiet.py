@@ -2,27 +2,16 @@
 outlast a whole measurement; the bench then adds rounds, each after waiting for quiet cores, bounded
 by a count and a deadline.
 
-A host's spell cannot be staged in a test, so the cores' references are seeded far faster than any
-core runs (every probe then reads slowed), as a campaign hands its best times to a new worker."""
+A host's spell cannot be staged in a test: the ``always_slowed`` fixture (tests/conftest.py) seeds the
+cores' references far faster than any core runs, so every probe reads slowed."""
 
 from __future__ import annotations
 
 import time
 
-import pytest
-
 from placer.materialize import materialize
 from placer.run.bench import Candidate, PlanBench, wait_quiet
 from placer.run.numerics import random_inputs
-
-
-@pytest.fixture()
-def always_slowed(core_speed_refs):
-    core_speed_refs.warm_core_probe(rounds=1)
-    for c in list(core_speed_refs._best_probe_s):
-        core_speed_refs._best_probe_s[c] = 1e-7
-    for cs in list(core_speed_refs._best_parallel_s):
-        core_speed_refs._best_parallel_s[cs] = 1e-9
 
 
 def _plan_bench():

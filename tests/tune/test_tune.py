@@ -244,3 +244,90 @@ def test_two_final_candidates_within_the_margin_race_in_more_rounds_as_the_budge
         assert all(len(bench.candidates[r.key].turns) == 2 + DECIDE_ROUNDS + bench.extra_rounds for r in recs)
         ratio = bench.paired_ratio("openvino", "onnxruntime")
         assert first is (recs[1] if ratio < 1.0 else recs[0]) and "more rounds" in said[0]
+
+
+def test_final_rounds_wait_for_quiet_cores_past_a_spent_budget(always_slowed):
+    """Cores slowed throughout, the budget spent: the final rounds (the verdict) still add their rounds
+    for quiet samples, past the budget, and say so; a measurement bounded by the budget adds none."""
+    import time
+    from types import SimpleNamespace
+
+    from mz_models import diamond_model, graph_of
+
+    from placer.materialize import materialize
+    from placer.run import random_inputs
+    from placer.run.bench import PlanBench
+    from placer.tune.records import TrialRecord
+    from placer.tune.tuner import FINAL_ROUNDS, QUIET_ROUNDS, LatencySearch
+
+    g = graph_of(diamond_model())
+    said = []
+    search = object.__new__(LatencySearch)  # only what the final rounds read
+    search.ys_keys, search.say, search.write_s = [], said.append, 0.0
+    search.ctx, search.stored_whole_ms, search.spell_note, search.by_key = SimpleNamespace(targets=[]), {}, "", {}
+    search.budget_s, search.t_start = 1.0, time.monotonic() - 5.0  # spent 4 s ago
+    with PlanBench([random_inputs(g, seed=0)], rounds=2, per_round=2) as bench:
+        search.bench = bench
+        recs = [TrialRecord(t, f"single:{t}", "baseline", {}, None, 1.0) for t in ("onnxruntime", "openvino")]
+        for r in recs:
+            bench.add(r.key, materialize(g, {op.id: r.key for op in g.ops}))
+        bench.measure([r.key for r in recs], until_quiet=QUIET_ROUNDS, deadline=search._budget_end())
+        assert bench.extra_rounds == 0  # bounded by the budget: nothing past it
+        for r in recs:
+            r.measured_ms = bench.stats(r.key).median_ms
+        search.records, search.best_single = recs, recs[0]
+        best, best_single = search.final_rounds()
+        assert bench.extra_rounds == QUIET_ROUNDS  # never quiet: the count bounds it
+        assert all(len(bench.candidates[r.key].turns) == FINAL_ROUNDS + QUIET_ROUNDS for r in recs)
+        assert any("more round(s)" in s and "past the budget" in s for s in said)
+        assert best in recs and best_single in recs and all(r.final for r in recs)
+
+
+@pytest.mark.parametrize("stored_ratio, spell", [(0.01, True), (100.0, False)])
+def test_final_rounds_wait_when_all_core_targets_ran_at_their_1_thread_pace_against_the_store(stored_ratio, spell):
+    """A runtime's all-core / 1-thread ratio in the final rounds far above the store's (a host spell
+    the probes did not read, placer.tune.spells): the final rounds say so, poll the two targets for
+    the spell's end (every poll here still reads it: the store's ratio is out of reach), and keep
+    their figures; a store that agrees raises nothing."""
+    from types import SimpleNamespace
+
+    from mz_models import diamond_model, graph_of
+
+    from placer.devices import make_targets
+    from placer.materialize import materialize
+    from placer.run import random_inputs
+    from placer.run.bench import PlanBench
+    from placer.tune.records import TrialRecord
+    from placer.tune.tuner import FINAL_ROUNDS, QUIET_ROUNDS, LatencySearch
+
+    g = graph_of(diamond_model())
+    targets = make_targets(["onnxruntime:t1", "onnxruntime:t2"])
+    said = []
+    search = object.__new__(LatencySearch)  # only what the final rounds read
+    search.ys_keys, search.say, search.write_s, search.budget_s = [], said.append, 0.0, None
+    search.ctx = SimpleNamespace(targets=targets)
+    search.stored_whole_ms = {"onnxruntime@cpu:t1": 1.0, "onnxruntime@cpu:t2": stored_ratio}
+    search.spell_note, search.by_key = "", {}
+    with PlanBench([random_inputs(g, seed=0)], rounds=2, per_round=2) as bench:
+        search.bench = bench
+        recs = [TrialRecord(t.name, f"single:{t.name}", "baseline", {}, None, 1.0) for t in targets]
+        for r, t in zip(recs, targets):
+            bench.add(r.key, materialize(g, {op.id: t.name for op in g.ops}))
+            r.measured_ms = 1.0
+            search.by_key[r.key] = r
+        search.records, search.best_single = recs, recs[0]
+        best, _ = search.final_rounds()
+        turns = [len(bench.candidates[r.key].turns) for r in recs]
+        assert best in recs
+        if spell:
+            assert any("unread by the probes" in s for s in said)
+            assert any("the spell lasted" in s for s in said)
+            # kept over a faster 1-thread target only within placer.tune.spells.SPELL_GIVE of it
+            kept = any("kept instead of" in s for s in said)
+            assert not kept or (best is recs[1] and recs[1].compare_ms > recs[0].compare_ms)
+            assert search.spell_note == next((s[len("final rounds: "):] for s in said if "kept instead" in s), "")
+            # the final rounds (and their rounds for quiet samples), then one poll per added round
+            assert all(n >= FINAL_ROUNDS + QUIET_ROUNDS for n in turns)
+        else:
+            assert not any("unread" in s or "spell" in s for s in said)
+            assert all(n <= FINAL_ROUNDS + QUIET_ROUNDS for n in turns)

@@ -1,0 +1,108 @@
+"""Host spells the core probes do not read, seen in the model's own figures.
+
+On the 2-core development machines the host sometimes runs the two cores one after the other for
+seconds to minutes: every all-core runtime then runs at about its 1-thread pace. The bench's probes
+(:func:`placer.devices.core_speed.core_slowdown`) read most such spells, not all (docs/design.md,
+sessions 19 and 21). A verdict taken in one inverts the choice between a runtime at 1 thread and the
+same runtime on all cores: in session 21's comparison tune kept OpenVINO at 1 thread for bert-tiny
+(0.304 against 0.318 ms in its final rounds) and gpt-tiny (0.360 against 0.370), where the
+comparison's rounds minutes later measured 0.330 against 0.235 and 0.393 against 0.369.
+
+The model itself tells: the store's whole-model rows (taken with the probes, the quietest of three
+windows) give each runtime's ratio of its all-core time to its 1-thread time on a quiet machine.
+When, in the final rounds, that ratio is over :data:`SPELL_RATIO` times the store's for a runtime
+measured both ways, its all-core target ran in a spell. :func:`unread_spell` says so;
+:func:`wait_spell_end` polls a round of the two targets until their ratio is back near the store's.
+Spells here last from seconds to many minutes (session 21: one outlasted tune's 20 s of polls and the
+comparison's bench after it). When it lasts, :func:`quiet_choice` weighs the two regimes: a 1-thread
+target that won in the spell by a few percent gives way to the same runtime on all cores, which the
+store has 1.5x faster on a quiet machine (losing little in a spell, gaining much outside one).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from placer.run.bench import PlanBench, quiet_wait_s
+
+#: the all-core / 1-thread ratio of a runtime in the final rounds over this many times the store's
+#: reads as a spell (spells moved it 1.5-1.6x: OpenVINO 0.67 -> 1.05 on bert-tiny, 0.65 -> 1.03 on
+#: gpt-tiny, session 21)
+SPELL_RATIO = 1.3
+#: a poll's ratio within this many times the store's ends the wait
+SPELL_OVER = 1.15
+#: a spell that lasted: the 1-thread target chosen gives way to its runtime's all-core target when
+#: that one was at most this share slower in the spell (and the store has it faster on a quiet machine)
+SPELL_GIVE = 0.10
+
+
+@dataclass(frozen=True)
+class SpellPair:
+    """One runtime's 1-thread and all-core targets (their bench keys) and ratios."""
+    kind: str
+    one_key: str
+    all_key: str
+    stored_ratio: float  # all-core / 1-thread whole-model time in the store
+    measured_ratio: float  # the same in the rounds just measured
+
+
+def runtime_pairs(targets: Sequence, keys: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """``(kind, 1-thread target, all-core target)`` per runtime that has both among ``targets``
+    (unpinned; ``keys``: target name -> bench key of its single-target plan, only those measured)."""
+    by_kind: dict[str, dict[int, str]] = {}
+    for t in targets:
+        if t.spec.cores or t.name not in keys:
+            continue
+        by_kind.setdefault(t.kind, {})[int(t.spec.threads or 0)] = t.name
+    return [(kind, th[1], th[max(th)]) for kind, th in sorted(by_kind.items()) if 1 in th and max(th) > 1]
+
+
+def unread_spell(targets: Sequence, keys: Mapping[str, str], stored_ms: Mapping[str, float],
+                 figure: Callable[[str], float | None]) -> list[SpellPair]:
+    """The runtime pairs that read a spell ([] when none does): a runtime measured at 1 thread and on
+    all cores (``figure``: a bench key's figure in the rounds just measured) whose all-core target ran
+    over :data:`SPELL_RATIO` times slower, relative to its 1-thread target, than the store's
+    whole-model times (``stored_ms`` by target name) say. One pair is enough: the other runtime's
+    stored row may have been taken in a spell itself (session 21, gpt-tiny: ONNX Runtime's all-core
+    row stored at 0.501 ms, 1.16x its 1-thread row, where quiet it runs at 0.65x)."""
+    pairs = []
+    for kind, one, many in runtime_pairs(targets, keys):
+        s1, sn = stored_ms.get(one), stored_ms.get(many)
+        f1, fn = figure(keys[one]), figure(keys[many])
+        if not all(x is not None and math.isfinite(x) and x > 0 for x in (s1, sn, f1, fn)):
+            continue
+        pairs.append(SpellPair(kind, keys[one], keys[many], sn / s1, fn / f1))
+    return [p for p in pairs if p.measured_ratio > SPELL_RATIO * p.stored_ratio]
+
+
+def wait_spell_end(bench: PlanBench, pairs: Sequence[SpellPair], *, polls: int, per_round: int) -> bool:
+    """Poll, up to ``polls`` times, each :func:`~placer.run.bench.quiet_wait_s` seconds after the last
+    (the probes read such a spell quiet: waiting for them would not wait), one round of each pair's
+    two targets; True once every pair's ratio in a poll is within :data:`SPELL_OVER` of the store's.
+    The polls' samples join the candidates' (a fresh measurement clears them)."""
+    keys = [k for p in pairs for k in (p.one_key, p.all_key)]
+    for _ in range(max(0, int(polls))):
+        time.sleep(quiet_wait_s())
+        bench.measure(keys, rounds=1, per_round=per_round)
+        last = {k: bench.candidates[k].turns[-1][1] for k in keys if bench.candidates[k].turns}
+        if all(p.one_key in last and p.all_key in last and last[p.one_key] > 0
+               and last[p.all_key] / last[p.one_key] <= SPELL_OVER * p.stored_ratio for p in pairs):
+            return True
+    return False
+
+
+def quiet_choice(best_key: str, pairs: Sequence[SpellPair], figure: Callable[[str], float | None]) -> SpellPair | None:
+    """The pair whose all-core target should replace ``best_key`` (a 1-thread target chosen in a spell
+    that lasted), or None: the all-core target was at most :data:`SPELL_GIVE` slower in the spell
+    (``figure``) and is faster than that in the store's quiet ratio."""
+    for p in pairs:
+        if p.one_key != best_key:
+            continue
+        f1, fn = figure(p.one_key), figure(p.all_key)
+        if (f1 is not None and fn is not None and f1 > 0 and fn <= f1 * (1 + SPELL_GIVE)
+                and p.stored_ratio * (1 + SPELL_GIVE) < 1.0):
+            return p
+    return None

@@ -1,0 +1,60 @@
+"""placer.tune.spells: a spell of the host read in the model's own figures (all-core targets at their
+1-thread pace, against the store's quiet ratio)."""
+
+from __future__ import annotations
+
+from placer.devices import make_targets
+from placer.tune.spells import SPELL_GIVE, SPELL_RATIO, SpellPair, quiet_choice, runtime_pairs, unread_spell
+
+TARGETS = make_targets(["onnxruntime:t2", "openvino:t2", "onnxruntime:t1", "openvino:t1", "openvino@cpu0:t1"])
+KEYS = {t.name: f"key:{t.name}" for t in TARGETS}
+STORED = {"onnxruntime@cpu:t1": 3.0, "onnxruntime@cpu:t2": 1.6, "openvino@cpu:t1": 0.30,
+          "openvino@cpu:t2": 0.20, "openvino@cpu0:t1": 0.31}
+
+
+def figures(**ms):
+    named = {f"key:{k.replace('_t', '@cpu:t')}": v for k, v in ms.items()}
+    return named.get
+
+
+def test_pairs_are_each_runtimes_1_thread_and_all_core_targets_unpinned_and_measured():
+    assert runtime_pairs(TARGETS, KEYS) == [("onnxruntime", "onnxruntime@cpu:t1", "onnxruntime@cpu:t2"),
+                                             ("openvino", "openvino@cpu:t1", "openvino@cpu:t2")]
+    only = {k: v for k, v in KEYS.items() if k != "onnxruntime@cpu:t1"}
+    assert runtime_pairs(TARGETS, only) == [("openvino", "openvino@cpu:t1", "openvino@cpu:t2")]
+
+
+def test_a_spell_is_a_runtime_far_above_its_stored_ratio():
+    # both runtimes' all-core targets at their 1-thread pace: a spell
+    spell = unread_spell(TARGETS, KEYS, STORED, figures(onnxruntime_t1=3.0, onnxruntime_t2=3.1,
+                                                        openvino_t1=0.30, openvino_t2=0.31))
+    assert [p.kind for p in spell] == ["onnxruntime", "openvino"]
+    assert spell[1].stored_ratio == 0.20 / 0.30 and spell[1].measured_ratio == 0.31 / 0.30
+    assert spell[1].measured_ratio > SPELL_RATIO * spell[1].stored_ratio
+    # one runtime as in the store: the other reads the spell alone (a stored row may be a spell's)
+    assert [p.kind for p in unread_spell(TARGETS, KEYS, STORED, figures(
+        onnxruntime_t1=3.0, onnxruntime_t2=1.7, openvino_t1=0.30, openvino_t2=0.31))] == ["openvino"]
+    # all as in the store, uniformly slower (a spell the probes read slows both alike): none
+    assert unread_spell(TARGETS, KEYS, STORED, figures(onnxruntime_t1=6.0, onnxruntime_t2=3.2,
+                                                       openvino_t1=0.60, openvino_t2=0.40)) == []
+
+
+def test_no_spell_without_the_figures_to_tell():
+    assert unread_spell(TARGETS, KEYS, {}, figures(openvino_t1=0.30, openvino_t2=0.31)) == []
+    # a runtime without a figure is left out; the other decides
+    assert [p.kind for p in unread_spell(TARGETS, KEYS, STORED, figures(openvino_t1=0.30, openvino_t2=0.31))] \
+        == ["openvino"]
+
+
+def test_a_spell_that_lasted_gives_a_narrow_1_thread_win_to_the_all_core_target():
+    pair = SpellPair("openvino", "one", "all", stored_ratio=0.67, measured_ratio=1.05)
+    fig = {"one": 0.304, "all": 0.318}.get
+    assert quiet_choice("one", [pair], fig) is pair  # 4.6% slower in the spell, 1.5x faster when quiet
+    assert quiet_choice("all", [pair], fig) is None  # the all-core target won anyway
+    assert quiet_choice("trial 3", [pair], fig) is None  # a plan of several targets: no quiet figure
+    # the 1-thread target won by more than the give: it stays
+    assert quiet_choice("one", [pair], {"one": 0.30, "all": 0.30 * (1 + SPELL_GIVE) * 1.01}.get) is None
+    # the store has the all-core target barely faster when quiet: nothing to gain
+    flat = SpellPair("openvino", "one", "all", stored_ratio=0.95, measured_ratio=1.3)
+    assert quiet_choice("one", [flat], fig) is None
+    assert quiet_choice("one", [], fig) is None
