@@ -94,7 +94,8 @@ def wait_spell_end(bench: PlanBench, pairs: Sequence[SpellPair], *, polls: int, 
     return False
 
 
-def quiet_choice(best_key: str, pairs: Sequence[SpellPair], figure: Callable[[str], float | None]) -> SpellPair | None:
+def quiet_choice(best_key: str, pairs: Sequence[SpellPair],
+                 figure: Callable[[str], float | None]) -> SpellPair | None:
     """The pair whose all-core target should replace ``best_key`` (a 1-thread target chosen in a spell
     that lasted), or None: the all-core target was at most :data:`SPELL_GIVE` slower in the spell
     (``figure``) and is faster than that in the store's quiet ratio."""

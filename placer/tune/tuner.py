@@ -559,13 +559,15 @@ class LatencySearch:
                 r.final = True
         best = min(finalists, key=lambda r: r.compare_ms)
         best_single = min((r for r in finalists if r.kind == "baseline"), key=lambda r: r.compare_ms)
-        give = quiet_choice(best.key, spell, lambda k: self.by_key[k].compare_ms if k in self.by_key else None)
+        known = self.by_key
+        give = quiet_choice(best.key, spell, lambda k: known[k].compare_ms if k in known else None)
         if give is not None:
             other = self.by_key[give.all_key]
-            self.spell_note = (f"{other.label} kept instead of {best.label}, the fastest in final rounds taken "
-                               f"in a spell of the host (all-core runtimes at their 1-thread pace): "
-                               f"{other.compare_ms / best.compare_ms - 1:.1%} slower there, "
-                               f"{1 / give.stored_ratio:.2f}x its 1-thread speed on a quiet machine (the store).")
+            slower = other.compare_ms / best.compare_ms - 1
+            self.spell_note = (
+                f"{other.label} kept instead of {best.label}, the fastest in final rounds taken in a spell "
+                f"of the host (all-core runtimes at their 1-thread pace): {slower:.1%} slower there, "
+                f"{1 / give.stored_ratio:.2f}x its 1-thread speed on a quiet machine (the store).")
             self.say("final rounds: " + self.spell_note)
             best = other
         return best, best_single

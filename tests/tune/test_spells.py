@@ -42,8 +42,8 @@ def test_a_spell_is_a_runtime_far_above_its_stored_ratio():
 def test_no_spell_without_the_figures_to_tell():
     assert unread_spell(TARGETS, KEYS, {}, figures(openvino_t1=0.30, openvino_t2=0.31)) == []
     # a runtime without a figure is left out; the other decides
-    assert [p.kind for p in unread_spell(TARGETS, KEYS, STORED, figures(openvino_t1=0.30, openvino_t2=0.31))] \
-        == ["openvino"]
+    spell = unread_spell(TARGETS, KEYS, STORED, figures(openvino_t1=0.30, openvino_t2=0.31))
+    assert [p.kind for p in spell] == ["openvino"]
 
 
 def test_a_spell_that_lasted_gives_a_narrow_1_thread_win_to_the_all_core_target():

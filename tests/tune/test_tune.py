@@ -264,7 +264,8 @@ def test_final_rounds_wait_for_quiet_cores_past_a_spent_budget(always_slowed):
     said = []
     search = object.__new__(LatencySearch)  # only what the final rounds read
     search.ys_keys, search.say, search.write_s = [], said.append, 0.0
-    search.ctx, search.stored_whole_ms, search.spell_note, search.by_key = SimpleNamespace(targets=[]), {}, "", {}
+    search.ctx, search.stored_whole_ms = SimpleNamespace(targets=[]), {}
+    search.spell_note, search.by_key = "", {}
     search.budget_s, search.t_start = 1.0, time.monotonic() - 5.0  # spent 4 s ago
     with PlanBench([random_inputs(g, seed=0)], rounds=2, per_round=2) as bench:
         search.bench = bench
@@ -284,7 +285,7 @@ def test_final_rounds_wait_for_quiet_cores_past_a_spent_budget(always_slowed):
 
 
 @pytest.mark.parametrize("stored_ratio, spell", [(0.01, True), (100.0, False)])
-def test_final_rounds_wait_when_all_core_targets_ran_at_their_1_thread_pace_against_the_store(stored_ratio, spell):
+def test_final_rounds_wait_when_all_core_targets_ran_at_their_1_thread_pace(stored_ratio, spell):
     """A runtime's all-core / 1-thread ratio in the final rounds far above the store's (a host spell
     the probes did not read, placer.tune.spells): the final rounds say so, poll the two targets for
     the spell's end (every poll here still reads it: the store's ratio is out of reach), and keep
@@ -325,7 +326,8 @@ def test_final_rounds_wait_when_all_core_targets_ran_at_their_1_thread_pace_agai
             # kept over a faster 1-thread target only within placer.tune.spells.SPELL_GIVE of it
             kept = any("kept instead of" in s for s in said)
             assert not kept or (best is recs[1] and recs[1].compare_ms > recs[0].compare_ms)
-            assert search.spell_note == next((s[len("final rounds: "):] for s in said if "kept instead" in s), "")
+            note = next((s[len("final rounds: "):] for s in said if "kept instead" in s), "")
+            assert search.spell_note == note
             # the final rounds (and their rounds for quiet samples), then one poll per added round
             assert all(n >= FINAL_ROUNDS + QUIET_ROUNDS for n in turns)
         else:
