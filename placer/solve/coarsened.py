@@ -39,7 +39,7 @@ from placer.solve.evaluate import (
 )
 from placer.solve.heuristics import DynamicListSearch
 from placer.solve.ideals import ideals_bound, ideals_plan_stats, ideals_warm_start, proven_bound
-from placer.solve.latency_search import polish
+from placer.solve.latency_search import CriticalPathSearch, polish
 from placer.solve.lns import LatencyLNS
 from placer.solve.pipeline_candidates import pipeline_candidates
 
@@ -209,17 +209,38 @@ class _CoarsenedSolve:
             a = assignment_indices(p, plan.assignment)
             o = sorted(range(p.n_ops), key=lambda i: (plan.start_ms[p.ops[i]], i))
             lns = LatencyLNS(p, a, o, self.opts_all, ctx.seed)
-            lns.run(ctx.deadline - margin, window_ops=max(30, 280 // p.n_targets))
+            share = float(self.opts_all.get("lighten_share", 0.0) or 0.0)
+            left = max(0.0, ctx.deadline - margin - time.monotonic())
+            lns.run(ctx.deadline - margin - share * left, window_ops=max(30, 280 // p.n_targets))
             if lns.improved:
                 coarsening = plan.coarsening if source.startswith("coarse") else None
                 plan = make_latency_plan(p, lns.assign, ctx.name, order=lns.order, options=opts,
                                          coarsening=coarsening)
                 source += f" + lns ({lns.improved}/{lns.steps} windows)"
+            if share > 0:
+                plan, source = self.lightened_search(plan, source, share * left, margin)
         elif search is not None:  # no LNS: the fine search goes on with what is left
             best = search.run(ctx.deadline - margin, 0.8 * ctx.time_limit)
             if best is not None and best[0] < plan.makespan_ms - 1e-9:
                 plan = make_latency_plan(p, best[1], ctx.name, order=best[2], options=opts)
                 source = "fine heuristic dynamic"
+        return plan, source
+
+    def lightened_search(self, plan: Plan, source: str, secs: float, margin: float) -> tuple[Plan, str]:
+        """The window LNS's plan, its off-chain ops moved to cheaper targets where the makespan allows
+        (:meth:`~placer.solve.latency_search.CriticalPathSearch.lighten`, at most half the budget),
+        then searched again: ``local_search_rate`` ops re-timed per second of ``secs`` in all (the
+        deadline a backstop)."""
+        p, ctx = self.p, self.ctx
+        a = assignment_indices(p, plan.assignment)
+        o = sorted(range(p.n_ops), key=lambda i: (plan.start_ms[p.ops[i]], i))
+        search = CriticalPathSearch(p, a, o, seed=ctx.seed)
+        budget, e0 = float(self.opts_all.get("local_search_rate", 1.5e6)) * secs, search.evals
+        search.lighten(e0 + 0.5 * budget, ctx.deadline - margin)  # at most half the budget
+        mk, a2, o2 = search.run(max_evals=e0 + budget, deadline=ctx.deadline - margin)
+        if mk < plan.makespan_ms - 1e-9 * max(1.0, plan.makespan_ms):
+            plan = make_latency_plan(p, a2, ctx.name, order=o2, options=self.opts)
+            source += " + lightened critical-path"
         return plan, source
 
     def with_stats(self, plan: Plan, source: str, bound: float | None,

@@ -91,6 +91,36 @@ def test_improves_heft_on_a_layered_dag_deterministically():
     make_latency_plan(p, a2, "test", order=o2).validate(p)
 
 
+@settings(max_examples=40, **SETTINGS)
+@given(problems(max_ops=9, max_targets=4), st.integers(0, 2**16))
+def test_lightening_never_lengthens_the_plan_and_only_ever_sheds_work(problem, seed):
+    start = _start(problem)
+    if start is None:
+        return
+    s = CriticalPathSearch(problem, *start, seed=seed)
+    work = lambda: sum(s.cost[v][s.assign[v]] for v in range(s.n))  # noqa: E731
+    chain = {v for v, _ in s.chain()}
+    mk, w, before = s.makespan, work(), list(s.assign)
+    kept = s.lighten(np.inf)
+    assert s.makespan <= mk + 1e-9 * max(1.0, mk)
+    assert (work() < w) if kept else (s.assign == before)
+    for v in range(s.n):  # only ops off the chain, each to a cheaper target
+        if s.assign[v] != before[v]:
+            assert v not in chain and s.cost[v][s.assign[v]] < s.cost[v][before[v]]
+    _, end = latency_schedule(problem, np.asarray(s.assign), s.order)
+    assert np.allclose(s.end, end)  # the kept state is the evaluator's schedule
+
+
+def test_lightening_sheds_work_from_heft_on_a_layered_dag():
+    p = random_layered(300, 8, seed=0, p_unsupported=0.1).canonical()
+    a, _, order = heft(p)
+    s = CriticalPathSearch(p, a, order)
+    work0 = sum(s.cost[v][s.assign[v]] for v in range(s.n))
+    mk0 = s.makespan
+    assert s.lighten(np.inf) > 0  # HEFT places ops where they finish first, not where they cost least
+    assert sum(s.cost[v][s.assign[v]] for v in range(s.n)) < work0 and s.makespan <= mk0 + 1e-9
+
+
 def test_swap_reaches_what_single_moves_cannot():
     # a (critical, on the slow target) would wait on the fast one for b: only trading targets helps
     p = PlacementProblem(ops=["a", "b"], targets=["fast", "slow"],

@@ -330,6 +330,5 @@ def test_final_rounds_wait_when_all_core_targets_ran_at_their_1_thread_pace(stor
             assert search.spell_note == note
             # the final rounds (and their rounds for quiet samples), then one poll per added round
             assert all(n >= FINAL_ROUNDS + QUIET_ROUNDS for n in turns)
-        else:
-            assert not any("unread" in s or "spell" in s for s in said)
-            assert all(n <= FINAL_ROUNDS + QUIET_ROUNDS for n in turns)
+        else:  # (the two may still race: within DECIDE_MARGIN, more rounds)
+            assert not any("unread" in s or "spell" in s for s in said) and search.spell_note == ""
