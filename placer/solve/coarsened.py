@@ -209,7 +209,9 @@ class _CoarsenedSolve:
             a = assignment_indices(p, plan.assignment)
             o = sorted(range(p.n_ops), key=lambda i: (plan.start_ms[p.ops[i]], i))
             lns = LatencyLNS(p, a, o, self.opts_all, ctx.seed)
-            share = float(self.opts_all.get("lighten_share", 0.0) or 0.0)
+            # (makespan only: a plan weighing transfers is not the critical-path search's, as in polish)
+            weighs = float(self.opts_all.get("transfer_weight", 0.0) or 0.0) > 0
+            share = 0.0 if weighs else float(self.opts_all.get("lighten_share", 0.0) or 0.0)
             left = max(0.0, ctx.deadline - margin - time.monotonic())
             lns.run(ctx.deadline - margin - share * left, window_ops=max(30, 280 // p.n_targets))
             if lns.improved:
