@@ -56,13 +56,14 @@ local_search : float, default 0.8; local_search_rate : float, default 1.5e6
     500 x 8 8.83 -> 8.58 % (seed 0), 8.47 -> 8.47 % (seed 1); 2,000 x 8 10.8-11.0 -> 10.66 %
     (seed 0), 7.39 -> 6.94 % (seed 1). STG instances stop at their bound long before the budget.
 lighten_share : float, default 0.3
-    Latency mode above ``AUTO_COARSEN_OPS`` ops, with ``lns``: this share of the time the window LNS
-    would get goes, after it, to the critical-path search again, from the LNS's plan with its ops
-    off the critical chain first moved to cheaper targets where the makespan allows
+    Latency mode above ``AUTO_COARSEN_OPS`` ops, with ``lns``: unless the window LNS still improves
+    at least half of its windows (``coarsened.LNS_PAYING``), this last share of its time goes to
+    the critical-path search again, from the LNS's plan with its ops off the critical chain first
+    moved to cheaper targets where the makespan allows
     (:meth:`~placer.solve.latency_search.CriticalPathSearch.lighten`; 0: off). The searched plan
     does ~7% more work than the load bound's assignment; shedding work where the chain does not
     wait frees the targets for what follows (session 21; 60 s, random layered 2,000 x 8: gap
-    10.48 -> 10.17 % (seed 0), 6.90 -> 6.61 % (seed 1); 5,000 x 8: 1.73 % both, in 58.6 s).
+    10.48 -> 9.91 % (seed 0), 6.90 -> 6.49 % (seed 1); 5,000 x 8: 1.73 % both).
 lns_share : float or "auto", default "auto"; lns_dtime_per_s : float, default 0.1
     Latency mode: the full CP-SAT portfolio gets the first ``1 - lns_share`` of CP-SAT's time;
     unless it proves the optimum, CP-SAT's large-neighbourhood workers alone (``use_lns_only``)

@@ -310,20 +310,26 @@ class LatencyLNS:
 
     # ------------------------------------------------------------------ sweep
     def run(self, deadline: float, window_ops: int = 70, step_s: float = 0.7, min_step_s: float = 0.25,
-            patience: int = 2, max_windows: int | None = None) -> float:
+            patience: int = 2, max_windows: int | None = None, stop_at: float | None = None,
+            paying: float = 0.0) -> float:
         """Sweep windows of about ``window_ops`` ops (half overlapping) from the start of the
         schedule until ``deadline`` (or ``max_windows`` CP-SAT calls); each call gets at most
         ``step_s`` seconds (with the default ``deterministic`` option, ``dtime_per_s * step_s`` of
         deterministic time, so a run bounded by ``max_windows`` is the same on any machine). After
         ``patience`` windows in a row without improvement the sweep starts again from the
-        beginning with another window size (x1.5, x0.75, x1). Returns the makespan."""
+        beginning with another window size (x1.5, x0.75, x1). From ``stop_at`` on (``time.monotonic()``)
+        the sweep stops as soon as under ``paying`` of its windows have improved the plan. Returns the
+        makespan."""
         p = self.p
         n = p.n_ops
         sizes = [window_ops, max(8, int(1.5 * window_ops)), max(8, int(0.75 * window_ops))]
         size_i, pos, misses = 0, 0, 0
         while max_windows is None or self.steps < max_windows:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left < min_step_s:
+                break
+            if stop_at is not None and now >= stop_at and self.improved < paying * max(1, self.steps):
                 break
             size = sizes[size_i % len(sizes)]
             if pos >= n - 1 or misses >= patience:

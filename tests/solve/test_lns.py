@@ -108,3 +108,22 @@ def test_coarsened_latency_path_reports_a_valid_bound():
     assert plan.stats.extra["source"].startswith("fine heuristic")
     # by default (lns_skip_coarse_gap = 1) the coarse solve's time goes to the window LNS
     assert plan.stats.extra["coarse_status"] == "SKIPPED"
+
+
+def test_a_sweep_asked_to_pay_stops_once_it_does_not():
+    """``run(stop_at=..., paying=...)``: from ``stop_at`` on, the sweep stops while under ``paying``
+    of its windows improved the plan (the solver then gives the time left to the lightened search)."""
+    import time
+
+    p = random_layered(120, 4, seed=3)
+    a, _, order = heft(p)
+    opts = {"num_workers": 1, "dtime_per_s": 0.05 / 1e6}
+    past = time.monotonic() - 1.0
+    lns = LatencyLNS(p, a, order, opts)
+    lns.run(math.inf, window_ops=30, step_s=1e6, max_windows=3, stop_at=past, paying=1.0)
+    assert lns.steps == 0  # no window yet: 0 of 0 improved is under any share
+    lns.run(math.inf, window_ops=30, step_s=1e6, max_windows=3, stop_at=past, paying=0.0)
+    assert lns.steps == 3  # paying nothing: never stopped, the window count bounds it
+    more = LatencyLNS(p, a, order, opts)
+    more.run(math.inf, window_ops=30, step_s=1e6, max_windows=3, stop_at=math.inf, paying=1.0)
+    assert more.steps == 3  # before stop_at: the sweep runs on
