@@ -200,7 +200,8 @@ class _CoarsenedSolve:
         return plan, source
 
     def improve(self, plan: Plan, source: str, use_lns: bool) -> tuple[Plan, str]:
-        """Latency mode, with what time is left: the dynamic search's passes, then window LNS."""
+        """Latency mode, with what time is left: the dynamic search's passes, then window LNS, and
+        once the LNS stops paying, the lightened critical-path search (:meth:`lightened_search`)."""
         p, ctx, opts, search = self.p, self.ctx, self.opts, self.search
         margin = 0.1 + 1e-4 * p.n_ops  # building, comparing and returning the plan
         if use_lns and search is not None and search.passes < 2 * len(search.PORTFOLIO):
