@@ -78,14 +78,21 @@ def unread_spell(targets: Sequence, keys: Mapping[str, str], stored_ms: Mapping[
     return [p for p in pairs if p.measured_ratio > SPELL_RATIO * p.stored_ratio]
 
 
-def wait_spell_end(bench: PlanBench, pairs: Sequence[SpellPair], *, polls: int, per_round: int) -> bool:
+def wait_spell_end(bench: PlanBench, pairs: Sequence[SpellPair], *, polls: int, per_round: int,
+                   deadline: float | None = None) -> bool:
     """Poll, up to ``polls`` times, each :func:`~placer.run.bench.quiet_wait_s` seconds after the last
     (the probes read such a spell quiet: waiting for them would not wait), one round of each pair's
     two targets; True once every pair's ratio in a poll is within :data:`SPELL_OVER` of the store's.
-    The polls' samples join the candidates' (a fresh measurement clears them)."""
+    None begins after ``deadline`` (``time.monotonic()``). The polls' samples join the candidates'
+    (a fresh measurement clears them)."""
     keys = [k for p in pairs for k in (p.one_key, p.all_key)]
     for _ in range(max(0, int(polls))):
-        time.sleep(quiet_wait_s())
+        wait = quiet_wait_s()
+        if deadline is not None:
+            wait = min(wait, max(0.0, deadline - time.monotonic()))
+        time.sleep(wait)
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
         bench.measure(keys, rounds=1, per_round=per_round)
         last = {k: bench.candidates[k].turns[-1][1] for k in keys if bench.candidates[k].turns}
         if all(p.one_key in last and p.all_key in last and last[p.one_key] > 0

@@ -43,7 +43,7 @@ from placer.errors import PlacerError, first_line
 from placer.interrupts import raise_if_stopped
 from placer.materialize import materialize
 from placer.materialize.in_context import priced_as_run
-from placer.run.bench import PlanBench, time_between_partitions
+from placer.run.bench import QUIET_WINDOW_S, PlanBench, time_between_partitions
 from placer.run.numerics import check_against_reference, load_inputs
 from placer.run.yardsticks import DESCRIPTIONS, YardstickSet, latency_kinds
 from placer.solve import solve
@@ -76,8 +76,9 @@ DECIDE_MARGIN = 0.03
 DECIDE_ROUNDS = 10
 #: the final rounds and the race add up to this many rounds while some candidate's turns mostly began
 #: or ended with the cores slowed (:meth:`PlanBench.measure` ``until_quiet``): a spell can outlast the
-#: five final rounds. The final rounds' added rounds may run past the budget, by at most the bench's
-#: ``QUIET_WINDOW_S`` (:meth:`LatencySearch.final_rounds`); the race's stay within it.
+#: five final rounds. The final rounds' added rounds, and the polls for the end of a spell the probes
+#: did not read, may run past the budget: none begins later than the bench's ``QUIET_WINDOW_S`` after
+#: it (:meth:`LatencySearch.final_rounds`); the race's stay within the budget.
 QUIET_ROUNDS = 10
 
 
@@ -538,7 +539,8 @@ class LatencySearch:
                 f"{p.kind} on all cores ran {p.measured_ratio:.2f}x its 1-thread time (the store: "
                 f"{p.stored_ratio:.2f}x)" for p in spell) + ": the host slowed the cores unread by the "
                 "probes; waiting for it to end")
-            if wait_spell_end(self.bench, spell, polls=QUIET_ROUNDS, per_round=final_requests(fastest)):
+            if wait_spell_end(self.bench, spell, polls=QUIET_ROUNDS, per_round=final_requests(fastest),
+                              deadline=self._overrun_end()):
                 self.say("final rounds: the spell ended; measured again")
                 stats, paired, turn_s = self._final_measure(final_keys, final_requests(fastest))
                 spell = []
@@ -575,14 +577,14 @@ class LatencySearch:
     def _final_measure(self, keys: list[str], per_round: int) -> tuple[dict, dict, float]:
         """The final rounds over ``keys``, fresh: (stats, paired figures, seconds per turn)."""
         t0 = time.monotonic()
-        # rounds added for quiet samples may run past the budget (the bench's QUIET_WINDOW_S at most):
+        # rounds added for quiet samples may run past the budget (none begun QUIET_WINDOW_S after it):
         # a verdict taken in a spell of the host inverts 1-thread and all-core targets (session 21,
         # bert-tiny: OpenVINO at 1 thread chosen, 0.304 against 0.318 ms in tune's final rounds, where
         # every 2-thread runtime ran as fast as at 1 thread; in the comparison's rounds just after,
         # 0.330 against 0.235 ms)
         end = self._budget_end()
         stats = self.bench.measure(keys, rounds=FINAL_ROUNDS, fresh=True, per_round=per_round,
-                                   until_quiet=QUIET_ROUNDS)
+                                   until_quiet=QUIET_ROUNDS, deadline=self._overrun_end())
         extra = self.bench.extra_rounds
         if extra:
             over = time.monotonic() - end if end is not None else 0.0
@@ -591,6 +593,12 @@ class LatencySearch:
                      + (f" ({over:.1f} s past the budget)" if over > 0 else ""))
         turn_s = (time.monotonic() - t0) / ((FINAL_ROUNDS + extra) * len(keys))
         return stats, self.bench.paired_ms(keys), turn_s  # paired: round by round (placer.run.bench)
+
+    def _overrun_end(self) -> float | None:
+        """When the final rounds' waiting for quiet cores or a spell's end must stop: QUIET_WINDOW_S
+        past the budget (None without a budget: the bench's own window after each measurement)."""
+        end = self._budget_end()
+        return None if end is None else end + QUIET_WINDOW_S
 
     def _budget_end(self) -> float | None:
         """When measuring must stop (``time.monotonic()``): the budget less the outputs' time; None

@@ -58,3 +58,14 @@ def test_a_spell_that_lasted_gives_a_narrow_1_thread_win_to_the_all_core_target(
     flat = SpellPair("openvino", "one", "all", stored_ratio=0.95, measured_ratio=1.3)
     assert quiet_choice("one", [flat], fig) is None
     assert quiet_choice("one", [], fig) is None
+
+
+def test_polling_for_a_spells_end_stops_at_its_deadline():
+    import time
+
+    from placer.run.bench import PlanBench
+    from placer.tune.spells import wait_spell_end
+
+    pair = SpellPair("onnxruntime", "one", "all", stored_ratio=0.5, measured_ratio=1.0)
+    bench = PlanBench([{}])  # no candidate is measured: the deadline, already past, ends the wait first
+    assert wait_spell_end(bench, [pair], polls=10, per_round=2, deadline=time.monotonic() - 1.0) is False
