@@ -30,12 +30,12 @@ from placer.solve.coarsen import coarsen_problem, expand_assignment, expand_orde
 from placer.solve.cpsat_latency import latency_candidates
 from placer.solve.evaluate import (
     Costs,
-    assignment_indices,
     better,
     latency_schedule,
     make_latency_plan,
     make_pipeline_plan,
     pipeline_eval,
+    plan_arrays,
 )
 from placer.solve.heuristics import DynamicListSearch
 from placer.solve.ideals import ideals_bound, ideals_plan_stats, ideals_warm_start, proven_bound
@@ -213,9 +213,7 @@ class _CoarsenedSolve:
                 plan = make_latency_plan(p, best[1], ctx.name, order=best[2], options=opts)
                 source = "fine heuristic dynamic"
         if use_lns:
-            a = assignment_indices(p, plan.assignment)
-            o = sorted(range(p.n_ops), key=lambda i: (plan.start_ms[p.ops[i]], i))
-            lns = LatencyLNS(p, a, o, self.opts_all, ctx.seed)
+            lns = LatencyLNS(p, *plan_arrays(p, plan), self.opts_all, ctx.seed)
             # (makespan only: a plan weighing transfers is not the critical-path search's, as in polish)
             weighs = float(self.opts_all.get("transfer_weight", 0.0) or 0.0) > 0
             share = 0.0 if weighs else float(self.opts_all.get("lighten_share", 0.0) or 0.0)
@@ -244,10 +242,8 @@ class _CoarsenedSolve:
         then searched again: ``local_search_rate`` ops re-timed per second of ``secs`` in all (the
         deadline a backstop)."""
         p, ctx = self.p, self.ctx
-        a = assignment_indices(p, plan.assignment)
-        o = sorted(range(p.n_ops), key=lambda i: (plan.start_ms[p.ops[i]], i))
         end = ctx.deadline - 2 * margin  # (setting the search up and re-checking its plan take time)
-        search = CriticalPathSearch(p, a, o, seed=ctx.seed)
+        search = CriticalPathSearch(p, *plan_arrays(p, plan), seed=ctx.seed)
         budget, e0 = float(self.opts_all.get("local_search_rate", 1.5e6)) * secs, search.evals
         search.lighten(e0 + 0.5 * budget, end)  # at most half the budget
         mk, a2, o2 = search.run(max_evals=e0 + budget, deadline=end)

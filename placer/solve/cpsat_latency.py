@@ -96,7 +96,14 @@ from placer.solve.cpsat_util import (
     status_name,
     to_int,
 )
-from placer.solve.evaluate import Costs, latency_schedule, make_latency_plan, needed_transfers, order_by_start
+from placer.solve.evaluate import (
+    Costs,
+    latency_schedule,
+    make_latency_plan,
+    needed_transfers,
+    order_by_start,
+    plan_arrays,
+)
 from placer.solve.heuristics import DynamicListSearch, HeuristicError, heft, lp_list, priority_assign
 from placer.solve.latency_search import polish
 
@@ -641,8 +648,7 @@ class LatencyModel:
             return
         from_cpsat = best is None or (plan is not None and self.objective_ms(plan) < self.objective_ms(best) - 1e-9)
         base = plan if from_cpsat else best
-        assign = np.array([p.target_index[base.assignment[o]] for o in p.ops], dtype=int)
-        order = sorted(range(self.n), key=lambda i: (base.start_ms[p.ops[i]], i))
+        assign, order = plan_arrays(p, base)
         # deterministic budget: POLISH_SHARE of the time limit's worth, within the time left
         name, a, o = polish(p, "", assign, order, {**self.options, "local_search": 1.0},
                             time.monotonic() + left, self.ctx.seed,

@@ -54,6 +54,7 @@ __all__ = [
     "needed_transfers",
     "order_by_start",
     "pipeline_eval",
+    "plan_arrays",
     "pipeline_loads",
     "plan_key",
     "resource_busy_ms",
@@ -93,6 +94,13 @@ def _gap(objective: float, bound: float) -> float:
     if objective <= 0:
         return 0.0
     return max(0.0, (objective - bound) / objective)
+
+
+def plan_arrays(problem: PlacementProblem, plan: Plan) -> tuple[np.ndarray, list[int]]:
+    """A latency plan as the searches take it: its targets as indices (:func:`assignment_indices`) and
+    its ops in start order (:func:`order_by_start`)."""
+    start = [plan.start_ms[o] for o in problem.ops]
+    return assignment_indices(problem, plan.assignment), order_by_start(problem, start)
 
 
 def make_latency_plan(problem: PlacementProblem, assign: np.ndarray, solver: str, *,

@@ -529,8 +529,8 @@ class LatencySearch:
             finalists.append(self.best_single)
         self.say(f"final rounds: {len(finalists)} candidate(s) and {len(self.ys_keys)} yardstick(s), interleaved")
         final_keys = [r.key for r in finalists] + self.ys_keys
-        fastest = min((r.measured_ms for r in finalists), default=math.nan)
-        stats, paired, turn_s = self._final_measure(final_keys, final_requests(fastest))
+        per_round = final_requests(min((r.measured_ms for r in finalists), default=math.nan))
+        stats, paired, turn_s = self._final_measure(final_keys, per_round)
         # a spell the probes did not read: all-core targets at their 1-thread pace (placer.tune.spells)
         keys_of = {r.label.split(":", 1)[1]: r.key for r in finalists if r.kind == "baseline"}
         spell = unread_spell(self.ctx.targets, keys_of, self.stored_whole_ms, paired.get)
@@ -539,17 +539,17 @@ class LatencySearch:
                 f"{p.kind} on all cores ran {p.measured_ratio:.2f}x its 1-thread time (the store: "
                 f"{p.stored_ratio:.2f}x)" for p in spell) + ": the host slowed the cores unread by the "
                 "probes; waiting for it to end")
-            if wait_spell_end(self.bench, spell, polls=QUIET_ROUNDS, per_round=final_requests(fastest),
+            if wait_spell_end(self.bench, spell, polls=QUIET_ROUNDS, per_round=per_round,
                               deadline=self._overrun_end()):
                 self.say("final rounds: the spell ended; measured again")
-                stats, paired, turn_s = self._final_measure(final_keys, final_requests(fastest))
+                stats, paired, turn_s = self._final_measure(final_keys, per_round)
                 spell = []
             else:
                 self.say("final rounds: the spell lasted; the figures are from rounds taken in it")
         ranked = sorted(finalists, key=lambda r: paired.get(r.key, stats[r.key].median_ms))
         first = ranked[0]
         if len(ranked) > 1 and self._close(ranked[0], ranked[1], paired, stats):
-            first = self._race(ranked[0], ranked[1], turn_s, final_requests(fastest),
+            first = self._race(ranked[0], ranked[1], turn_s, per_round,
                                lambda k: paired.get(k, stats[k].median_ms))
             stats = {k: self.bench.stats(k) for k in final_keys}
         # anchored on the leader: every ratio to it (the verdict's) is then one taken round by round
