@@ -84,12 +84,14 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     from placer.solve import solve
     from placer.tune import tune
     from placer.tune.records import assignment_key
+    from placer.tune.spells import spell_watches
     from placer.tune.tuner import SKIP_BASELINE_FACTOR, _partition_feedback
 
     t0 = time.monotonic()
     ctx = api.prepare(ref, targets=targets, db=db)
     prof_s = time.monotonic() - t0
     graph, problem = ctx.graph, ctx.problem
+    stored_whole = dict(ctx.table.whole_model_ms)  # the store's, before this bench re-prices them
     name = label or graph.name  # the report's label (the --models name, not the ONNX graph's own)
     names = [t.name for t in ctx.targets]
     strategies = [f"single:{n}" for n in names] + ["greedy", "heft", "cpsat"]
@@ -119,7 +121,12 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
         for strat in strategies:
             if strat == "greedy":  # re-price from the single-target runs measured in this bench
                 # all of the bench's rounds: 2-thread runs are bimodal, and three rounds once priced
-                # hf-mobilenetv2's OpenVINO t2 above OpenVINO t1 (the untuned plan measured 0.58x)
+                # hf-mobilenetv2's OpenVINO t2 above OpenVINO t1 (the untuned plan measured 0.58x);
+                # rounds in which a runtime on all cores ran at its 1-thread pace read as spells
+                # (placer.tune.spells.spell_watches) and count as slowed from here on
+                singles = {r["placement"].split(":", 1)[1]: r["key"] for r in rows if r.get("key") in keyed
+                           and "note" not in r and r["placement"].startswith("single:")}
+                bench.watches = spell_watches(ctx.targets, singles, stored_whole)
                 measured = bench.measure(list(keyed))
                 whole = {r["placement"].split(":", 1)[1]: measured[r["key"]].median_ms
                          for r in rows if r.get("key") in measured and "note" not in r
@@ -242,6 +249,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                                 or r["paired_ms"] / ref_row["paired_ms"])
     result = {"model": name, "ref": ref, "n_ops": len(graph.ops), "profile_s": prof_s, "rows": rows,
               "quiet_rounds": quiet_rounds,  # rounds the bench added for quiet samples
+              "spell_rounds": bench.spell_rounds,  # rounds a runtime's two targets read as a spell
               "best_single": best_single["placement"] if best_single else None,
               "best_default": best_default["placement"] if best_default else None,
               "best_default_ok": best_default_ok["placement"] if best_default_ok else None,
@@ -315,7 +323,11 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
           f"{meta['date']} by `{meta['command']}`. Every row of a model was measured in one interleaved bench "
           "(median over rounds of requests, p10/p90 shown); numerics checked against ONNX Runtime. Requests of "
           "turns that began or ended with a core the host had slowed (a reference loop 1.3x its best) are left "
-          f"out while half of a row's requests remain: {n_slow} of {n_all + n_slow} here. Every `x ...` "
+          f"out while half of a row's requests remain: {n_slow} of {n_all + n_slow} here, the turns of "
+          f"{sum(res.get('spell_rounds') or 0 for res in results)} rounds among them in which a runtime on "
+          "all "
+          "cores ran over 1.3x slower against its 1-thread time than the store has it (a spell the probe "
+          "misses: the host running the cores one after the other). Every `x ...` "
           "figure is the two rows' ratio taken round by round: the median, over the rounds both ran in, of "
           "the ratio of their turns' medians (2-thread runtimes here have spells of seconds 1.5x slower "
           "alike; a median over all rounds lands on either side of that by which rounds a row drew). "

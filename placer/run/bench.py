@@ -17,7 +17,9 @@ many were left out. Every candidate, yardsticks included, is judged alike. A spe
 whole measurement (the host's spells last up to about 20 s here, a final measurement a few);
 :meth:`PlanBench.measure` with ``until_quiet`` then adds rounds, each after waiting for the cores to
 read quiet, until every candidate has quiet samples to be judged by (bounded by a round count and a
-deadline). Some spells read quiet to the probes (docs/design.md, session 19): those it cannot help.
+deadline). Some spells read quiet to the probes (docs/design.md, session 19); the candidates' own
+turns can tell them (:class:`RatioWatch`: a runtime on all cores at its 1-thread pace in a round), and
+a round they tell is left out like a slowed one (session 22).
 
 Two candidates are compared round by round (:meth:`PlanBench.paired_ms`): the median over the
 rounds of the ratio of their turns' medians. Their own medians over all rounds can disagree with it
@@ -132,6 +134,18 @@ class LatencyStats:
                 "n_slowed": self.n_slowed}
 
 
+@dataclass(frozen=True)
+class RatioWatch:
+    """Two candidates whose turns in one round tell a spell the core probes miss: ``key``'s turn median
+    over ``base``'s above ``limit``. E.g. a runtime on all cores (``key``) against the same runtime at
+    1 thread (``base``), whose ratio on a quiet machine is ~0.65: in the spells the probes miss the
+    host runs the cores one after the other and it nears 1.0 (docs/design.md, sessions 19-22).
+    :meth:`PlanBench.measure` marks every turn of such a round slowed."""
+    base: str
+    key: str
+    limit: float
+
+
 @dataclass
 class Candidate:
     key: str
@@ -176,6 +190,9 @@ class PlanBench:
         self._probed = False  # each core's reference time taken (before the first turn)
         self._round = 0  # rounds run so far (a turn's round number pairs it with the others' turns)
         self.extra_rounds = 0  # rounds the last measure() added to get quiet samples (until_quiet)
+        #: pairs of candidates whose turns' ratio tells a spell (:class:`RatioWatch`); set by the caller
+        self.watches: list[RatioWatch] = []
+        self.spell_rounds = 0  # rounds a watch has read as a spell, since the bench was built
 
     def add(self, key: str, materialized) -> Candidate:
         """Compile the hybrid executor of ``materialized`` (once) and keep it under ``key``."""
@@ -251,6 +268,7 @@ class PlanBench:
         raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
         self._round += 1
         order = keys if r % 2 == 0 else keys[::-1]
+        spans: dict[str, tuple[int, bool]] = {}  # key -> (its first sample this round, partitions timed)
         for key in order:
             cand = self.candidates[key]
             n0 = len(cand.samples_ms)
@@ -281,8 +299,30 @@ class PlanBench:
                 cand.turns.append((self._round, float(np.median(cand.samples_ms[n0:])), slowed))
             if timed_partitions:
                 cand.partition_slowed.append(slowed)
+            spans[key] = (n0, timed_partitions)
             before = after
+        if self._watched_spell(spans):
+            self.spell_rounds += 1
+            for key, (n0, timed_partitions) in spans.items():
+                cand = self.candidates[key]
+                cand.samples_slowed[n0:] = [True] * (len(cand.samples_slowed) - n0)
+                if cand.turns and cand.turns[-1][0] == self._round:
+                    cand.turns[-1] = (*cand.turns[-1][:2], True)
+                if timed_partitions:
+                    cand.partition_slowed[-1] = True
         return before
+
+    def _watched_spell(self, spans: Mapping[str, Any]) -> bool:
+        """Whether a watch reads this round's turns as taken in a spell (:class:`RatioWatch`)."""
+        def turn_ms(key: str) -> float | None:
+            turns = self.candidates[key].turns if key in spans else None
+            return turns[-1][1] if turns and turns[-1][0] == self._round else None
+
+        for w in self.watches:
+            base, ms = turn_ms(w.base), turn_ms(w.key)
+            if base and ms is not None and ms / base > w.limit:
+                return True
+        return False
 
     def stats(self, key: str) -> LatencyStats:
         cand = self.candidates[key]

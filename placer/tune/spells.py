@@ -17,6 +17,9 @@ Spells here last from seconds to many minutes (session 21: one outlasted tune's 
 comparison's bench after it). When it lasts, :func:`quiet_choice` weighs the two regimes: a 1-thread
 target that won in the spell by a few percent gives way to the same runtime on all cores, which the
 store has 1.5x faster on a quiet machine (losing little in a spell, gaining much outside one).
+:func:`spell_watches` applies the same reading to each round of a bench (:class:`~placer.run.bench.
+RatioWatch`): a round in which a runtime's two targets read a spell is left out like one in which the
+probes read slowed cores, while at least half of the samples remain.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from placer.run.bench import PlanBench, quiet_wait_s
+from placer.run.bench import PlanBench, RatioWatch, quiet_wait_s
 
 #: the all-core / 1-thread ratio of a runtime in the final rounds over this many times the store's
 #: reads as a spell (spells moved it 1.5-1.6x: OpenVINO 0.67 -> 1.05 on bert-tiny, 0.65 -> 1.03 on
@@ -60,6 +63,27 @@ def runtime_pairs(targets: Sequence, keys: Mapping[str, str]) -> list[tuple[str,
     return [(kind, th[1], th[max(th)]) for kind, th in sorted(by_kind.items()) if 1 in th and max(th) > 1]
 
 
+def _stored_ratios(targets: Sequence, keys: Mapping[str, str],
+                   stored_ms: Mapping[str, float]) -> list[tuple[str, str, str, float]]:
+    """``(kind, 1-thread key, all-core key, stored all-core / 1-thread ratio)`` per runtime pair of
+    :func:`runtime_pairs` whose two whole-model times the store has."""
+    out = []
+    for kind, one, many in runtime_pairs(targets, keys):
+        s1, sn = stored_ms.get(one), stored_ms.get(many)
+        if all(x is not None and math.isfinite(x) and x > 0 for x in (s1, sn)):
+            out.append((kind, keys[one], keys[many], sn / s1))
+    return out
+
+
+def spell_watches(targets: Sequence, keys: Mapping[str, str],
+                  stored_ms: Mapping[str, float]) -> list[RatioWatch]:
+    """A :class:`~placer.run.bench.RatioWatch` per runtime measured at 1 thread and on all cores (bench
+    ``keys`` by target name): a round whose all-core turn took over :data:`SPELL_RATIO` times the
+    store's all-core / 1-thread ratio (``stored_ms`` by target name) reads as a spell."""
+    return [RatioWatch(one, many, SPELL_RATIO * ratio)
+            for _, one, many, ratio in _stored_ratios(targets, keys, stored_ms)]
+
+
 def unread_spell(targets: Sequence, keys: Mapping[str, str], stored_ms: Mapping[str, float],
                  figure: Callable[[str], float | None]) -> list[SpellPair]:
     """The runtime pairs that read a spell ([] when none does): a runtime measured at 1 thread and on
@@ -69,12 +93,10 @@ def unread_spell(targets: Sequence, keys: Mapping[str, str], stored_ms: Mapping[
     stored row may have been taken in a spell itself (session 21, gpt-tiny: ONNX Runtime's all-core
     row stored at 0.501 ms, 1.16x its 1-thread row, where quiet it runs at 0.65x)."""
     pairs = []
-    for kind, one, many in runtime_pairs(targets, keys):
-        s1, sn = stored_ms.get(one), stored_ms.get(many)
-        f1, fn = figure(keys[one]), figure(keys[many])
-        if not all(x is not None and math.isfinite(x) and x > 0 for x in (s1, sn, f1, fn)):
-            continue
-        pairs.append(SpellPair(kind, keys[one], keys[many], sn / s1, fn / f1))
+    for kind, one, many, ratio in _stored_ratios(targets, keys, stored_ms):
+        f1, fn = figure(one), figure(many)
+        if all(x is not None and math.isfinite(x) and x > 0 for x in (f1, fn)):
+            pairs.append(SpellPair(kind, one, many, ratio, fn / f1))
     return [p for p in pairs if p.measured_ratio > SPELL_RATIO * p.stored_ratio]
 
 

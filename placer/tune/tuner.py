@@ -50,7 +50,7 @@ from placer.solve import solve
 from placer.tune import learned, shared_study, space
 from placer.tune.pipeline_tuner import tune_throughput
 from placer.tune.records import TrialRecord, TuneResult, assignment_key, load_tune_result, write_outputs
-from placer.tune.spells import quiet_choice, unread_spell, wait_spell_end
+from placer.tune.spells import quiet_choice, spell_watches, unread_spell, wait_spell_end
 from placer.tune.study import (GRACE_PERIOD_S, asked_trial, fail_stale, open_study, storage_for, storage_writes,
                                tell_trial)
 
@@ -530,9 +530,11 @@ class LatencySearch:
         self.say(f"final rounds: {len(finalists)} candidate(s) and {len(self.ys_keys)} yardstick(s), interleaved")
         final_keys = [r.key for r in finalists] + self.ys_keys
         per_round = final_requests(min((r.measured_ms for r in finalists), default=math.nan))
-        stats, paired, turn_s = self._final_measure(final_keys, per_round)
-        # a spell the probes did not read: all-core targets at their 1-thread pace (placer.tune.spells)
+        # a spell the probes did not read: all-core targets at their 1-thread pace (placer.tune.spells);
+        # a round that shows one is left out like a slowed one, and rounds are added for quiet samples
         keys_of = {r.label.split(":", 1)[1]: r.key for r in finalists if r.kind == "baseline"}
+        self.bench.watches = spell_watches(self.ctx.targets, keys_of, self.stored_whole_ms)
+        stats, paired, turn_s = self._final_measure(final_keys, per_round)
         spell = unread_spell(self.ctx.targets, keys_of, self.stored_whole_ms, paired.get)
         if spell:
             self.say("final rounds: " + ", ".join(
@@ -583,9 +585,14 @@ class LatencySearch:
         # every 2-thread runtime ran as fast as at 1 thread; in the comparison's rounds just after,
         # 0.330 against 0.235 ms)
         end = self._budget_end()
+        spelled = self.bench.spell_rounds
         stats = self.bench.measure(keys, rounds=FINAL_ROUNDS, fresh=True, per_round=per_round,
                                    until_quiet=QUIET_ROUNDS, deadline=self._overrun_end())
         extra = self.bench.extra_rounds
+        spelled = self.bench.spell_rounds - spelled
+        if spelled:
+            self.say(f"final rounds: {spelled} round(s) read as a spell of the host (a runtime on all cores "
+                     "at its 1-thread pace, against the store), counted as slowed")
         if extra:
             over = time.monotonic() - end if end is not None else 0.0
             self.say(f"final rounds: {extra} more round(s), each after waiting for quiet cores: most "

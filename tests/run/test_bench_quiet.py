@@ -10,17 +10,18 @@ from __future__ import annotations
 import time
 
 from placer.materialize import materialize
-from placer.run.bench import Candidate, PlanBench, wait_quiet
+from placer.run.bench import Candidate, PlanBench, RatioWatch, wait_quiet
 from placer.run.numerics import random_inputs
 
 
-def _plan_bench():
+def _plan_bench(keys=("ort",)):
     from mz_models import diamond_model, graph_of
 
     g = graph_of(diamond_model())
     mat = materialize(g, {op.id: "onnxruntime" for op in g.ops})
     bench = PlanBench([random_inputs(g, seed=0)], rounds=2, per_round=3)
-    bench.add("ort", mat)
+    for key in keys:
+        bench.add(key, mat)
     return bench
 
 
@@ -53,3 +54,26 @@ def test_a_candidate_is_mostly_slowed_only_when_its_quiet_samples_cannot_be_used
     cand("most", [True] * 4 + [False] * 2)  # fewer quiet than slowed: every sample would count
     assert not bench.mostly_slowed(["quiet", "half"])
     assert bench.mostly_slowed(["quiet", "most"])
+
+
+def test_a_round_a_watch_reads_as_a_spell_counts_as_slowed_for_every_candidate():
+    with _plan_bench(("one", "all", "plan")) as bench:
+        # no limit is passed: no round reads as a spell (the probes may still read some slowed)
+        bench.watches = [RatioWatch("one", "all", float("inf"))]
+        bench.measure(["one", "all", "plan"])
+        assert bench.spell_rounds == 0
+        # every ratio is over a limit of 0: each round reads as a spell, every turn in it too
+        bench.watches = [RatioWatch("one", "all", 0.0)]
+        stats = bench.measure(["one", "all", "plan"], fresh=True, until_quiet=2, quiet_wait=0.0)
+        assert bench.spell_rounds == 2 + 2  # the measurement's own rounds and the two added for quiet
+        assert bench.extra_rounds == 2
+        for key in ("one", "all", "plan"):
+            cand = bench.candidates[key]
+            assert len(cand.turns) == 4 and all(t[2] for t in cand.turns)
+            assert all(cand.samples_slowed) and len(cand.samples_slowed) == len(cand.samples_ms) == 4 * 2
+            assert all(cand.partition_slowed[-4:])
+            assert stats[key].n == 8 and stats[key].n_slowed == 0  # none quiet: all count
+        assert bench.mostly_slowed(["plan"])
+        # a watch whose candidates are not in the round reads nothing
+        bench.measure(["plan"], rounds=1)
+        assert bench.spell_rounds == 4 and len(bench.candidates["plan"].turns) == 5

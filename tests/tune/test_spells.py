@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from placer.devices import make_targets
-from placer.tune.spells import SPELL_GIVE, SPELL_RATIO, SpellPair, quiet_choice, runtime_pairs, unread_spell
+from placer.run.bench import RatioWatch
+from placer.tune.spells import (SPELL_GIVE, SPELL_RATIO, SpellPair, quiet_choice, runtime_pairs,
+                                  spell_watches, unread_spell)
 
 TARGETS = make_targets(["onnxruntime:t2", "openvino:t2", "onnxruntime:t1", "openvino:t1", "openvino@cpu0:t1"])
 KEYS = {t.name: f"key:{t.name}" for t in TARGETS}
@@ -69,3 +73,16 @@ def test_polling_for_a_spells_end_stops_at_its_deadline():
     pair = SpellPair("onnxruntime", "one", "all", stored_ratio=0.5, measured_ratio=1.0)
     bench = PlanBench([{}])  # no candidate is measured: the deadline, already past, ends the wait first
     assert wait_spell_end(bench, [pair], polls=10, per_round=2, deadline=time.monotonic() - 1.0) is False
+
+
+def test_each_runtime_with_both_stored_rows_watches_its_rounds_at_the_spell_ratio():
+    watches = spell_watches(TARGETS, KEYS, STORED)
+    assert [(w.base, w.key) for w in watches] == [("key:onnxruntime@cpu:t1", "key:onnxruntime@cpu:t2"),
+                                                  ("key:openvino@cpu:t1", "key:openvino@cpu:t2")]
+    assert [w.limit for w in watches] == pytest.approx([SPELL_RATIO * 1.6 / 3.0, SPELL_RATIO * 0.20 / 0.30])
+    assert all(isinstance(w, RatioWatch) for w in watches)
+    # a runtime the store lacks a row of, or the bench a target of, is not watched
+    partial = {k: v for k, v in STORED.items() if k != "onnxruntime@cpu:t2"}
+    assert [w.base for w in spell_watches(TARGETS, KEYS, partial)] == ["key:openvino@cpu:t1"]
+    only = {k: v for k, v in KEYS.items() if k != "openvino@cpu:t2"}
+    assert [w.base for w in spell_watches(TARGETS, only, STORED)] == ["key:onnxruntime@cpu:t1"]

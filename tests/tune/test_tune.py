@@ -289,7 +289,8 @@ def test_final_rounds_wait_when_all_core_targets_ran_at_their_1_thread_pace(stor
     """A runtime's all-core / 1-thread ratio in the final rounds far above the store's (a host spell
     the probes did not read, placer.tune.spells): the final rounds say so, poll the two targets for
     the spell's end (every poll here still reads it: the store's ratio is out of reach), and keep
-    their figures; a store that agrees raises nothing."""
+    their figures; every final round reads as a spell, and rounds are added for quiet samples; a store
+    that agrees raises nothing."""
     from types import SimpleNamespace
 
     from mz_models import diamond_model, graph_of
@@ -321,6 +322,8 @@ def test_final_rounds_wait_when_all_core_targets_ran_at_their_1_thread_pace(stor
         turns = [len(bench.candidates[r.key].turns) for r in recs]
         assert best in recs
         if spell:
+            # each final round read as a spell (placer.run.bench.RatioWatch), so rounds were added
+            assert any(f"{FINAL_ROUNDS + QUIET_ROUNDS} round(s) read as a spell" in s for s in said)
             assert any("unread by the probes" in s for s in said)
             assert any("the spell lasted" in s for s in said)
             # kept over a faster 1-thread target only within placer.tune.spells.SPELL_GIVE of it
