@@ -193,6 +193,7 @@ class PlanBench:
         #: pairs of candidates whose turns' ratio tells a spell (:class:`RatioWatch`); set by the caller
         self.watches: list[RatioWatch] = []
         self.spell_rounds = 0  # rounds a watch has read as a spell, since the bench was built
+        self._spelled_last = False  # whether a watch read the last round as a spell
 
     def add(self, key: str, materialized) -> Candidate:
         """Compile the hybrid executor of ``materialized`` (once) and keep it under ``key``."""
@@ -227,8 +228,9 @@ class PlanBench:
         ``until_quiet`` > 0: while some candidate has fewer quiet samples than slowed ones (its figure
         would then count the slowed ones too, :func:`quiet_samples`), up to that many more rounds,
         each after waiting up to ``quiet_wait`` seconds (default :func:`quiet_wait_s`) for the cores to
-        read quiet (:func:`wait_quiet`), none begun after ``deadline`` (``time.monotonic()``; default
-        :data:`QUIET_WINDOW_S` after the measurement's own rounds)."""
+        read quiet (:func:`wait_quiet`; after a round a watch read as a spell, the whole wait), none
+        begun after ``deadline`` (``time.monotonic()``; default :data:`QUIET_WINDOW_S` after the
+        measurement's own rounds)."""
         keys = list(dict.fromkeys(keys))
         n_req = max(2, int(per_round or self.per_round))
         if fresh:
@@ -247,7 +249,11 @@ class PlanBench:
         if deadline is None:
             deadline = time.monotonic() + QUIET_WINDOW_S
         while extra < until_quiet and self.mostly_slowed(keys) and time.monotonic() < deadline:
-            wait_quiet(min(wait_s, max(0.0, deadline - time.monotonic())))
+            wait = min(wait_s, max(0.0, deadline - time.monotonic()))
+            if self._spelled_last:  # the probes read such a spell quiet: waiting for them would not wait
+                time.sleep(wait)
+            else:
+                wait_quiet(wait)
             self._one_round(keys, (rounds or self.rounds) + extra, n_req, core_slowdown() or 1.0)
             extra += 1
         self.extra_rounds = extra
@@ -301,7 +307,8 @@ class PlanBench:
                 cand.partition_slowed.append(slowed)
             spans[key] = (n0, timed_partitions)
             before = after
-        if self._watched_spell(spans):
+        self._spelled_last = self._watched_spell(spans)
+        if self._spelled_last:
             self.spell_rounds += 1
             for key, (n0, timed_partitions) in spans.items():
                 cand = self.candidates[key]

@@ -74,6 +74,10 @@ def test_a_round_a_watch_reads_as_a_spell_counts_as_slowed_for_every_candidate()
             assert all(cand.partition_slowed[-4:])
             assert stats[key].n == 8 and stats[key].n_slowed == 0  # none quiet: all count
         assert bench.mostly_slowed(["plan"])
+        # the probes read such spells quiet: after a round a watch read, each added round waits it out
+        t0 = time.monotonic()
+        bench.measure(["one", "all"], rounds=1, until_quiet=2, quiet_wait=0.2)
+        assert time.monotonic() - t0 >= 2 * 0.2 and bench.extra_rounds == 2 and bench.spell_rounds == 7
         # a watch whose candidates are not in the round reads nothing
         bench.measure(["plan"], rounds=1)
-        assert bench.spell_rounds == 4 and len(bench.candidates["plan"].turns) == 5
+        assert bench.spell_rounds == 7 and len(bench.candidates["plan"].turns) == 5
