@@ -42,6 +42,7 @@ from placer.solve.ideals import ideals_bound, ideals_plan_stats, ideals_warm_sta
 from placer.solve.latency_search import CriticalPathSearch, polish
 from placer.solve.lns import LatencyLNS
 from placer.solve.pipeline_candidates import pipeline_candidates
+from placer.solve.retime import SEARCH_RATE
 
 __all__ = ["MIN_COARSE_S", "solve_coarsened"]
 
@@ -244,7 +245,7 @@ class _CoarsenedSolve:
         p, ctx = self.p, self.ctx
         end = ctx.deadline - 2 * margin  # (setting the search up and re-checking its plan take time)
         search = CriticalPathSearch(p, *plan_arrays(p, plan), seed=ctx.seed)
-        budget, e0 = float(self.opts_all.get("local_search_rate", 1.5e6)) * secs, search.evals
+        budget, e0 = float(self.opts_all.get("local_search_rate", SEARCH_RATE)) * secs, search.evals
         search.lighten(e0 + 0.5 * budget, end)  # at most half the budget
         mk, a2, o2 = search.run(max_evals=e0 + budget, deadline=end)
         if mk < plan.makespan_ms - 1e-9 * max(1.0, plan.makespan_ms):

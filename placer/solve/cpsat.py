@@ -41,7 +41,7 @@ lns : bool, default True; lns_skip_coarse_gap : float, default 1.0
     6.57 % (seed 1); 5,000 x 8 1.77 -> 1.71 %; transformer / cnn training graphs, 1,500 ops,
     3 accelerators, 20 s: 30.56 -> 30.13 %, 28.40 -> 27.11 %). 0 runs the coarse solve unless
     the fine plan already meets the bound.
-local_search : float, default 0.8; local_search_rate : float, default 1.5e6
+local_search : float, default 0.8; local_search_rate : float, default ``retime.SEARCH_RATE`` (1e7)
     Latency mode (makespan only, ``transfer_weight`` 0): improve the best heuristic plan with the
     critical-path search of :mod:`placer.solve.latency_search` for this share of the time left
     (0: off), before CP-SAT (hinted with the result); above ``AUTO_COARSEN_OPS`` ops, on the best
@@ -130,6 +130,7 @@ from placer.problem import PlacementProblem
 from placer.solve.base import SolveContext, Solver, register_solver
 from placer.solve.cpsat_latency import solve_latency
 from placer.solve.cpsat_pipeline import solve_pipeline
+from placer.solve.retime import SEARCH_RATE
 
 __all__ = ["CpSat"]
 
@@ -145,7 +146,7 @@ class CpSat(Solver):
         "hint": True, "heuristic_fraction": 0.3, "symmetry_breaking": True, "redundant": True, "gap_limit": 0.0,
         "phase1_fraction": 0.7, "contiguous_warm_start": True, "warm_start_fraction": 0.25, "log": False, "cumulative_max_ops": 3000, "pool_identical": True, "edge_finding": True, "probing_max_size": 1000, "cpsat_params": None,
         "dynamic": True, "window_bound": True, "comm_bound": True, "shave_fraction": 0.15,
-        "lns": True, "lns_skip_coarse_gap": 1.0, "local_search": 0.8, "local_search_rate": 1.5e6,
+        "lns": True, "lns_skip_coarse_gap": 1.0, "local_search": 0.8, "local_search_rate": SEARCH_RATE,
         "lighten_share": 0.3,
         "lns_share": "auto", "lns_dtime_per_s": 0.1,
         "ideals": True, "ideals_fraction": 0.5, "ideals_max": 200_000,

@@ -82,7 +82,10 @@ def test_measured_probe_rows_follow_the_run_order_and_cover_the_model(two_target
     assert rows[0]["prev"] is None
     assert all(r["prev"] == q["target"] for q, r in itertools.pairwise(rows))
     assert sorted(o for r in rows for o in r["ops"]) == sorted(op.id for op in ctx.graph.ops)
-    assert len({r["target"] for r in rows}) == 2  # both targets ran a piece
+    # every target the probe plan placed a piece on ran it (the pieces are cut by the profiled costs,
+    # which a loaded machine can skew until one op fills the middle piece: then one target runs all)
+    planned = probe_assignments(ctx.problem, [("onnxruntime@cpu:t1", "openvino@cpu:t1")], 3)
+    assert {r["target"] for r in rows} == set(planned["probe:onnxruntime@cpu:t1|openvino@cpu:t1"].values())
     for r in rows:
         # 2 rounds x 2 requests; a turn the host slowed a core in is left out while half remain
         assert 2 <= r["n"] <= 4 and 0 < r["p10_ms"] <= r["median_ms"] <= r["p90_ms"] < math.inf
