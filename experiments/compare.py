@@ -131,9 +131,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                 # re-priced from rounds mostly in a spell (OpenVINO t2 at its 1-thread pace), had its
                 # one-partition plans predicted at 6.8-7.3 ms, measured 4.0-4.5
                 measured = bench.measure(list(keyed), until_quiet=8, deadline=time.monotonic() + 60.0)
-                whole = {r["placement"].split(":", 1)[1]: measured[r["key"]].median_ms
-                         for r in rows if r.get("key") in measured and "note" not in r
-                         and r["placement"].startswith("single:")}
+                whole = {name: measured[key].median_ms for name, key in singles.items()}
                 ctx = api.recalibrate(ctx, whole)
                 problem = ctx.problem
             s0 = time.monotonic()
@@ -328,8 +326,7 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
           "turns that began or ended with a core the host had slowed (a reference loop 1.3x its best) are left "
           f"out while half of a row's requests remain: {n_slow} of {n_all + n_slow} here, the turns of "
           f"{sum(res.get('spell_rounds') or 0 for res in results)} rounds among them in which a runtime on "
-          "all "
-          "cores ran over 1.3x slower against its 1-thread time than the store has it (a spell the probe "
+          "all cores ran over 1.3x slower against its 1-thread time than the store has it (a spell the probe "
           "misses: the host running the cores one after the other). Every `x ...` "
           "figure is the two rows' ratio taken round by round: the median, over the rounds both ran in, of "
           "the ratio of their turns' medians (2-thread runtimes here have spells of seconds 1.5x slower "

@@ -120,6 +120,7 @@ class CriticalPathSearch:
         self.conf_idx = np.asarray([d for x in conf for d in x], dtype=np.int64)
         self.allowed_mask = np.asarray(p.allowed, dtype=bool)
         self.single = np.asarray([len(self.group[self.unit_of[v]]) == 1 for v in range(n)], dtype=bool)
+        self._no_snaps = np.zeros((1, t))  # what the compiled loop is handed when no states are kept
         self.caps = np.asarray(p.memory_cap_bytes, dtype=float)
         self.capped = bool(np.isfinite(self.caps).any() and np.asarray(p.weight_bytes).any())
         self.w = np.asarray(p.weight_bytes, dtype=float)
@@ -152,7 +153,6 @@ class CriticalPathSearch:
         self.start = np.zeros(n)
         self.end = np.zeros(n)
         self.snaps = np.zeros((n + 1, self.t))
-        self._no_snaps = np.zeros((1, self.t))
         self._simulate(self.assign, self.order, 0, np.zeros(self.t), self.start, self.end, self.snaps)
         self.pos = [0] * n
         for i, v in enumerate(self.order.tolist()):
@@ -293,14 +293,14 @@ class CriticalPathSearch:
         ops re-timed (cumulative) or the ``deadline`` (``time.monotonic()``); the number kept. Less
         work where the chain does not wait leaves the targets free earlier for what follows."""
         chain = {v for v, _ in self.chain()}
-        cost, allowed, group, unit_of = self.cost, self.allowed, self.group, self.unit_of
+        cost, allowed = self.cost, self.allowed
         assign = self.assign.tolist()
         excess = [(cost[v][assign[v]] - min(cost[v][d] for d in allowed[v]), v) for v in range(self.n)]
         kept = 0
         for ex, v in sorted(excess, reverse=True):
             if ex <= 0 or self.evals >= max_evals or (deadline is not None and time.monotonic() >= deadline):
                 break
-            if v in chain or len(group[unit_of[v]]) > 1:
+            if v in chain or not self.single[v]:
                 continue
             cur = cost[v][int(self.assign[v])]
             for d in sorted(allowed[v], key=lambda d: cost[v][d]):
