@@ -269,6 +269,13 @@ class PlanBench:
                 return True
         return False
 
+    def settled(self, keys: Sequence[str]) -> list[str]:
+        """Those of ``keys`` whose figure stands on quiet samples (none slowed, or the slowed ones left
+        out): not :meth:`mostly_slowed`. A figure set by slowed turns is no price to re-price a
+        problem from (session 23: squeezenet's ONNX Runtime t2 re-priced at 4.57 ms from rounds
+        taken slowed throughout, measured 1.94 in the rounds after)."""
+        return [key for key in keys if not self.mostly_slowed([key])]
+
     def _one_round(self, keys: list[str], r: int, n_req: int, before: float) -> float:
         """One turn of each of ``keys`` (reversed order on odd ``r``); returns the last core probe."""
         raise_if_stopped()  # a stop request dropped inside a finalizer is not lost

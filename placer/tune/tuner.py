@@ -370,6 +370,11 @@ class LatencySearch:
         single target and yardstick, the budget's reserve for the final rounds, and re-prices the
         problem from the whole-model times just measured."""
         ok = self._measure_singles()
+        # the store's whole-model times, before this session's replace them: rounds in which a runtime on
+        # all cores ran at its 1-thread pace against them read as spells from here on (placer.tune.spells)
+        self.stored_whole_ms = dict(self.ctx.table.whole_model_ms)
+        keys_of = {r.label.split(":", 1)[1]: r.key for r in ok}
+        self.bench.watches = spell_watches(self.ctx.targets, keys_of, self.stored_whole_ms)
         # re-measure all baselines interleaved with the yardsticks so they share the same conditions
         t_guard = time.monotonic()
         stats = self.bench.measure([r.key for r in ok] + self.ys_keys)
@@ -387,13 +392,23 @@ class LatencySearch:
             self.best_default_key = min(self.ys_keys, key=lambda k: paired.get(k, stats[k].median_ms))
         # re-price the problem from the whole-model times just measured (interleaved, same executor);
         # a stored whole-model time these contradict is flagged for re-measurement
-        session_ms = {r.label.split(":", 1)[1]: r.measured_ms for r in ok}
-        self.stored_whole_ms = dict(self.ctx.table.whole_model_ms)  # before this session's replace them
+        session_ms = self._session_whole_ms(ok)
         context.check_store(self.ctx, session_ms, self.say)
         self.ctx = context.recalibrate(self.ctx, session_ms)
         self.say(f"best single target: {self.best_single.label} {self.best_single.measured_ms:.3f} ms"
                  + (f"; best yardstick {self.best_default_key} {stats[self.best_default_key].median_ms:.3f} ms"
                     if self.best_default_key is not None else ""))
+
+    def _session_whole_ms(self, ok: list[TrialRecord]) -> dict[str, float]:
+        """Target name -> whole-model time just measured, to re-price the problem from: only the single
+        targets whose figures stand on quiet samples (:meth:`~placer.run.bench.PlanBench.settled`); the
+        others keep the store's time, taken in the quietest of its windows."""
+        settled = set(self.bench.settled([r.key for r in ok]))
+        kept = [r.label for r in ok if r.key not in settled]
+        if kept:
+            self.say(f"re-pricing: {', '.join(kept)} ran slowed in most rounds; the store's whole-model "
+                     "time stands for it")
+        return {r.label.split(":", 1)[1]: r.measured_ms for r in ok if r.key in settled}
 
     def _measure_singles(self) -> list[TrialRecord]:
         """Solve and measure each single-target plan (those predicted far slower than the fastest are

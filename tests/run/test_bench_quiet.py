@@ -81,3 +81,13 @@ def test_a_round_a_watch_reads_as_a_spell_counts_as_slowed_for_every_candidate()
         # a watch whose candidates are not in the round reads nothing
         bench.measure(["plan"], rounds=1)
         assert bench.spell_rounds == 7 and len(bench.candidates["plan"].turns) == 5
+
+
+def test_only_figures_on_quiet_samples_are_settled():
+    bench = PlanBench([{}])
+    for key, slowed in (("quiet", [False] * 4), ("half", [True, True, False, False]), ("most", [True] * 3 + [False])):
+        c = Candidate(key, None, None)
+        c.samples_ms, c.samples_slowed = [1.0] * len(slowed), list(slowed)
+        bench.candidates[key] = c
+    assert bench.settled(["most", "quiet", "half"]) == ["quiet", "half"]
+    assert bench.settled([]) == []

@@ -335,3 +335,46 @@ def test_final_rounds_wait_when_all_core_targets_ran_at_their_1_thread_pace(stor
             assert all(n >= FINAL_ROUNDS + QUIET_ROUNDS for n in turns)
         else:  # (the two may still race: within DECIDE_MARGIN, more rounds)
             assert not any("unread" in s or "spell" in s for s in said) and search.spell_note == ""
+
+
+@pytest.mark.parametrize("stored_ratio, spell", [(0.01, True), (100.0, False)])
+def test_the_problem_is_re_priced_only_from_single_targets_measured_on_quiet_samples(stored_ratio, spell):
+    """Baselines whose rounds all read as a spell (a runtime on all cores at its 1-thread pace against
+    the store's ratio, placer.tune.spells) leave the store's whole-model times standing; measured on
+    quiet rounds, they re-price the problem."""
+    from types import SimpleNamespace
+
+    from mz_models import diamond_model, graph_of
+
+    from placer.devices import make_targets
+    from placer.materialize import materialize
+    from placer.run import random_inputs
+    from placer.run.bench import PlanBench
+    from placer.tune.records import TrialRecord
+    from placer.tune.spells import spell_watches
+    from placer.tune.tuner import LatencySearch
+
+    g = graph_of(diamond_model())
+    targets = make_targets(["onnxruntime:t1", "onnxruntime:t2"])
+    said = []
+    search = object.__new__(LatencySearch)  # only what the re-pricing reads
+    search.say, search.ctx = said.append, SimpleNamespace(targets=targets)
+    stored = {"onnxruntime@cpu:t1": 1.0, "onnxruntime@cpu:t2": stored_ratio}
+    with PlanBench([random_inputs(g, seed=0)], rounds=3, per_round=2) as bench:
+        search.bench = bench
+        recs = [TrialRecord(t.name, f"single:{t.name}", "baseline", {}, None, 1.0) for t in targets]
+        for r, t in zip(recs, targets):
+            bench.add(r.key, materialize(g, {op.id: t.name for op in g.ops}))
+        bench.watches = spell_watches(targets, {t.name: r.key for r, t in zip(recs, targets)}, stored)
+        stats = bench.measure([r.key for r in recs])
+        for r in recs:
+            r.measured_ms = stats[r.key].median_ms
+        session = search._session_whole_ms(recs)
+        settled = {t.name for t, r in zip(targets, recs) if bench.settled([r.key])}
+    if spell:
+        assert bench.spell_rounds == 3 and session == {}
+        assert any("re-pricing" in s and "onnxruntime@cpu:t2" in s for s in said)
+    else:  # the probes may still read a round slowed; at most the targets slowed in most rounds are left
+        assert bench.spell_rounds == 0
+        assert set(session) == settled
+        assert all(session[t.name] == r.measured_ms for t, r in zip(targets, recs) if t.name in session)
