@@ -84,7 +84,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     from placer.solve import solve
     from placer.tune import tune
     from placer.tune.records import assignment_key
-    from placer.tune.spells import spell_watches
+    from placer.run.spells import spell_watches
     from placer.tune.tuner import SKIP_BASELINE_FACTOR, _partition_feedback
 
     t0 = time.monotonic()
@@ -124,7 +124,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                 # all of the bench's rounds: 2-thread runs are bimodal, and three rounds once priced
                 # hf-mobilenetv2's OpenVINO t2 above OpenVINO t1 (the untuned plan measured 0.58x);
                 # rounds in which a runtime on all cores ran at its 1-thread pace read as spells
-                # (placer.tune.spells.spell_watches) and count as slowed from here on
+                # (placer.run.spells.spell_watches) and count as slowed from here on
                 singles = {r["placement"].split(":", 1)[1]: r["key"] for r in rows if r.get("key") in keyed
                            and "note" not in r and r["placement"].startswith("single:")}
                 bench.watches = spell_watches(ctx.targets, singles, stored_whole)

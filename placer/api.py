@@ -36,6 +36,7 @@ from placer.report.explain import Explanation
 from placer.run.api import run_plan
 from placer.run.bench import PlanBench
 from placer.run.numerics import check_against_reference, load_inputs
+from placer.run.spells import quiet_choice, spell_watches, unread_spell
 from placer.solve import check_request, solve
 
 __all__ = ["CUT_MARGIN", "STORE_DISAGREES", "PlannedModel", "PlanningContext", "check_store", "explain",
@@ -135,7 +136,9 @@ def honest(ctx: PlanningContext, solved, *, measure: bool = False, say: Callable
     :data:`CUT_MARGIN` faster than the best single-target plan, else the single target is returned.
     With ``measure``, the plan chosen so is run against every single-target plan priced within
     :data:`RIVALS_WITHIN` of the best one (interleaved rounds, outputs checked, compared round by
-    round) and the fastest kept.
+    round) and the fastest kept; rounds in which a runtime on all cores ran at its 1-thread pace
+    count as slowed, and where such a spell of the host lasts through the rounds a 1-thread target
+    that won by a little gives way to the same runtime on all cores (:mod:`placer.run.spells`).
     """
     singles = []
     for t in ctx.problem.targets:
@@ -180,7 +183,14 @@ def _measured_choice(ctx: PlanningContext, chosen, note: str, singles: Sequence,
         return chosen, note
     plans = {"chosen": chosen, **{f"rival {i}": p for i, p in enumerate(rivals)}}
     feeds = load_inputs("seed:0", ctx.graph, 4)
+    # the single-target plans by target: a runtime measured at 1 thread and on all cores reads the
+    # host's spells the probes miss, against the store's whole-model times (placer.run.spells)
+    keys_of = {next(iter(set(p.assignment.values()))): k for k, p in plans.items()
+               if len(set(p.assignment.values())) == 1}
+    targets = getattr(ctx, "targets", None) or []
+    stored = dict(getattr(getattr(ctx, "table", None), "whole_model_ms", None) or {})
     with PlanBench(feeds, rounds=MEASURE_ROUNDS, per_round=5) as bench:
+        bench.watches = spell_watches(targets, keys_of, stored)
         for key, p in plans.items():
             bench.add(key, materialize(ctx.graph, p))
             report = check_against_reference(ctx.graph.model, feeds, bench.outputs(key), **ctx.tolerance)
@@ -197,10 +207,18 @@ def _measured_choice(ctx: PlanningContext, chosen, note: str, singles: Sequence,
             ratio = _ratios_to_chosen(bench, stats, plans)
             rounds += EXTRA_ROUNDS
     keep = min(plans, key=lambda k: ratio[k])
+    gave = ""
+    spell = unread_spell(targets, keys_of, stored, ratio.get)
+    swap = quiet_choice(keep, spell, ratio.get) if spell else None
+    if swap is not None:  # a spell that lasted: the all-core target the store has faster when quiet
+        gave = (f" instead of {plans[keep].solver}: a spell of the host (all cores at their 1-thread pace, "
+                f"{swap.measured_ratio:.2f}x its time against the store's {swap.stored_ratio:.2f}x) lasted "
+                "through the rounds, and the store has it the faster on quiet cores")
+        keep = swap.all_key
     figures = ", ".join(f"{plans[k].solver} {stats[k].median_ms:.3f} ms (predicted {plans[k].makespan_ms:.3f}"
                         + (f", {ratio[k]:.3f}x its time round by round" if k != "chosen" else "") + ")"
                         for k in plans)
-    measured = f"measured in {rounds} rounds: {figures}: kept {plans[keep].solver}"
+    measured = f"measured in {rounds} rounds: {figures}: kept {plans[keep].solver}{gave}"
     say(measured)
     return plans[keep], (f"{note}; {measured}" if note else measured)
 

@@ -45,12 +45,12 @@ from placer.materialize import materialize
 from placer.materialize.in_context import priced_as_run
 from placer.run.bench import QUIET_WINDOW_S, PlanBench, time_between_partitions
 from placer.run.numerics import check_against_reference, load_inputs
+from placer.run.spells import quiet_choice, spell_watches, unread_spell, wait_spell_end
 from placer.run.yardsticks import DESCRIPTIONS, YardstickSet, latency_kinds
 from placer.solve import solve
 from placer.tune import learned, shared_study, space
 from placer.tune.pipeline_tuner import tune_throughput
 from placer.tune.records import TrialRecord, TuneResult, assignment_key, load_tune_result, write_outputs
-from placer.tune.spells import quiet_choice, spell_watches, unread_spell, wait_spell_end
 from placer.tune.study import (GRACE_PERIOD_S, asked_trial, fail_stale, open_study, storage_for, storage_writes,
                                tell_trial)
 
@@ -301,7 +301,7 @@ class LatencySearch:
         self.best_single: TrialRecord | None = None
         self.best_default_key: str | None = None
         #: the store's whole-model times per target, as they were before this session's measurements
-        #: re-priced the problem (the quiet reference of :func:`placer.tune.spells.unread_spell`)
+        #: re-priced the problem (the quiet reference of :func:`placer.run.spells.unread_spell`)
         self.stored_whole_ms: dict[str, float] = {}
         self.spell_note = ""  # why the verdict kept an all-core target over a 1-thread one (a spell)
         self.reserve = 0.15  # the share of the budget kept for the final rounds (set from the baselines)
@@ -371,7 +371,7 @@ class LatencySearch:
         problem from the whole-model times just measured."""
         ok = self._measure_singles()
         # the store's whole-model times, before this session's replace them: rounds in which a runtime on
-        # all cores ran at its 1-thread pace against them read as spells from here on (placer.tune.spells)
+        # all cores ran at its 1-thread pace against them read as spells from here on (placer.run.spells)
         self.stored_whole_ms = dict(self.ctx.table.whole_model_ms)
         keys_of = {r.label.split(":", 1)[1]: r.key for r in ok}
         self.bench.watches = spell_watches(self.ctx.targets, keys_of, self.stored_whole_ms)
@@ -545,7 +545,7 @@ class LatencySearch:
         self.say(f"final rounds: {len(finalists)} candidate(s) and {len(self.ys_keys)} yardstick(s), interleaved")
         final_keys = [r.key for r in finalists] + self.ys_keys
         per_round = final_requests(min((r.measured_ms for r in finalists), default=math.nan))
-        # a spell the probes did not read: all-core targets at their 1-thread pace (placer.tune.spells);
+        # a spell the probes did not read: all-core targets at their 1-thread pace (placer.run.spells);
         # a round that shows one is left out like a slowed one, and rounds are added for quiet samples
         keys_of = {r.label.split(":", 1)[1]: r.key for r in finalists if r.kind == "baseline"}
         self.bench.watches = spell_watches(self.ctx.targets, keys_of, self.stored_whole_ms)

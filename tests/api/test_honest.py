@@ -89,3 +89,31 @@ def test_a_close_call_is_two_fastest_plans_within_the_tie_band():
     assert not close_call({"chosen": 1.0, "rival 0": TIE_BAND * 1.01})
     assert not close_call({"chosen": 1.0, "rival 0": 0.8, "rival 1": 1.2})  # the fastest stands apart
     assert not close_call({"chosen": 1.0})
+
+
+def test_measuring_reads_a_spell_of_the_host_and_says_when_it_gives_the_all_core_target_its_due():
+    """ONNX Runtime at 1 and 2 threads, the store's 2-thread / 1-thread ratio out of reach (0.01): every
+    round reads as a spell (placer.run.spells), so the rounds for quiet samples are all added; the
+    choice is the faster round by round, unless the 1-thread plan won by at most SPELL_GIVE, in which
+    case the all-core one is kept and the note says why."""
+    from placer.api import EXTRA_ROUNDS, MEASURE_ROUNDS
+    from placer.devices import make_targets
+    from placer.solve import solve
+
+    g = graph_of(diamond_model())
+    names = ["onnxruntime@cpu:t1", "onnxruntime@cpu:t2"]
+    ops = [op.id for op in g.ops]
+    p = PlacementProblem(ops=ops, targets=names, cost_ms=np.array([[1.0, 1.2]] * len(ops)), tensors=[])
+    ctx = SimpleNamespace(problem=p, graph=g, tolerance={},
+                          targets=make_targets(["onnxruntime:t1", "onnxruntime:t2"]),
+                          table=SimpleNamespace(whole_model_ms={names[0]: 1.0, names[1]: 0.01}))
+    said = []
+    chosen = solve(p, "latency", f"single:{names[0]}")
+    plan, note = honest(ctx, chosen, measure=True, say=said.append)
+    rounds = int(note.split(" rounds: ")[0].removeprefix("measured in "))
+    assert MEASURE_ROUNDS + EXTRA_ROUNDS <= rounds <= MEASURE_ROUNDS + 2 * EXTRA_ROUNDS  # never quiet
+    kept = set(plan.assignment.values())
+    if " instead of " in note:
+        assert kept == {names[1]} and f"kept {plan.solver} instead of single:{names[0]}: a spell" in note
+    else:
+        assert len(kept) == 1 and note.endswith(f": kept {plan.solver}")

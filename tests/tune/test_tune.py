@@ -287,7 +287,7 @@ def test_final_rounds_wait_for_quiet_cores_past_a_spent_budget(always_slowed):
 @pytest.mark.parametrize("stored_ratio, spell", [(0.01, True), (100.0, False)])
 def test_final_rounds_wait_when_all_core_targets_ran_at_their_1_thread_pace(stored_ratio, spell):
     """A runtime's all-core / 1-thread ratio in the final rounds far above the store's (a host spell
-    the probes did not read, placer.tune.spells): the final rounds say so, poll the two targets for
+    the probes did not read, placer.run.spells): the final rounds say so, poll the two targets for
     the spell's end (every poll here still reads it: the store's ratio is out of reach), and keep
     their figures; every final round reads as a spell, and rounds are added for quiet samples; a store
     that agrees raises nothing."""
@@ -326,7 +326,7 @@ def test_final_rounds_wait_when_all_core_targets_ran_at_their_1_thread_pace(stor
             assert any(f"{FINAL_ROUNDS + QUIET_ROUNDS} round(s) read as a spell" in s for s in said)
             assert any("unread by the probes" in s for s in said)
             assert any("the spell lasted" in s for s in said)
-            # kept over a faster 1-thread target only within placer.tune.spells.SPELL_GIVE of it
+            # kept over a faster 1-thread target only within placer.run.spells.SPELL_GIVE of it
             kept = any("kept instead of" in s for s in said)
             assert not kept or (best is recs[1] and recs[1].compare_ms > recs[0].compare_ms)
             note = next((s[len("final rounds: "):] for s in said if "kept instead" in s), "")
@@ -340,7 +340,7 @@ def test_final_rounds_wait_when_all_core_targets_ran_at_their_1_thread_pace(stor
 @pytest.mark.parametrize("stored_ratio, spell", [(0.01, True), (100.0, False)])
 def test_the_problem_is_re_priced_only_from_single_targets_measured_on_quiet_samples(stored_ratio, spell):
     """Baselines whose rounds all read as a spell (a runtime on all cores at its 1-thread pace against
-    the store's ratio, placer.tune.spells) leave the store's whole-model times standing; measured on
+    the store's ratio, placer.run.spells) leave the store's whole-model times standing; measured on
     quiet rounds, they re-price the problem."""
     from types import SimpleNamespace
 
@@ -351,7 +351,7 @@ def test_the_problem_is_re_priced_only_from_single_targets_measured_on_quiet_sam
     from placer.run import random_inputs
     from placer.run.bench import PlanBench
     from placer.tune.records import TrialRecord
-    from placer.tune.spells import spell_watches
+    from placer.run.spells import spell_watches
     from placer.tune.tuner import LatencySearch
 
     g = graph_of(diamond_model())

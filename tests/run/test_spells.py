@@ -1,4 +1,4 @@
-"""placer.tune.spells: a spell of the host read in the model's own figures (all-core targets at their
+"""placer.run.spells: a spell of the host read in the model's own figures (all-core targets at their
 1-thread pace, against the store's quiet ratio)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 from placer.devices import make_targets
 from placer.run.bench import RatioWatch
-from placer.tune.spells import (SPELL_GIVE, SPELL_RATIO, SpellPair, quiet_choice, runtime_pairs,
-                                  spell_watches, unread_spell)
+from placer.run.spells import (SPELL_GIVE, SPELL_RATIO, SpellPair, quiet_choice, runtime_pairs,
+                                 spell_watches, unread_spell)
 
 TARGETS = make_targets(["onnxruntime:t2", "openvino:t2", "onnxruntime:t1", "openvino:t1", "openvino@cpu0:t1"])
 KEYS = {t.name: f"key:{t.name}" for t in TARGETS}
@@ -68,7 +68,7 @@ def test_polling_for_a_spells_end_stops_at_its_deadline():
     import time
 
     from placer.run.bench import PlanBench
-    from placer.tune.spells import wait_spell_end
+    from placer.run.spells import wait_spell_end
 
     pair = SpellPair("onnxruntime", "one", "all", stored_ratio=0.5, measured_ratio=1.0)
     bench = PlanBench([{}])  # no candidate is measured: the deadline, already past, ends the wait first
