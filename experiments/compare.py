@@ -80,11 +80,11 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     from placer.report import gantt
     from placer.run.bench import PlanBench
     from placer.run.numerics import check_against_reference, load_inputs
+    from placer.run.spells import spell_watches
     from placer.run.yardsticks import YardstickSet, latency_kinds
     from placer.solve import solve
     from placer.tune import tune
     from placer.tune.records import assignment_key
-    from placer.run.spells import spell_watches
     from placer.tune.tuner import SKIP_BASELINE_FACTOR, _partition_feedback
 
     t0 = time.monotonic()
