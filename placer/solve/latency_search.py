@@ -60,7 +60,7 @@ import numpy as np
 
 from placer.problem import PlacementProblem
 from placer.solve.evaluate import Costs, float_noise, latency_schedule
-from placer.solve.retime import SEARCH_RATE, finish_sum, flat_inputs, simulate
+from placer.solve.retime import SEARCH_RATE, finish_sum, simulate
 
 __all__ = ["CriticalPathSearch", "improve_plan"]
 
@@ -87,24 +87,19 @@ class CriticalPathSearch:
         self.n, self.t = n, t
         cost = np.where(p.allowed, self.c.cost, np.inf)
         self.cost = cost.tolist()
-        # inputs of each op: (producer, delay row-major T*T list) per tensor read
+        # inputs of each op, flat for the compiled re-timing (placer.solve.retime): op v reads
+        # in_prod[in_ptr[v]:in_ptr[v + 1]], each with its targets x targets copy delay plus v's entry cost
         ptr_a, ks = p.in_tensor_arrays
-        ptr = ptr_a.tolist()
-        prod = p.tensor_producer
-        link = np.asarray(self.c.link)
-        entry = np.asarray(self.c.entry)
-        self.ins: list[list[tuple[int, list[list[float]]]]] = []
-        for v in range(n):
-            row = []
-            for j in range(ptr[v], ptr[v + 1]):
-                k = int(ks[j])
-                u = prod[k]
-                if u < 0:
-                    continue
-                m = link[k] + entry[None, :]
-                row.append((u, m.tolist()))
-            self.ins.append(row)
-        self.preds = [sorted({u for u, _ in row}) for row in self.ins]
+        ks = np.asarray(ks, dtype=np.int64)
+        prod = np.asarray(p.tensor_producer, dtype=np.int64)[ks]
+        reads = prod >= 0  # the model's inputs have no producer
+        reader = np.repeat(np.arange(n), np.diff(ptr_a))
+        per_op = np.bincount(reader[reads], minlength=n)
+        self.in_ptr = np.concatenate([[0], np.cumsum(per_op)]).astype(np.int64)
+        self.in_prod = prod[reads]
+        self.in_delay = np.ascontiguousarray(np.asarray(self.c.link)[ks[reads]]
+                                             + np.asarray(self.c.entry)[None, None, :], dtype=np.float64)
+        self.preds = [sorted(set(self.in_prod[self.in_ptr[v]:self.in_ptr[v + 1]].tolist())) for v in range(n)]
         self.allowed = [[int(d) for d in np.flatnonzero(p.allowed[v])] for v in range(n)]
         self.group = [list(u) for u in p.units]
         self.unit_of = [0] * n
@@ -112,9 +107,8 @@ class CriticalPathSearch:
             for v in unit:
                 self.unit_of[v] = i
         self.conf = [list(x) for x in p.conflicts] if p.shares_resources else None
-        # the same, flat, for the compiled re-timing (placer.solve.retime)
+        # the costs and shared cores, flat, for the compiled re-timing
         self.cost_a = np.ascontiguousarray(cost, dtype=np.float64)
-        self.in_ptr, self.in_prod, self.in_delay = flat_inputs(self.ins, t)
         conf = self.conf or [[] for _ in range(t)]
         self.conf_ptr = np.cumsum([0] + [len(x) for x in conf]).astype(np.int64)
         self.conf_idx = np.asarray([d for x in conf for d in x], dtype=np.int64)
@@ -199,9 +193,10 @@ class CriticalPathSearch:
             d = assign[v]
             s_v = start[v]
             cause = -1
-            for u, m in self.ins[v]:
+            for j in range(int(self.in_ptr[v]), int(self.in_ptr[v + 1])):
+                u = int(self.in_prod[j])
                 a = assign[u]
-                r = end[u] if a == d else end[u] + m[a][d]
+                r = end[u] if a == d else end[u] + float(self.in_delay[j, a, d])
                 if abs(r - s_v) <= 1e-12 * max(1.0, s_v):
                     cause = u
                     break

@@ -33,21 +33,7 @@ except ImportError:  # pragma: no cover - numba is a declared dependency
 #: machine still spends its budget before the wall-clock backstop
 SEARCH_RATE = 1.0e7 if COMPILED else 3.0e5
 
-__all__ = ["COMPILED", "SEARCH_RATE", "simulate", "finish_sum", "flat_inputs"]
-
-
-def flat_inputs(ins: list, n_targets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(in_ptr, in_prod, in_delay)`` from per-op lists of ``(producer, T x T delay rows)``."""
-    ptr = np.zeros(len(ins) + 1, dtype=np.int64)
-    prod: list[int] = []
-    delay: list = []
-    for v, row in enumerate(ins):
-        for u, m in row:
-            prod.append(u)
-            delay.append(m)
-        ptr[v + 1] = len(prod)
-    d = np.asarray(delay, dtype=np.float64).reshape(len(prod), n_targets, n_targets)
-    return ptr, np.asarray(prod, dtype=np.int64), d
+__all__ = ["COMPILED", "SEARCH_RATE", "simulate", "finish_sum"]
 
 
 @njit(cache=True)
