@@ -167,6 +167,25 @@ def test_light_variants_are_small_cheap_ops_including_identity_dropout_and_sum_a
     assert {s["op_type"] for s in sigs} >= {"Identity", "Dropout", "Sum", "Transpose", "Reshape"}
 
 
+def test_light_variants_hold_scalar_operands_and_both_directions_of_a_channel_shuffle():
+    # real models hold x * 0.5, x / sqrt(d), x + eps (a scalar constant), and ShuffleNet reshapes
+    # 4-d -> 5-d and back; a per-model bank turned a model's scalar operand into a full tensor
+    import onnxruntime as ort
+
+    from costmodels.sampler import light_variants, spec_from_signature, spec_model, variant_signatures
+
+    bank = light_variants(300, seed=4)
+    scalar = [s for s in bank if s["family"] == "eltwise" and s.get("other") == []]
+    assert scalar and all(s["op"] in ("Add", "Mul", "Div", "Sub") for s in scalar)
+    for spec, sig in zip(scalar[:3], variant_signatures(scalar[:3])):
+        assert sig["inputs"][1] == {"shape": [], "dtype": "float32", "const": True}
+        assert spec_from_signature(sig) == spec  # a model's scalar op is sampled around as a scalar op
+        sess = ort.InferenceSession(spec_model(spec).SerializeToString(), providers=["CPUExecutionProvider"])
+        assert [i.shape for i in sess.get_inputs()] == [spec["shape"]]  # the scalar is no graph input
+    ranks = {(len(s["shape"]), len(s["to"])) for s in bank if s["family"] == "reshape"}
+    assert {(4, 5), (5, 4)} <= ranks
+
+
 class _FakeStore:
     """Duck-typed ProfileStore rows: one target name under two fingerprints (old, new)."""
 
