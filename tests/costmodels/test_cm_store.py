@@ -172,7 +172,8 @@ def test_light_variants_hold_scalar_operands_and_both_directions_of_a_channel_sh
     # 4-d -> 5-d and back; a per-model bank turned a model's scalar operand into a full tensor
     import onnxruntime as ort
 
-    from costmodels.sampler import light_variants, spec_from_signature, spec_model, variant_signatures
+    from costmodels.sampler import light_variants, random_spec, spec_from_signature, spec_model
+    from costmodels.sampler import variant_signatures
 
     bank = light_variants(300, seed=4)
     scalar = [s for s in bank if s["family"] == "eltwise" and s.get("other") == []]
@@ -182,8 +183,11 @@ def test_light_variants_hold_scalar_operands_and_both_directions_of_a_channel_sh
         assert spec_from_signature(sig) == spec  # a model's scalar op is sampled around as a scalar op
         sess = ort.InferenceSession(spec_model(spec).SerializeToString(), providers=["CPUExecutionProvider"])
         assert [i.shape for i in sess.get_inputs()] == [spec["shape"]]  # the scalar is no graph input
-    ranks = {(len(s["shape"]), len(s["to"])) for s in bank if s["family"] == "reshape"}
-    assert {(4, 5), (5, 4)} <= ranks
+    reshapes = [s for s in bank if s["family"] == "reshape"]
+    assert {(4, 5), (5, 4)} <= {(len(s["shape"]), len(s["to"])) for s in reshapes}
+    rng = np.random.default_rng(0)
+    wide = [random_spec("reshape", rng, wide=True) for _ in range(200)]  # 7 split an odd channel count before
+    assert all(np.prod(s["shape"]) == np.prod(s["to"]) for s in reshapes + wide)
 
 
 class _FakeStore:
