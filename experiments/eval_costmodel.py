@@ -113,7 +113,11 @@ def cmd_profile(args) -> int:
                                     family_weights=WIDE_FAMILY_WEIGHTS if wide else None)
         res = profile_variants(targets, args.db, specs=specs, seed=args.seed, name=name, progress=False,
                                second_window=not args.one_window, probes=args.probes)
-        manifest[name] = {"seed": args.seed, "specs": specs}
+        # every draw of a bank stays listed, so an evaluation names the model of each of their rows (a
+        # second draw replacing the first left the first one's rows nameless: kept in every fold, a
+        # per-model bank's with them); a draw of the same seed extends (so replaces) the earlier one
+        manifest[name] = [d for d in _draws(manifest.get(name)) if d["seed"] != args.seed] + [
+            {"seed": args.seed, "specs": specs}]
         manifest_path.write_text(json.dumps(manifest))
         print(f"{name}: {len(specs)} variants, {sum(r.measured for _, r in res)} measured, "
               f"{sum(r.cached for _, r in res)} cached in {time.time() - t0:.0f}s", flush=True)
@@ -127,8 +131,15 @@ def variant_bank_graphs(db: str) -> list:
     path = Path(str(db) + ".variants.json")
     if not path.exists():
         return []
-    return [g for name, v in json.loads(path.read_text()).items()
-            for g in variant_graphs(v["specs"], name=name, seed=v["seed"])]
+    return [g for name, v in json.loads(path.read_text()).items() for d in _draws(v)
+            for g in variant_graphs(d["specs"], name=name, seed=d["seed"])]
+
+
+def _draws(entry) -> list[dict]:
+    """The draws of one bank in the manifest: a list, or one draw as sessions before 24 wrote it."""
+    if entry is None:
+        return []
+    return [entry] if isinstance(entry, dict) else list(entry)
 
 
 def _data(args):
