@@ -30,6 +30,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
+from costmodels import flat_forest
 from costmodels._common import as_features, check_xy, make_regressor
 from costmodels.features import FEATURE_NAMES, OP_VOCAB
 from costmodels.roofline import RooflineModel
@@ -129,20 +130,35 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
                                  learning_rate=self.learning_rate, min_samples_leaf=self.min_samples_leaf,
                                  subsample=self.subsample, random_state=seed,
                                  robust=bool(self.robust) and self.regressor == "gbr")
-            reg.fit(D, np.log(y) - base, sample_weight=w)
+            # a ridge pipeline takes no sample_weight keyword at all (None included)
+            reg.fit(D, np.log(y) - base, **({} if w is None else {"sample_weight": w}))
             self.regressors_.append(reg)
         self.regressor_ = self.regressors_[0]
+        # tree ensembles predict (and are saved) as one flat forest: flat_forest's docstring says why
+        self.forest_ = flat_forest.flatten(self.regressors_)
         self.n_features_in_ = F.shape[1]
         self.n_train_ = int(len(y))
         self.train_log_mae_ = float(np.mean(np.abs(self._log_residual(D) + base - np.log(y))))
         return self
 
     def _log_residual(self, D: np.ndarray) -> np.ndarray:
+        forest = getattr(self, "forest_", None)
+        if forest is not None:
+            return flat_forest.predict(forest, D)
         return np.mean([reg.predict(D) for reg in self.regressors_], axis=0)
+
+    def __getstate__(self) -> dict:
+        """What pickling and skops save: the regressors as their flat forest alone where they have one
+        (a few arrays in place of hundreds of tree objects; a model loaded back predicts with it)."""
+        state = super().__getstate__()
+        if state.get("forest_") is not None:
+            state.pop("regressors_", None)
+            state.pop("regressor_", None)
+        return state
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted latency in ms per op; ``inf`` for op types known unsupported on the target."""
-        check_is_fitted(self, "regressor_")
+        check_is_fitted(self, "n_train_")
         F = as_features(X)
         if len(F) == 0:
             return np.zeros(0)

@@ -122,3 +122,45 @@ def test_optuna_search_is_seeded_and_feeds_the_fit(synthetic_data):
     card = cm.card["targets"][TARGETS[0]]
     assert "tuned_cv_log_mae" in card["metrics"]
     assert card["params"]["regressor"] in ("gbr", "rf")
+
+
+@pytest.mark.parametrize("kind,robust", [("gbr", True), ("gbr", False), ("rf", False)])
+def test_the_flat_forest_predicts_what_its_regressors_predict(kind, robust):
+    from costmodels import flat_forest
+    from costmodels._common import make_regressor
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(300, 6))
+    X[:, 5] = np.round(X[:, 5])  # a feature of few values, as the one-hot and count features are
+    y = X[:, 0] ** 2 + np.sin(X[:, 1]) + X[:, 5] + 0.1 * rng.normal(size=300)
+    w = rng.uniform(0.2, 2.0, size=300)
+    regs = [make_regressor(kind, n_estimators=30, max_depth=5, learning_rate=0.1, min_samples_leaf=2,
+                           subsample=0.8, random_state=seed, robust=robust).fit(X, y, sample_weight=w)
+            for seed in (0, 1)]
+    forest = flat_forest.flatten(regs)
+    # rows far outside the data, and rows whose every feature sits on some node's threshold
+    inner = forest["left"] != np.arange(len(forest["left"]))
+    on = np.stack([rng.choice(forest["threshold"][inner & (forest["feature"] == f)], 50)
+                   for f in range(6)], axis=1)
+    rows = np.vstack([X, 3 * rng.normal(size=(100, 6)), on])
+    expected = np.mean([r.predict(rows) for r in regs], axis=0)
+    np.testing.assert_allclose(flat_forest.predict(forest, rows), expected, rtol=0, atol=1e-12)
+    ridge = make_regressor("ridge", n_estimators=1, max_depth=None, learning_rate=0.1, min_samples_leaf=1,
+                           subsample=1.0, random_state=0).fit(X, y)
+    assert flat_forest.flatten([regs[0], ridge]) is None  # not every regressor a tree ensemble: none
+
+
+def test_a_saved_op_model_holds_its_trees_as_one_flat_forest_and_predicts_the_same(tmp_path):
+    import skops.io as sio
+
+    sigs, y = _op_xy()
+    m = OpLatencyModel(n_estimators=40, n_models=3, random_state=5).fit(sigs, y)
+    sio.dump(m, tmp_path / "m.skops")
+    assert "sklearn.tree._tree.Tree" not in sio.get_untrusted_types(file=tmp_path / "m.skops")
+    back = sio.load(tmp_path / "m.skops", trusted=sio.get_untrusted_types(file=tmp_path / "m.skops"))
+    assert not hasattr(back, "regressors_")
+    np.testing.assert_array_equal(back.predict(sigs), m.predict(sigs))
+    ridge = OpLatencyModel(regressor="ridge").fit(sigs, y)  # no forest: its regressor is saved as it is
+    sio.dump(ridge, tmp_path / "r.skops")
+    again = sio.load(tmp_path / "r.skops", trusted=sio.get_untrusted_types(file=tmp_path / "r.skops"))
+    np.testing.assert_allclose(again.predict(sigs), ridge.predict(sigs))

@@ -24,7 +24,7 @@ class Evil:  # a type outside the allowlist
 @pytest.fixture(scope="module")
 def saved_once(fitted_model, tmp_path_factory):
     d = tmp_path_factory.mktemp("cm") / "model"
-    fitted_model.save(d)  # skops writes every tree: seconds, so once per module
+    fitted_model.save(d)  # once per module; each test works on a copy
     return d
 
 
