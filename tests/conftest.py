@@ -31,6 +31,16 @@ import onnx
 import pytest
 
 
+def pytest_collection_modifyitems(config, items):
+    """The longest test files first (tests/file_seconds.json, written by .ci/file_seconds.py), each file's
+    tests in their own order: with ``--dist loadfile --no-loadscope-reorder`` the workers take files in
+    this order, so no long file is left to run alone at the end. A file the list lacks goes last."""
+    import json
+
+    seconds = json.loads((Path(__file__).parent / "file_seconds.json").read_text())
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::", 1)[0], 0.0))  # stable: files stay whole
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _trust_key(tmp_path_factory):
     import os
