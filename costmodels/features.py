@@ -405,7 +405,17 @@ def feature_matrix(signatures: Iterable[Any]) -> np.ndarray:
     return np.vstack(rows)
 
 
+_OP_COLS = [FEATURE_NAMES.index(f"op={t}") for t in OP_VOCAB] + [FEATURE_NAMES.index("op=other")]
+_OP_NAMES = list(OP_VOCAB) + ["other"]
+
+
+def op_type_of_rows(F: np.ndarray) -> np.ndarray:
+    """The one-hot op type column name (vocabulary entry or "other") of each feature row."""
+    return np.array([_OP_NAMES[i] for i in np.argmax(F[:, _OP_COLS], axis=1)], dtype=object) \
+        if len(F) else np.zeros(0, dtype=object)
+
+
 __all__ = [
     "OP_VOCAB", "FAMILIES", "FAMILY_NAMES", "FEATURE_NAMES", "family_of", "jsonable", "normalize_signature",
-    "signature_key", "estimate_work", "signature_features", "feature_matrix",
+    "signature_key", "estimate_work", "signature_features", "feature_matrix", "op_type_of_rows",
 ]

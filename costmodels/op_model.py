@@ -5,7 +5,9 @@ the same rows (or given as a spec prior) is the baseline; gradient boosting (or 
 on :mod:`costmodels.features` plus the log roofline estimate learns the residual
 ``log(latency_ms) - log(roofline_ms)``. Trees cannot extrapolate: learning the residual keeps
 ops larger or smaller than any training op on the roofline's scaling instead of clamping them to
-the nearest leaf. With ``use_prior=False`` the trees learn ``log(latency_ms)`` directly.
+the nearest leaf. A second set of trees learns the residual of a per-op-type affine prior
+(:mod:`costmodels.op_affine`), and the two are averaged in log space (``affine_weight``). With
+``use_prior=False`` the trees learn ``log(latency_ms)`` directly.
 
 Rows whose latency is not finite are the target's "unsupported" measurements. An op type with
 unsupported rows and no supported one is remembered in ``unsupported_op_types_`` and predicted as
@@ -32,17 +34,11 @@ from sklearn.utils.validation import check_is_fitted
 
 from costmodels import flat_forest
 from costmodels._common import as_features, check_xy, make_regressor
-from costmodels.features import FEATURE_NAMES, OP_VOCAB
+from costmodels.features import op_type_of_rows
+from costmodels.op_affine import OpTypeAffinePrior
 from costmodels.roofline import RooflineModel
 
-_OP_COLS = [FEATURE_NAMES.index(f"op={t}") for t in OP_VOCAB] + [FEATURE_NAMES.index("op=other")]
-_OP_NAMES = list(OP_VOCAB) + ["other"]
-
-
-def op_type_of_rows(F: np.ndarray) -> np.ndarray:
-    """The one-hot op type column name (vocabulary entry or "other") of each feature row."""
-    return np.array([_OP_NAMES[i] for i in np.argmax(F[:, _OP_COLS], axis=1)], dtype=object) \
-        if len(F) else np.zeros(0, dtype=object)
+__all__ = ["OpLatencyModel", "op_type_of_rows"]
 
 
 class OpLatencyModel(RegressorMixin, BaseEstimator):
@@ -74,6 +70,14 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
         Add the log roofline estimate as a feature.
     prior : mapping or None
         Roofline spec (see :meth:`RooflineModel.from_spec`); ``None`` = fit it on the data.
+    affine_weight : float
+        Weight, in a log average, of a second set of regressors that learn the residual of the
+        per-op-type affine prior (:class:`~costmodels.op_affine.OpTypeAffinePrior`: memory-bound op
+        types priced ``a + b * bytes`` each) instead of the roofline's; 0 = the roofline's alone.
+        Used with ``use_prior`` and a prior fitted on the data (not a spec). Half and half gained
+        1.8-4.1 points of held-out ops within 10% on ONNX Runtime t1 and 0-3.0 on OpenVINO t1 over
+        three stores, where either prior alone did not (docs/design.md, "The learned model, session
+        25"); it doubles the fit time.
     random_state : int or None
         Seed of the regressor.
     """
@@ -81,7 +85,8 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
     def __init__(self, target: str | None = None, regressor: str = "gbr", n_estimators: int = 200,
                  max_depth: int | None = 6, learning_rate: float = 0.1, min_samples_leaf: int = 2,
                  subsample: float = 0.8, robust: bool = True, n_models: int = 3, use_prior: bool = True,
-                 prior: Mapping[str, Any] | None = None, random_state: int | None = 0):
+                 prior: Mapping[str, Any] | None = None, affine_weight: float = 0.5,
+                 random_state: int | None = 0):
         self.target = target
         self.regressor = regressor
         self.n_estimators = n_estimators
@@ -93,13 +98,15 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
         self.n_models = n_models
         self.use_prior = use_prior
         self.prior = prior
+        self.affine_weight = affine_weight
         self.random_state = random_state
 
-    def _design(self, F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(regressor input, log prior): the regressor learns ``log(latency) - log prior``."""
+    def _design(self, F: np.ndarray, prior: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """(regressor input, log prior): the regressor learns ``log(latency) - log prior`` (``prior``:
+        the fitted roofline unless given)."""
         if not self.use_prior:
             return F, np.zeros(len(F))
-        log_prior = np.log(np.maximum(self.prior_.predict(F), 1e-6))
+        log_prior = np.log(np.maximum((self.prior_ if prior is None else prior).predict(F), 1e-6))
         return np.hstack([F, log_prior[:, None]]), log_prior
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OpLatencyModel":
@@ -118,12 +125,31 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
         w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)[ok]
         self.prior_ = (RooflineModel.from_spec(self.prior) if self.prior is not None
                        else RooflineModel().fit(F, y))
-        D, base = self._design(F)
         if int(self.n_models) < 1:
             raise ValueError(f"OpLatencyModel({self.target}): n_models must be >= 1, got {self.n_models}")
+        if not 0.0 <= float(self.affine_weight) <= 1.0:
+            raise ValueError(f"OpLatencyModel({self.target}): affine_weight must be in [0, 1], "
+                             f"got {self.affine_weight}")
+        self.regressors_ = self._fit_regressors(*self._design(F), y, w)
+        self.regressor_ = self.regressors_[0]
+        # tree ensembles predict (and are saved) as one flat forest: flat_forest's docstring says why
+        self.forest_ = flat_forest.flatten(self.regressors_)
+        self.affine_weight_ = (float(self.affine_weight) if self.use_prior and self.prior is None else 0.0)
+        self.affine_prior_ = self.affine_regressors_ = self.affine_forest_ = None
+        if self.affine_weight_ > 0:
+            self.affine_prior_ = OpTypeAffinePrior().fit(F, y)
+            self.affine_regressors_ = self._fit_regressors(*self._design(F, self.affine_prior_), y, w)
+            self.affine_forest_ = flat_forest.flatten(self.affine_regressors_)
+        self.n_features_in_ = F.shape[1]
+        self.n_train_ = int(len(y))
+        self.train_log_mae_ = float(np.mean(np.abs(self._log_prediction(F) - np.log(y))))
+        return self
+
+    def _fit_regressors(self, D: np.ndarray, base: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> list:
+        """``n_models`` regressors of ``log(y) - base`` on ``D``, seeds ``random_state + i``."""
         # seeds only differ where boosting subsamples rows (a forest averages its own trees, ridge has none)
         n = int(self.n_models) if self.regressor == "gbr" and float(self.subsample) < 1.0 else 1
-        self.regressors_ = []
+        regressors = []
         for i in range(n):
             seed = None if self.random_state is None else int(self.random_state) + i
             reg = make_regressor(self.regressor, n_estimators=self.n_estimators, max_depth=self.max_depth,
@@ -132,28 +158,35 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
                                  robust=bool(self.robust) and self.regressor == "gbr")
             # a ridge pipeline takes no sample_weight keyword at all (None included)
             reg.fit(D, np.log(y) - base, **({} if w is None else {"sample_weight": w}))
-            self.regressors_.append(reg)
-        self.regressor_ = self.regressors_[0]
-        # tree ensembles predict (and are saved) as one flat forest: flat_forest's docstring says why
-        self.forest_ = flat_forest.flatten(self.regressors_)
-        self.n_features_in_ = F.shape[1]
-        self.n_train_ = int(len(y))
-        self.train_log_mae_ = float(np.mean(np.abs(self._log_residual(D) + base - np.log(y))))
-        return self
+            regressors.append(reg)
+        return regressors
 
-    def _log_residual(self, D: np.ndarray) -> np.ndarray:
-        forest = getattr(self, "forest_", None)
+    @staticmethod
+    def _residual(forest: dict | None, regressors: list | None, D: np.ndarray) -> np.ndarray:
         if forest is not None:
             return flat_forest.predict(forest, D)
-        return np.mean([reg.predict(D) for reg in self.regressors_], axis=0)
+        return np.mean([reg.predict(D) for reg in regressors], axis=0)
+
+    def _log_prediction(self, F: np.ndarray) -> np.ndarray:
+        """log latency (ms) per row: the roofline's regressors, averaged with the affine prior's."""
+        D, base = self._design(F)
+        out = self._residual(getattr(self, "forest_", None), getattr(self, "regressors_", None), D) + base
+        weight = getattr(self, "affine_weight_", 0.0)  # a model saved before it existed has none
+        if weight > 0:
+            D, base = self._design(F, self.affine_prior_)
+            affine = self._residual(self.affine_forest_, getattr(self, "affine_regressors_", None), D) + base
+            out = (1.0 - weight) * out + weight * affine
+        return out
 
     def __getstate__(self) -> dict:
         """What pickling and skops save: the regressors as their flat forest alone where they have one
         (a few arrays in place of hundreds of tree objects; a model loaded back predicts with it)."""
-        state = super().__getstate__()
+        state = dict(super().__getstate__())  # a copy: object.__getstate__ hands out the live __dict__
         if state.get("forest_") is not None:
             state.pop("regressors_", None)
             state.pop("regressor_", None)
+        if state.get("affine_forest_") is not None:
+            state.pop("affine_regressors_", None)
         return state
 
     def predict(self, X: Any) -> np.ndarray:
@@ -162,8 +195,7 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
         F = as_features(X)
         if len(F) == 0:
             return np.zeros(0)
-        D, base = self._design(F)
-        out = np.exp(self._log_residual(D) + base)
+        out = np.exp(self._log_prediction(F))
         if self.unsupported_op_types_:
             out[np.isin(op_type_of_rows(F), self.unsupported_op_types_)] = np.inf
         return out

@@ -51,6 +51,7 @@ CARD = "card.json"
 #: The only non-default types a saved model may contain (skops trusts plain sklearn/numpy types).
 TRUSTED_TYPES: tuple[str, ...] = (
     "costmodels.op_model.OpLatencyModel",
+    "costmodels.op_affine.OpTypeAffinePrior",
     "costmodels.roofline.RooflineModel",
     "costmodels.transfer.TransferModel",
     "costmodels.partition.PartitionCorrection",

@@ -164,6 +164,8 @@ def cmd_eval(args) -> int:
           f"models {data.model_names()}", flush=True)
     t0 = time.time()
     fit_kw = {"tune_trials": args.tune_trials, "seed": args.seed}
+    if args.affine_weight is not None:  # the op model's second prior (costmodels.op_affine) weighed otherwise
+        fit_kw["op_params"] = {"affine_weight": args.affine_weight}
     res = leave_one_model_out(data, [g.name for g in graphs], fit_kw=fit_kw, progress=True)
     res.settings.update(db=str(args.db), command=" ".join(sys.argv), eval_seconds=round(time.time() - t0, 1))
     if not args.no_drift:
@@ -236,6 +238,8 @@ def main(argv=None) -> int:
     pe.add_argument("--out", required=True)
     pe.add_argument("--tune-trials", type=int, default=0)
     pe.add_argument("--retest-db", default=None, help="a second profile of the same models (noise floor)")
+    pe.add_argument("--affine-weight", type=float, default=None,
+                    help="OpLatencyModel's affine_weight (default: its own; 0 = the roofline prior alone)")
     pe.add_argument("--seed", type=int, default=0)
     pe.add_argument("--no-drift", action="store_true",
                     help="read rows as stored, without dividing them by their block's factor (a session "

@@ -12,7 +12,7 @@ from costmodels.partition import PartitionCorrection
 from costmodels.roofline import RooflineModel
 from costmodels.transfer import TransferModel
 
-from _cmdata import TARGETS, conv_sig, law_ms, relu_sig
+from _cmdata import TARGETS, conv_sig, law_ms, lrn_sig, relu_sig
 
 
 def _op_xy():
@@ -159,8 +159,51 @@ def test_a_saved_op_model_holds_its_trees_as_one_flat_forest_and_predicts_the_sa
     assert "sklearn.tree._tree.Tree" not in sio.get_untrusted_types(file=tmp_path / "m.skops")
     back = sio.load(tmp_path / "m.skops", trusted=sio.get_untrusted_types(file=tmp_path / "m.skops"))
     assert not hasattr(back, "regressors_")
+    assert len(m.regressors_) == 3  # saving left the model itself as it was
     np.testing.assert_array_equal(back.predict(sigs), m.predict(sigs))
     ridge = OpLatencyModel(regressor="ridge").fit(sigs, y)  # no forest: its regressor is saved as it is
     sio.dump(ridge, tmp_path / "r.skops")
     again = sio.load(tmp_path / "r.skops", trusted=sio.get_untrusted_types(file=tmp_path / "r.skops"))
     np.testing.assert_allclose(again.predict(sigs), ridge.predict(sigs))
+
+
+def test_the_affine_prior_gives_each_memory_bound_op_type_its_own_overhead_and_rate():
+    from costmodels.op_affine import OpTypeAffinePrior
+
+    sizes = [(c, h) for c in (8, 16, 32, 64) for h in (7, 14, 28, 56)]  # 16 of each
+    relu, lrn = [relu_sig(c, h) for c, h in sizes], [lrn_sig(c, h) for c, h in sizes]
+    convs = [conv_sig(c, c, h) for c, h in sizes]
+
+    def mb(sig):  # MB moved: input and output
+        c, h = sig["inputs"][0]["shape"][1], sig["inputs"][0]["shape"][2]
+        return 2 * 4 * c * h * h * 1e-6
+
+    y = [0.003 + 0.05 * mb(s) for s in relu] + [0.020 + 0.4 * mb(s) for s in lrn]
+    y += [law_ms(s, TARGETS[0]) for s in convs]
+    prior = OpTypeAffinePrior().fit(relu + lrn + convs, y)
+    np.testing.assert_allclose(prior.coef_["Relu"], [0.003, 0.05], rtol=1e-6)
+    np.testing.assert_allclose(prior.coef_["LRN"], [0.020, 0.4], rtol=1e-6)
+    assert "Conv" not in prior.coef_  # compute-bound: the roofline's estimate
+    np.testing.assert_allclose(prior.predict(convs), prior.roofline_.predict(convs))
+    few = OpTypeAffinePrior(min_rows=20).fit(relu + lrn, y[:32])
+    assert few.coef_ == {}  # 16 rows of each: too few for their own line
+
+
+def test_affine_weight_averages_the_two_priors_models_in_log_space(tmp_path):
+    import skops.io as sio
+
+    sigs, y = _op_xy()
+    kw = dict(n_estimators=30, n_models=2, random_state=1)
+    roof, both, affine = (OpLatencyModel(affine_weight=a, **kw).fit(sigs, y) for a in (0.0, 0.5, 1.0))
+    np.testing.assert_allclose(np.log(both.predict(sigs)),
+                               0.5 * np.log(roof.predict(sigs)) + 0.5 * np.log(affine.predict(sigs)))
+    assert roof.affine_prior_ is None and both.affine_prior_ is not None
+    spec = OpLatencyModel(prior={"peak_gflops": 10.0, "mem_bandwidth_gbs": 5.0}, **kw).fit(sigs, y)
+    assert spec.affine_weight_ == 0.0  # a spec prior: no data-fitted second prior
+    sio.dump(both, tmp_path / "m.skops")
+    types = sio.get_untrusted_types(file=tmp_path / "m.skops")
+    assert "costmodels.op_affine.OpTypeAffinePrior" in types and "sklearn.tree._tree.Tree" not in types
+    back = sio.load(tmp_path / "m.skops", trusted=types)
+    np.testing.assert_array_equal(back.predict(sigs), both.predict(sigs))
+    with pytest.raises(ValueError, match="affine_weight"):
+        OpLatencyModel(affine_weight=1.5).fit(sigs, y)
