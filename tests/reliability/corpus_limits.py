@@ -210,14 +210,19 @@ def limits_cases(root: Path, base, add: Callable) -> None:
         f.write_text(json.dumps(data))
         return f
 
+    # a plan within the second, or (on a loaded machine, where preparing the problem alone can take
+    # longer) the clear refusal of a solver that cannot stop midway: never a hang or a crash
+    spent = ("time limit of 1 s spent before solver", "give a longer time limit")
     f = chain_problem("chain-5k-ops", 5_000, 2)
     for solver in ("greedy", "heft", "cpsat"):
         add("limits", f"problem-5k-ops-{solver}-time-limit-1",
-            ["plan", "--problem", str(f), "--solver", solver, "--time-limit", "1"], accept=True)
+            ["plan", "--problem", str(f), "--solver", solver, "--time-limit", "1"],
+            accept=True, tolerate=spent)
     f = chain_problem("wide-200-targets", 50, 200)
     for solver in ("greedy", "heft", "cpsat"):
         add("limits", f"problem-200-targets-{solver}-time-limit-1",
-            ["plan", "--problem", str(f), "--solver", solver, "--time-limit", "1"], accept=True)
+            ["plan", "--problem", str(f), "--solver", solver, "--time-limit", "1"],
+            accept=True, tolerate=spent)
     f = chain_problem("link-table-too-big", 600, 600)
     add("limits", "problem-link-table-over-limit", ["plan", "--problem", str(f), "--solver", "greedy"],
         expect=[f.name, "link table"])
