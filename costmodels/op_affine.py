@@ -57,11 +57,12 @@ class OpTypeAffinePrior(RegressorMixin, BaseEstimator):
         _, nbytes, _ = work_of(F)
         return np.stack([np.ones(len(F)), nbytes * 1e-6], axis=1)
 
-    def fit(self, X: Any, y: Any) -> "OpTypeAffinePrior":
-        """Fit on signatures (or a feature matrix) and latencies in ms (non-finite rows ignored)."""
+    def fit(self, X: Any, y: Any, roofline: RooflineModel | None = None) -> "OpTypeAffinePrior":
+        """Fit on signatures (or a feature matrix) and latencies in ms (non-finite rows ignored).
+        ``roofline``: the roofline already fitted on the same rows (the op model's), else one is."""
         F = as_features(X)
         y = check_xy(F, y)
-        self.roofline_ = RooflineModel().fit(F, y)
+        self.roofline_ = RooflineModel().fit(F, y) if roofline is None else roofline
         ok = np.isfinite(y) & (y > 0)
         types = op_type_of_rows(F)
         A = self._design(F)

@@ -137,7 +137,7 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
         self.affine_weight_ = (float(self.affine_weight) if self.use_prior and self.prior is None else 0.0)
         self.affine_prior_ = self.affine_regressors_ = self.affine_forest_ = None
         if self.affine_weight_ > 0:
-            self.affine_prior_ = OpTypeAffinePrior().fit(F, y)
+            self.affine_prior_ = OpTypeAffinePrior().fit(F, y, roofline=self.prior_)  # fitted on these rows
             self.affine_regressors_ = self._fit_regressors(*self._design(F, self.affine_prior_), y, w)
             self.affine_forest_ = flat_forest.flatten(self.affine_regressors_)
         self.n_features_in_ = F.shape[1]
