@@ -115,6 +115,11 @@ def _error_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def _clear_error(rc: int | None, line: str, names: tuple[str, ...]) -> bool:
+    """Exit code 1 or 2 and a ``placer ...: error: ...`` line naming every one of ``names``."""
+    return rc in (1, 2) and ": error: " in line and all(n.lower() in line.lower() for n in names)
+
+
 def classify(case: Case, rc: int | None, stderr: str, exc: BaseException | None, seconds: float,
              timed_out: bool = False, stdout: str = "") -> Outcome:
     if timed_out:
@@ -128,18 +133,15 @@ def classify(case: Case, rc: int | None, stderr: str, exc: BaseException | None,
     if raw:
         return Outcome(case, "escape", rc, f"raw control character {raw.group(0)!r} printed", seconds,
                        (stdout + stderr)[-1500:])
+    line = _error_line(stderr)
     if case.accept:
-        line = _error_line(stderr)
-        tolerated = (bool(case.tolerate) and rc in (1, 2) and ": error: " in line
-                     and all(t.lower() in line.lower() for t in case.tolerate))
+        tolerated = bool(case.tolerate) and _clear_error(rc, line, case.tolerate)
         return Outcome(case, "ok" if rc == 0 or tolerated else "unclear", rc, line, seconds, stderr)
     if rc == 0:
         return Outcome(case, "accepted", rc, "", seconds)
     if rc is not None and rc < 0:
         return Outcome(case, "crash", rc, f"killed by signal {-rc}", seconds, stderr)
-    line = _error_line(stderr)
-    low = line.lower()
-    if rc in (1, 2) and ": error: " in line and all(e.lower() in low for e in case.expect):
+    if _clear_error(rc, line, case.expect):
         return Outcome(case, "clear", rc, line, seconds)
     return Outcome(case, "unclear", rc, line, seconds, stderr)
 
