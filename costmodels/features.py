@@ -106,6 +106,16 @@ FEATURE_NAMES: tuple[str, ...] = (
 )
 
 
+def kernel_op_type(op_type: str, attrs: Mapping[str, Any]) -> str:
+    """The op type whose kernel a runtime runs for this op. A ``Dropout`` from before opset 12 (it
+    carries a ``ratio`` attribute; later ones take the ratio as an input) is the identity at
+    inference, and runtimes register it as their Identity kernel (ONNX Runtime: ``IdentityOp``,
+    a copy); the later one has its own kernel, 3-4x slower per element at one thread."""
+    if op_type == "Dropout" and "ratio" in attrs:
+        return "Identity"
+    return op_type
+
+
 def family_of(op_type: str) -> str:
     """Coarse family of an op type: conv, matmul, elementwise, pool, norm, movement or other."""
     return _FAMILY_OF.get(op_type, "other")
@@ -318,7 +328,8 @@ def signature_features(obj: Any) -> np.ndarray:
     """Feature vector (float64, ``len(FEATURE_NAMES)``) of one op signature."""
     sig = normalize_signature(obj)
     f = dict.fromkeys(FEATURE_NAMES, 0.0)
-    op, attrs, ins, outs = sig["op_type"], sig["attrs"], sig["inputs"], sig["outputs"]
+    attrs, ins, outs = sig["attrs"], sig["inputs"], sig["outputs"]
+    op = kernel_op_type(sig["op_type"], attrs)
     f[f"op={op}" if op in OP_VOCAB else "op=other"] = 1.0
     f[f"family={family_of(op)}"] = 1.0
     flops, bin_, bout, wb = sig["flops"], sig["bytes_in"], sig["bytes_out"], sig["weight_bytes"]

@@ -52,3 +52,29 @@ def test_graph_op_signature_and_its_dict_share_the_key_and_numbers():
         assert signature_key(op) == op.signature.hash == signature_key(op.signature.to_dict())
         s = normalize_signature(op)
         assert s["flops"] == op.flops and s["weight_bytes"] == op.weight_bytes
+
+
+def _one_op_model(op_type: str, opset: int):
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 13, 13])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 13, 13])
+    graph = helper.make_graph([helper.make_node(op_type, ["x"], ["y"])], op_type, [x], [y])
+    return helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+
+
+def test_a_dropout_from_before_opset_12_is_featurized_as_the_identity_its_runtimes_run():
+    from placer.graph import build_graph
+
+    def features(op_type, opset):
+        (op,) = build_graph(_one_op_model(op_type, opset)).ops
+        return dict(zip(FEATURE_NAMES, signature_features(op))), op.signature.attrs
+
+    old, old_attrs = features("Dropout", 10)
+    new, new_attrs = features("Dropout", 13)
+    identity, _ = features("Identity", 13)
+    assert "ratio" in old_attrs and "ratio" not in new_attrs  # the ratio became an input in opset 12
+    assert old == identity  # ONNX Runtime registers Dropout 7-11 as its Identity kernel
+    assert new["op=Dropout"] == 1.0 and new["op=Identity"] == 0.0  # the later Dropout has its own kernel
+    assert new["family=movement"] == old["family=movement"] == 1.0
