@@ -99,6 +99,11 @@ _NUMERIC = (
     # (1-thread ONNX Runtime: 47 GFLOP/s at 5 output channels per group, 200 at 128)
     "log_C_per_group", "log_K_per_group", "log_gemm_depth", "log_gemm_M", "align_C_per_group",
     "align_K_per_group", "K_per_group_mod16", "log_groups",
+    # an element-wise op with several operands: one of them a single element, or broadcast along
+    # some axes (ONNX Runtime's binary kernels take three paths: scalar, same shape, general)
+    "bcast_scalar", "bcast_partial",
+    # a transpose copies runs of the trailing axes it keeps in place: the run's length in elements
+    "log_inner_run",
 )
 #: Column names of :func:`signature_features`, in order.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -399,12 +404,21 @@ def signature_features(obj: Any) -> np.ndarray:
             pass
     if op == "Concat":
         f["concat_inputs"] = float(len(ins))
+    if family_of(op) == "elementwise" and len(ins) >= 2:
+        sizes = [_prod(t["shape"]) for t in ins]
+        out_size = _prod(y0) if outs else max(sizes)
+        f["bcast_scalar"] = 1.0 if min(sizes) == 1 < out_size else 0.0
+        f["bcast_partial"] = 1.0 if any(1 < n < out_size for n in sizes) else 0.0
     f["align_C"], f["align_K"] = _align(f["C"]), _align(f["K"])
     f["align_inner"] = _align(x0[-1]) if x0 else 0.0
     f["in_rank"] = float(len(x0))
     if op == "Transpose" and x0:
         perm = _attr_ints(attrs, "perm", list(range(len(x0)))[::-1])
         f["inner_moved"] = 1.0 if perm and perm[-1] != len(x0) - 1 else 0.0
+        kept = 0
+        while kept < len(perm) and perm[len(perm) - 1 - kept] == len(perm) - 1 - kept:
+            kept += 1
+        f["log_inner_run"] = _l(_prod(x0[len(x0) - kept:]) if kept else 1)
     return np.fromiter((f[n] for n in FEATURE_NAMES), dtype=np.float64, count=len(FEATURE_NAMES))
 
 

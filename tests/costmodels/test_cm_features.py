@@ -78,3 +78,24 @@ def test_a_dropout_from_before_opset_12_is_featurized_as_the_identity_its_runtim
     assert old == identity  # ONNX Runtime registers Dropout 7-11 as its Identity kernel
     assert new["op=Dropout"] == 1.0 and new["op=Identity"] == 0.0  # the later Dropout has its own kernel
     assert new["family=movement"] == old["family=movement"] == 1.0
+
+
+def test_broadcast_operands_and_a_transposes_contiguous_run_are_features():
+    def f(op_type, shapes, out, attrs=None):
+        sig = {"op_type": op_type, "attrs": attrs or {}, "inputs": [[s, "float32"] for s in shapes],
+               "outputs": [[out, "float32"]]}
+        return dict(zip(FEATURE_NAMES, signature_features(sig)))
+
+    x = (1, 64, 512)
+    same, scalar, bias = f("Add", [x, x], x), f("Mul", [x, ()], x), f("Add", [x, (512,)], x)
+    assert (same["bcast_scalar"], same["bcast_partial"]) == (0.0, 0.0)
+    assert (scalar["bcast_scalar"], scalar["bcast_partial"]) == (1.0, 0.0)
+    assert (bias["bcast_scalar"], bias["bcast_partial"]) == (0.0, 1.0)
+    assert f("Relu", [x], x)["bcast_scalar"] == 0.0
+    assert f("Concat", [x, (1, 1, 512)], (1, 65, 512))["bcast_partial"] == 0.0  # element-wise ops only
+    # BERT's head split keeps the 32-float head dim in place; the key transpose moves it
+    heads = f("Transpose", [(1, 64, 4, 32)], (1, 4, 64, 32), {"perm": [0, 2, 1, 3]})
+    keys = f("Transpose", [(1, 64, 4, 32)], (1, 4, 32, 64), {"perm": [0, 2, 3, 1]})
+    assert np.isclose(heads["log_inner_run"], np.log1p(32)) and heads["inner_moved"] == 0.0
+    assert np.isclose(keys["log_inner_run"], np.log1p(1)) and keys["inner_moved"] == 1.0
+    assert f("Reshape", [(1, 64, 4, 32), (3,)], (1, 64, 128))["log_inner_run"] == 0.0
