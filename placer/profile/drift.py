@@ -186,9 +186,15 @@ def twin_observations(rows, blocks: dict[str, str]) -> list[tuple[str, str, floa
     Two signatures are twins when they have the same op type, attributes and tensor ranks, and every
     dimension within :data:`TWIN_RATIO` of the other's; each row is paired with its
     :data:`TWINS_PER_BLOCK` nearest twins in each other block. A pair's two times, each divided by its
-    op's work (FLOPs, else bytes moved), are two measurements of one thing in two blocks: the banks
-    of random shapes that the cost model learns from share no key with the models profiled before
-    them, but they share near-twins by the hundred."""
+    op's work (FLOPs, else bytes moved) to the power ``beta``, are two measurements of one thing in
+    two blocks: the banks of random shapes that the cost model learns from share no key with the
+    models profiled before them, but they share near-twins by the hundred.
+
+    ``beta`` is the class's elasticity of time in work, the slope of log time on log work inside
+    each block (where the machine's speed cancels), clipped to 0-1 (1 where no block has two
+    members). Time is not proportional to work: on a two-thread target a small op pays the pool's
+    hand-off, so dividing by the work itself biased every pair whose two ops differ in size, and a
+    block of smaller ops than its twins came out slow (session 26: 10-20% on a two-thread store)."""
     by_class: dict[tuple, list[tuple[str, np.ndarray, float]]] = defaultdict(list)
     for r in rows:
         sig = r.get("signature")
@@ -201,12 +207,14 @@ def twin_observations(rows, blocks: dict[str, str]) -> list[tuple[str, str, floa
         work = float(r.get("flops") or 0.0) or float(r.get("bytes") or 0.0)
         dims = np.log1p(np.array([max(int(d), 0) for t in tensors for d in t["shape"]], dtype=float))
         if work > 0:
-            by_class[cls].append((r["key"], dims, r["median_ms"] / work))
+            by_class[cls].append((r["key"], dims, (math.log(work), math.log(r["median_ms"]))))
     radius = math.log(TWIN_RATIO)
     obs: list[tuple[str, str, float]] = []
     for members in by_class.values():
         if len({blocks[k] for k, _, _ in members}) < 2:
             continue
+        beta = _elasticity([(blocks[k], xy) for k, _, xy in members])
+        per_work = [math.exp(log_ms - beta * log_work) for _, _, (log_work, log_ms) in members]
         dims = np.stack([d for _, d, _ in members])
         seen: set[tuple[int, int]] = set()  # pairs of this class, each counted once
         for i, (key, d, _) in enumerate(members):
@@ -224,5 +232,21 @@ def twin_observations(rows, blocks: dict[str, str]) -> list[tuple[str, str, floa
                     continue
                 seen.add(pair)
                 name = f"twin{len(obs) // 2}"
-                obs += [(blocks[members[a][0]], name, members[a][2]) for a in pair]
+                obs += [(blocks[members[a][0]], name, per_work[a]) for a in pair]
     return obs
+
+
+def _elasticity(points: list[tuple[str, tuple[float, float]]]) -> float:
+    """The pooled within-block slope of log time on log work of ``(block, (log work, log ms))``
+    points, clipped to 0-1; 1 when no block has two points of different work."""
+    by_block: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for b, xy in points:
+        by_block[b].append(xy)
+    sxy = sxx = 0.0
+    for pts in by_block.values():
+        if len(pts) < 2:
+            continue
+        x, y = np.array(pts).T
+        sxy += float(((x - x.mean()) * (y - y.mean())).sum())
+        sxx += float(((x - x.mean()) ** 2).sum())
+    return min(max(sxy / sxx, 0.0), 1.0) if sxx > 1e-9 else 1.0

@@ -216,3 +216,31 @@ def test_a_stored_row_a_probe_contradicts_is_measured_again_and_replaced(tmp_pat
         row = st.get(bad, "onnxruntime")
     assert row_session(row.meta) == again.session != first.session
     assert row.median_ms < 5 * good
+
+
+def test_twins_of_different_sizes_are_compared_at_the_classs_own_elasticity(tmp_path):
+    """On a two-thread target time grows slower than work (a small op pays the pool's hand-off):
+    divided by the work itself, a block of smaller ops than its twins came out slow. The twins are
+    compared at the slope of log time on log work measured inside the blocks."""
+    rng = np.random.default_rng(5)
+    big, small = _conv_rows(rng, 60), _conv_rows(rng, 60)
+    for r in small:  # the same classes and near-twin shapes, the spatial size 0.8x: 0.64x the work
+        hw = r["signature"]["inputs"][0]["shape"][2]
+        new = max(int(round(hw * 0.8)), 2)
+        for t in r["signature"]["inputs"][:1] + r["signature"]["outputs"]:
+            t["shape"][2] = t["shape"][3] = new
+        r["flops"] *= (new / hw) ** 2
+        r["key"] += "-small"
+    true = {"s1": 1.0, "s2": 1.1}
+    db = tmp_path / "elastic.db"
+    with ProfileStore(db) as st:
+        for block, rows in (("s1", big), ("s2", small)):
+            st.register_signatures(rows)
+            for r in rows:  # time grows as the square root of the work
+                ms = 0.02 * math.sqrt(r["flops"] / 1e6) * float(np.exp(rng.normal(0, 0.02))) * true[block]
+                st.put(r["key"], "onnxruntime", kind="op", status="ok", median_ms=ms, net_ms=ms, n=5,
+                       meta={"session": block})
+    with ProfileStore(db, readonly=True) as st:
+        factors = drift_scale(st, "onnxruntime").factors
+    assert factors["s1"] == 1.0
+    assert factors["s2"] == pytest.approx(1.1, rel=0.03)  # per unit of work it was 1.1 / 0.8 = 1.375
