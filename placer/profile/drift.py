@@ -195,7 +195,8 @@ def twin_observations(rows, blocks: dict[str, str]) -> list[tuple[str, str, floa
     members). Time is not proportional to work: on a two-thread target a small op pays the pool's
     hand-off, so dividing by the work itself biased every pair whose two ops differ in size, and a
     block of smaller ops than its twins came out slow (session 26: 10-20% on a two-thread store)."""
-    by_class: dict[tuple, list[tuple[str, np.ndarray, float]]] = defaultdict(list)
+    # class -> (key, log1p of every dimension, (log work, log ms)) of each member
+    by_class: dict[tuple, list[tuple[str, np.ndarray, tuple[float, float]]]] = defaultdict(list)
     for r in rows:
         sig = r.get("signature")
         if not isinstance(sig, dict) or "inputs" not in sig or "outputs" not in sig:
