@@ -152,19 +152,31 @@ def leave_one_model_out(data: TrainingData, models: Iterable[str] | None = None,
     return res
 
 
-def repeatability(first: TrainingData, second: TrainingData) -> dict[str, dict]:
+def repeatability(first: TrainingData, second: TrainingData, common_scale: bool = True) -> dict[str, dict]:
     """How well two measurements of the same op signatures agree, per target (the noise floor).
 
     ``first`` and ``second`` are two profiles of the same models taken at different times; the
     error of ``second`` against ``first`` is summarized like a prediction's (:func:`summarize`).
     A predictor cannot be expected to beat it on data measured this way.
+
+    With ``common_scale`` (the default) each target's ``second`` rows are first divided by their
+    median ratio to ``first`` (reported as ``scale``). The held-out predictions are compared with
+    rows that :mod:`placer.profile.drift` put on one scale, so a session that ran a few percent
+    faster or slower as a whole is no error of theirs either: the two shares then measure the same
+    thing, the scatter of single ops (without it the share falls to nothing where the sessions
+    differ by more than the tolerance).
     """
     a = {(r.target, r.key): r.latency_ms for r in first.ops}
-    errs: dict[str, list[float]] = defaultdict(list)
+    pairs: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for r in second.ops:
         if (r.target, r.key) in a and math.isfinite(a[(r.target, r.key)]) and math.isfinite(r.latency_ms):
-            errs[r.target].append(ape(r.latency_ms, a[(r.target, r.key)]))
-    return {t: summarize(v) for t, v in sorted(errs.items())}
+            pairs[r.target].append((r.latency_ms, a[(r.target, r.key)]))
+    out = {}
+    for t, v in sorted(pairs.items()):
+        ratios = [x / y for x, y in v if y > 0]
+        scale = float(np.median(ratios)) if common_scale and ratios else 1.0
+        out[t] = {**summarize([ape(x / scale, y) for x, y in v]), "scale": scale}
+    return out
 
 
 # ---- report ------------------------------------------------------------------------------------------
@@ -187,7 +199,10 @@ def report_document(res: EvalResult, title: str = "Cost model: leave-one-model-o
     rep = res.settings.get("repeatability")
     if rep:
         doc.h3("Noise floor: the same ops measured twice (second profile vs first)")
-        doc.table(["target"] + _SUMMARY, [[t] + _cells(s) for t, s in rep.items()])
+        doc.p("The second profile is divided by its median ratio to the first on each target (scale), "
+              "as the held-out rows are put on one scale.")
+        doc.table(["target"] + _SUMMARY + ["scale"],
+                  [[t] + _cells(s) + [f"{s.get('scale', 1.0):.3f}"] for t, s in rep.items()])
         doc.h3("Held-out predictions against the noise floor (share within 10 %)")
         doc.p(f"Goal: held-out share at least the repeat share minus {REPEAT_SLACK_POINTS} points, per target.")
         doc.table(["target", "held-out ops %", "same op measured twice %", "gap (points)", "goal met"],

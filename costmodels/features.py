@@ -43,7 +43,7 @@ OP_VOCAB: tuple[str, ...] = (
     "Sigmoid", "Tanh", "Erf", "Pow", "Sqrt", "MaxPool", "AveragePool", "GlobalAveragePool",
     "BatchNormalization", "LayerNormalization", "LRN", "Softmax", "Concat", "Reshape", "Transpose",
     "Flatten", "Gather", "ReduceMean", "Split", "Slice", "Squeeze", "Unsqueeze", "Dropout",
-    "Identity", "Cast", "Where", "Expand", "Gelu",
+    "Identity", "Cast", "Where", "Expand", "Gelu", "Sum",
 )
 
 #: Coarse op families; a regressor trained on few rows generalises through these.

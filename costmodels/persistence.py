@@ -46,8 +46,9 @@ FORMAT = "placer-costmodel"
 #: 2 (session 15): op models read 8 more convolution features (costmodels.features) and average several
 #: regressors; a version-1 model cannot predict with this code's feature vectors. 3 (session 26): 3 more
 #: features (an element-wise op's broadcast operands, a transpose's contiguous run); a version-2 model's
-#: trees were fitted on shorter vectors
-VERSION = 3
+#: trees were fitted on shorter vectors. 4 (session 27): ``Sum`` has its own op-type column (it was the
+#: pooled "other" column, which the second prior prices by the roofline)
+VERSION = 4
 CARD = "card.json"
 
 #: The only non-default types a saved model may contain (skops trusts plain sklearn/numpy types).

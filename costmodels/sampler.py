@@ -179,15 +179,20 @@ def _log_uniform_int(rng: np.random.Generator, lo: int, hi: int) -> int:
     return int(round(float(np.exp(rng.uniform(np.log(lo), np.log(hi))))))
 
 
-def _wide_channels(rng: np.random.Generator) -> int:
-    """Channels log-uniform in 3..1024: mostly multiples of 8, some of 4, some any count (3, 36, 60, 1000)."""
-    c = _log_uniform_int(rng, 3, 1024)
+#: the most channels the wide size prior draws by default
+WIDE_MAX_CHANNELS = 1024
+
+
+def _wide_channels(rng: np.random.Generator, hi: int = WIDE_MAX_CHANNELS) -> int:
+    """Channels log-uniform in 3..hi: mostly multiples of 8, some of 4, some any count (3, 36, 60, 1000)."""
+    c = _log_uniform_int(rng, 3, hi)
     u = rng.random()
     multiple = 8 if u < 0.6 else (4 if u < 0.8 else 1)
     return max(multiple, int(round(c / multiple)) * multiple)
 
 
-def random_spec(family: str, rng: np.random.Generator, wide: bool = False) -> dict:
+def random_spec(family: str, rng: np.random.Generator, wide: bool = False,
+                max_channels: int = WIDE_MAX_CHANNELS) -> dict:
     """A random spec of ``family`` with sizes typical of CNNs and transformers.
 
     ``wide=False`` draws from short lists of the usual sizes (channels 16..512 in the usual steps,
@@ -195,10 +200,11 @@ def random_spec(family: str, rng: np.random.Generator, wide: bool = False) -> di
     always multiples of 8, spatial 4..112 at any size, sequences 8..512, hidden sizes 64..1024),
     grouped as well as depthwise and dense convolutions, and unpadded ones: sizes and kinds of ops
     that real models have and a short list never reaches (ShuffleNet's 4-group convolutions on 136
-    to 544 channels, AlexNet's 13x13 and 27x27 maps).
+    to 544 channels, AlexNet's 13x13 and 27x27 maps); ``max_channels`` bounds the wide prior's
+    channels (ResNet-50's last stage has 2,048).
     """
     if wide:
-        ch = lambda: _wide_channels(rng)  # noqa: E731
+        ch = lambda: _wide_channels(rng, max_channels)  # noqa: E731
         hw = lambda: (int(rng.choice([7, 14, 28, 56])) if rng.random() < 0.3  # noqa: E731
                       else _log_uniform_int(rng, 4, 112))
         seq = lambda: _log_uniform_int(rng, 8, 512)  # noqa: E731
@@ -481,6 +487,37 @@ def conv_variants(n: int, seed: int = 0) -> list[dict]:
     return kept
 
 
+#: the group counts of the grouped bank (ShuffleNet's 3 and 4, ResNeXt's 32) and its kernel sizes
+GROUPED_GROUPS = (2, 3, 4, 4, 8, 16, 32)
+GROUPED_KERNELS = (1, 1, 1, 3, 3)
+
+
+def grouped_variants(n: int, seed: int = 0) -> list[dict]:
+    """``n`` distinct grouped convolutions that are not depthwise (2..32 groups of at least two
+    channels each; mostly 1x1 as in ShuffleNet, 3x3 as in ResNeXt) from the wide size prior of
+    :func:`random_spec`, with and without a bias, each at most WIDE_MAX_FLOPS. ONNX Runtime runs
+    one small GEMM per group, whose shapes no dense or depthwise row shows; the wide bank draws a
+    grouped convolution in about one case of seven, so a held-out grouped model found a score of
+    them, of all kernel sizes. A larger bank extends a smaller one drawn with the same seed."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, dict] = {}
+    tries = 0
+    while len(out) < n and tries < 50 * n:
+        tries += 1
+        g = int(rng.choice(GROUPED_GROUPS))
+        c = max(2 * g, _wide_channels(rng) // g * g)
+        k = max(g, _wide_channels(rng) // g * g)
+        h = int(rng.choice([7, 14, 28, 56])) if rng.random() < 0.3 else _log_uniform_int(rng, 4, 112)
+        spec = {"family": "conv", "N": 1, "C": c, "H": h, "W": 0, "K": k,
+                "kernel": int(rng.choice(GROUPED_KERNELS)), "stride": int(rng.choice([1, 1, 2])), "group": g,
+                "bias": bool(rng.random() < 0.5)}
+        _cap_conv_flops(spec)
+        spec = _fix(spec)
+        if spec["C"] // g >= 2 and _valid(spec):
+            out.setdefault(_spec_key(spec), spec)
+    return list(out.values())
+
+
 #: the light bank's families and their weights ("pass": Identity and Dropout, "sum": n-ary Sum)
 LIGHT_FAMILY_WEIGHTS = {"eltwise": 4.0, "pass": 1.0, "sum": 1.0, "transpose": 2.0, "reshape": 2.0,
                         "pool": 2.0, "concat": 1.0, "softmax": 1.0, "batchnorm": 1.0, "layernorm": 1.0}
@@ -488,13 +525,14 @@ LIGHT_FAMILY_WEIGHTS = {"eltwise": 4.0, "pass": 1.0, "sum": 1.0, "transpose": 2.
 LIGHT_MAX_ELEMS = 1 << 20
 
 
-def light_variants(n: int, seed: int = 0) -> list[dict]:
+def light_variants(n: int, seed: int = 0, max_channels: int = WIDE_MAX_CHANNELS) -> list[dict]:
     """``n`` distinct cheap ops from the wide size prior of :func:`random_spec`, no tensor over
     LIGHT_MAX_ELEMS: element-wise (Identity, Dropout and n-ary Sum too), movement, pooling,
     concatenation and normalization ops, the ops between a model's convolutions and matmuls. They
     run in 4-100 us, where a call's fixed cost and the tensor sizes decide the time, and the other
     banks hold few of them (two Identity rows, no Sum). A larger bank extends a smaller one drawn
-    with the same seed."""
+    with the same seed and ``max_channels`` (the wide prior's channel bound; its default draws the
+    banks of sessions 24-26, whose largest channel count is 1,024)."""
     rng = np.random.default_rng(seed)
     families = list(LIGHT_FAMILY_WEIGHTS)
     weights = np.array([LIGHT_FAMILY_WEIGHTS[f] for f in families])
@@ -505,14 +543,14 @@ def light_variants(n: int, seed: int = 0) -> list[dict]:
         tries += 1
         family = str(rng.choice(families, p=weights))
         if family in ("pass", "sum"):
-            shape = random_spec("eltwise", rng, wide=True)["shape"]
+            shape = random_spec("eltwise", rng, wide=True, max_channels=max_channels)["shape"]
             if family == "pass":
                 op = str(rng.choice(ELTWISE_PASS))
                 spec = {"family": "eltwise", "op": op, "shape": shape, "other": None}
             else:
                 spec = {"family": "sum", "shape": shape, "n": int(rng.choice([2, 2, 3]))}
         else:
-            spec = random_spec(family, rng, wide=True)
+            spec = random_spec(family, rng, wide=True, max_channels=max_channels)
         spec = _fix(spec)
         if _valid(spec, max_elems=LIGHT_MAX_ELEMS):
             out.setdefault(_spec_key(spec), spec)
@@ -580,5 +618,6 @@ def profile_variants(targets: Iterable[Any] | None, store: Any, n: int = 200, *,
 
 
 __all__ = ["FAMILIES", "spec_from_signature", "perturb", "random_spec", "spec_nodes", "bank_model", "spec_model",
-           "sample_variants", "conv_variants", "light_variants", "variant_signatures", "variant_graphs",
-           "profile_variants", "family_of", "ELTWISE_PASS", "LIGHT_FAMILY_WEIGHTS", "LIGHT_MAX_ELEMS"]
+           "sample_variants", "conv_variants", "grouped_variants", "light_variants", "variant_signatures",
+           "variant_graphs", "profile_variants", "family_of", "ELTWISE_PASS", "LIGHT_FAMILY_WEIGHTS",
+           "LIGHT_MAX_ELEMS", "GROUPED_GROUPS", "GROUPED_KERNELS", "WIDE_MAX_CHANNELS"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from costmodels.data import TrainingData
@@ -70,3 +71,27 @@ def test_held_out_segments_with_profiled_ops(held_out_result, target):
     s = held_out_result.partition_summary()[("ops-profiled", "segment", target)]
     assert s["n"] >= 30
     assert s["mape_pct"] <= SEGMENT_CEILINGS[target], s
+
+
+def test_the_noise_floor_compares_two_profiles_after_one_common_scale():
+    # a second session 5 % slower as a whole: held-out rows are put on one scale, so the floor
+    # measures the scatter of single ops, not the sessions' difference in speed
+    from costmodels.data import OpRow
+    from costmodels.evaluate import repeatability
+
+    rng = np.random.default_rng(0)
+    first, second = TrainingData(), TrainingData()
+    for i in range(200):
+        ms = float(rng.uniform(0.01, 2.0))
+        first.ops.append(OpRow("t", f"k{i}", ms, ("m",)))
+        scatter = 1.0 + (0.2 if i % 10 == 0 else 0.02) * (1 if i % 2 else -1)  # one op in ten 20 % off
+        second.ops.append(OpRow("t", f"k{i}", ms * 1.05 * scatter, ("m",)))
+    second.ops.append(OpRow("t", "only-in-second", 1.0, ("m",)))
+    floor = repeatability(first, second)["t"]
+    assert floor["n"] == 200 and floor["scale"] == pytest.approx(1.05)
+    assert floor["within10"] == pytest.approx(0.9)
+    as_stored = repeatability(first, second, common_scale=False)["t"]
+    assert as_stored["scale"] == 1.0 and as_stored["within10"] == pytest.approx(0.9)
+    slower = TrainingData(ops=[OpRow(r.target, r.key, r.latency_ms * 1.5, r.models) for r in second.ops])
+    assert repeatability(first, slower)["t"]["within10"] == pytest.approx(0.9)
+    assert repeatability(first, slower, common_scale=False)["t"]["within10"] == 0.0

@@ -207,3 +207,24 @@ def test_affine_weight_averages_the_two_priors_models_in_log_space(tmp_path):
     np.testing.assert_array_equal(back.predict(sigs), both.predict(sigs))
     with pytest.raises(ValueError, match="affine_weight"):
         OpLatencyModel(affine_weight=1.5).fit(sigs, y)
+
+
+def test_a_residual_sum_gets_its_own_op_type_and_so_its_own_line_in_the_affine_prior():
+    # ResNet-50 (opset 7) adds its residuals with an n-ary Sum: it was the pooled "other" column,
+    # which the second prior leaves to the roofline, and was priced up to 1.2x its time held out
+    from costmodels.features import FEATURE_NAMES, feature_matrix, op_type_of_rows
+    from costmodels.op_affine import OpTypeAffinePrior
+    from costmodels.roofline import work_of
+
+    def sum_sig(c, h, n=2):
+        x = [[1, c, h, h], "float32"]
+        return {"op_type": "Sum", "attrs": {}, "inputs": [x] * n, "outputs": [x]}
+
+    sums = [sum_sig(c, h, n) for c in (64, 256, 1024, 2048) for h in (7, 14, 28, 56) for n in (2, 3)]
+    F = feature_matrix(sums)
+    assert "op=Sum" in FEATURE_NAMES and set(op_type_of_rows(F)) == {"Sum"}
+    mb = work_of(F)[1] * 1e-6
+    y = 0.006 + 0.03 * mb
+    prior = OpTypeAffinePrior().fit(F, y)
+    np.testing.assert_allclose(prior.coef_["Sum"], [0.006, 0.03], rtol=1e-6)
+    np.testing.assert_allclose(prior.predict(F), y, rtol=1e-6)

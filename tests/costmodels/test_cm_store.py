@@ -167,6 +167,43 @@ def test_light_variants_are_small_cheap_ops_including_identity_dropout_and_sum_a
     assert {s["op_type"] for s in sigs} >= {"Identity", "Dropout", "Sum", "Transpose", "Reshape"}
 
 
+def test_grouped_variants_are_grouped_convolutions_that_are_not_depthwise_and_seeded():
+    import onnx
+    import onnxruntime as ort
+
+    from costmodels.sampler import WIDE_MAX_FLOPS, _conv_flops, bank_model, grouped_variants
+    from costmodels.sampler import spec_from_signature, spec_model, variant_signatures
+
+    bank = grouped_variants(60, seed=5)
+    assert len(bank) == 60 and bank == grouped_variants(60, seed=5) and bank != grouped_variants(60, seed=6)
+    assert grouped_variants(30, seed=5) == bank[:30]  # a larger bank extends a smaller one of the same seed
+    assert all(s["family"] == "conv" and _conv_flops(s) <= WIDE_MAX_FLOPS for s in bank)
+    # every one grouped, at least two input and one output channel a group: none dense, none depthwise
+    assert all(s["group"] > 1 and s["C"] % s["group"] == 0 and s["C"] // s["group"] >= 2
+               and s["K"] % s["group"] == 0 for s in bank)
+    assert {1, 3} <= {s["kernel"] for s in bank} and {True, False} == {s["bias"] for s in bank}
+    onnx.checker.check_model(bank_model(bank), full_check=True)
+    for spec, sig in zip(bank[:10], variant_signatures(bank[:10])):
+        back = spec_from_signature(sig)
+        assert (back["C"], back["K"], back["group"]) == (spec["C"], spec["K"], spec["group"])
+    sess = ort.InferenceSession(spec_model(bank[0]).SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.zeros([bank[0]["N"], bank[0]["C"], bank[0]["H"], bank[0]["W"]], np.float32)
+    assert sess.run(None, {sess.get_inputs()[0].name: x})[0].shape[1] == bank[0]["K"]
+
+
+def test_the_light_banks_channel_bound_reaches_a_resnets_last_stage_and_keeps_the_old_draws():
+    from costmodels.sampler import WIDE_MAX_CHANNELS, light_variants
+
+    def channels(bank):  # of the 4-d (N, C, H, W) ops: pooling, norms, concat, element-wise
+        return [s["C"] for s in bank if "C" in s] + [c for s in bank if "Cs" in s for c in s["Cs"]] + [
+            s["shape"][1] for s in bank if s["family"] in ("eltwise", "sum") and len(s["shape"]) == 4]
+
+    assert WIDE_MAX_CHANNELS == 1024
+    assert light_variants(80, seed=4, max_channels=1024) == light_variants(80, seed=4)  # the old banks
+    assert max(channels(light_variants(400, seed=5))) <= 1024
+    assert max(channels(light_variants(400, seed=5, max_channels=4096))) > 2048
+
+
 def test_light_variants_hold_scalar_operands_and_both_directions_of_a_channel_shuffle():
     # real models hold x * 0.5, x / sqrt(d), x + eps (a scalar constant), and ShuffleNet reshapes
     # 4-d -> 5-d and back; a per-model bank turned a model's scalar operand into a full tensor
