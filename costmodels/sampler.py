@@ -191,6 +191,11 @@ def _wide_channels(rng: np.random.Generator, hi: int = WIDE_MAX_CHANNELS) -> int
     return max(multiple, int(round(c / multiple)) * multiple)
 
 
+def _wide_size(rng: np.random.Generator) -> int:
+    """A spatial size of the wide prior: 7, 14, 28 or 56 three times in ten, else log-uniform in 4..112."""
+    return int(rng.choice([7, 14, 28, 56])) if rng.random() < 0.3 else _log_uniform_int(rng, 4, 112)
+
+
 def random_spec(family: str, rng: np.random.Generator, wide: bool = False,
                 max_channels: int = WIDE_MAX_CHANNELS) -> dict:
     """A random spec of ``family`` with sizes typical of CNNs and transformers.
@@ -205,8 +210,7 @@ def random_spec(family: str, rng: np.random.Generator, wide: bool = False,
     """
     if wide:
         ch = lambda: _wide_channels(rng, max_channels)  # noqa: E731
-        hw = lambda: (int(rng.choice([7, 14, 28, 56])) if rng.random() < 0.3  # noqa: E731
-                      else _log_uniform_int(rng, 4, 112))
+        hw = lambda: _wide_size(rng)  # noqa: E731
         seq = lambda: _log_uniform_int(rng, 8, 512)  # noqa: E731
         hid = lambda: 32 * _log_uniform_int(rng, 2, 32)  # noqa: E731
     else:
@@ -507,8 +511,7 @@ def grouped_variants(n: int, seed: int = 0) -> list[dict]:
         g = int(rng.choice(GROUPED_GROUPS))
         c = max(2 * g, _wide_channels(rng) // g * g)
         k = max(g, _wide_channels(rng) // g * g)
-        h = int(rng.choice([7, 14, 28, 56])) if rng.random() < 0.3 else _log_uniform_int(rng, 4, 112)
-        spec = {"family": "conv", "N": 1, "C": c, "H": h, "W": 0, "K": k,
+        spec = {"family": "conv", "N": 1, "C": c, "H": _wide_size(rng), "W": 0, "K": k,
                 "kernel": int(rng.choice(GROUPED_KERNELS)), "stride": int(rng.choice([1, 1, 2])), "group": g,
                 "bias": bool(rng.random() < 0.5)}
         _cap_conv_flops(spec)
