@@ -47,14 +47,16 @@ FORMAT = "placer-costmodel"
 #: regressors; a version-1 model cannot predict with this code's feature vectors. 3 (session 26): 3 more
 #: features (an element-wise op's broadcast operands, a transpose's contiguous run); a version-2 model's
 #: trees were fitted on shorter vectors. 4 (session 27): ``Sum`` has its own op-type column (it was the
-#: pooled "other" column, which the second prior prices by the roofline)
-VERSION = 4
+#: pooled "other" column, which the second prior prices by the roofline). 5 (session 28): a multi-thread
+#: target's op model carries its one-thread sibling's model as a third prior (costmodels.sibling)
+VERSION = 5
 CARD = "card.json"
 
 #: The only non-default types a saved model may contain (skops trusts plain sklearn/numpy types).
 TRUSTED_TYPES: tuple[str, ...] = (
     "costmodels.op_model.OpLatencyModel",
     "costmodels.op_affine.OpTypeAffinePrior",
+    "costmodels.sibling.SiblingPrior",
     "costmodels.roofline.RooflineModel",
     "costmodels.transfer.TransferModel",
     "costmodels.partition.PartitionCorrection",

@@ -2,7 +2,10 @@
 
 Per target: an :class:`~costmodels.op_model.OpLatencyModel` on the target's op rows
 (hyperparameters searched with Optuna when ``tune_trials > 0``), the exact measurements, and the
-call overhead. Across targets: a :class:`~costmodels.transfer.TransferModel` from the link
+call overhead. A multi-thread target whose one-thread sibling has rows in the data
+(:func:`costmodels.sibling.sibling_target`) is fitted with the sibling's op model as a third prior;
+the sibling is fitted first (also when it is not among the targets asked for: it is then a prior
+only). Across targets: a :class:`~costmodels.transfer.TransferModel` from the link
 points (the store's fits as prior) and a :class:`~costmodels.partition.PartitionCorrection` from
 the measured segments/models, whose isolated op costs are the exact measurements where present.
 
@@ -27,6 +30,7 @@ import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from sklearn.base import clone
 
 from costmodels.cost_model import CostModel
 from costmodels.data import TrainingData
@@ -36,14 +40,22 @@ from costmodels.op_model import OpLatencyModel
 from costmodels.partition import FUSION_FEATURES, PartitionCorrection
 from costmodels.persistence import check_overwritable, versions
 from costmodels.roofline import RooflineModel
+from costmodels.sibling import sibling_target
 from costmodels.store import training_data_from_store
 from costmodels.transfer import TransferModel
-from costmodels.tuning import cv_log_mae, tune_op_model
+from costmodels.tuning import SiblingRows, cv_log_mae, tune_op_model
 from placer.devices.base import TargetSpec
 
 
 def _groups(data: TrainingData, rows) -> np.ndarray:
     return np.array([r.models[0] if r.models else r.key for r in rows], dtype=object)
+
+
+def _xy(data: TrainingData, target: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Feature matrix, latencies (ms) and CV groups of ``target``'s op rows."""
+    rows = data.op_rows(target)
+    return (feature_matrix([data.signatures[r.key] for r in rows]), np.array([r.latency_ms for r in rows]),
+            _groups(data, rows))
 
 
 def partition_training_records(data: TrainingData, measured: Mapping[str, Mapping[str, float]],
@@ -93,37 +105,61 @@ def fit_cost_model(data: TrainingData, targets: Sequence[str] | None = None, *, 
     measured: dict[str, dict[str, float]] = {}
     target_cards: dict[str, dict] = {}
     for t in targets:
-        rows = data.op_rows(t)
-        if not rows:
+        if not data.op_rows(t):
             raise CostModelError(f"no op measurements for target {t!r}; targets with data: {', '.join(data.target_names())}")
-        F = feature_matrix([data.signatures[r.key] for r in rows])
-        y = np.array([r.latency_ms for r in rows])
-        groups = _groups(data, rows)
+    siblings = {t: s for t in targets if (s := sibling_target(t, data.target_names())) is not None}
+    fitted_siblings: dict[str, tuple[OpLatencyModel | None, SiblingRows | None]] = {}
+
+    def sibling_of(t: str) -> tuple[OpLatencyModel | None, SiblingRows | None]:
+        """The fitted sibling of ``t`` and its rows for cross-validation (None, None without one)."""
+        s = siblings.get(t)
+        if s is None:
+            return None, None
+        if s not in fitted_siblings:
+            F, y, groups = _xy(data, s)
+            ok = np.isfinite(y) & (y > 0)
+            fitted = op_models.get(s)  # fitted already when it is a target itself (tuned, maybe)
+            base = fitted if fitted is not None else OpLatencyModel(target=s, random_state=seed,
+                                                                     **(op_params or {}))
+            if fitted is None and ok.any():
+                fitted = clone(base).fit(F, y)
+            fitted_siblings[s] = (fitted, SiblingRows(base, F[ok], y[ok], groups[ok]) if ok.any() else None)
+        return fitted_siblings[s]
+
+    # siblings first: a multi-thread target's fit reads its sibling's
+    for t in sorted(targets, key=lambda t: t in siblings):
+        F, y, groups = _xy(data, t)
+        rows = data.op_rows(t)
+        sibling, sibling_rows = sibling_of(t)
         params = dict(op_params or {})
         tuned_score = None
         if tune_trials > 0 and np.isfinite(y).sum() >= 8:
             params, tuned_score = tune_op_model(F, y, groups, n_trials=tune_trials, seed=seed, cv=cv,
-                                                base=OpLatencyModel(random_state=seed, **(op_params or {})))
+                                                base=OpLatencyModel(random_state=seed, **(op_params or {})),
+                                                sibling=sibling_rows)
         est = OpLatencyModel(target=t, random_state=seed, **params)
         if not np.isfinite(y).any():
             measured[t] = {r.key: r.latency_ms for r in rows}
             target_cards[t] = {"n_rows": len(rows), "n_unsupported": len(rows), "note": "nothing ran"}
             continue
-        est.fit(F, y)
+        est.fit(F, y, sibling=sibling)
         op_models[t] = est
         measured[t] = {r.key: r.latency_ms for r in rows}
         metrics = {"train_log_mae": est.train_log_mae_}
         if tuned_score is not None:
             metrics["tuned_cv_log_mae"] = tuned_score
         if cv_metrics and np.isfinite(y).sum() >= 2 * cv:
-            metrics["cv_log_mae"] = cv_log_mae(est, F, y, groups, cv=cv, seed=seed)
+            metrics["cv_log_mae"] = cv_log_mae(est, F, y, groups, cv=cv, seed=seed,
+                                               sibling=sibling_rows if sibling is not None else None)
         target_cards[t] = {
             "fingerprint": data.targets.get(t), "data_fingerprint": data.fingerprint([t]),
             "n_rows": len(rows), "n_unsupported": int((~np.isfinite(y)).sum()),
             "unsupported_op_types": est.unsupported_op_types_,
             "params": {k: v for k, v in est.get_params().items() if k not in ("prior", "target")},
             "metrics": metrics, "overhead_ms": data.overheads_ms.get(t),
+            "sibling": siblings.get(t) if sibling is not None else None,
         }
+    op_models = dict(sorted(op_models.items()))
     overheads = {t: float(v) for t, v in data.overheads_ms.items() if t in targets}
     links = [r for r in data.links if r.src in targets and r.dst in targets] if targets else list(data.links)
     transfer = TransferModel(links={k: v for k, v in data.link_fits.items()} or None).fit(

@@ -19,6 +19,7 @@ Examples
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,27 +30,55 @@ from costmodels.op_model import OpLatencyModel
 
 
 def cv_log_mae(estimator: OpLatencyModel, F: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None,
-               cv: int = 4, seed: int = 0) -> float:
-    """Cross-validated mean |log(pred) - log(y)| over finite rows."""
+               cv: int = 4, seed: int = 0, sibling: "SiblingRows | None" = None) -> float:
+    """Cross-validated mean |log(pred) - log(y)| over finite rows.
+
+    ``sibling``: the one-thread sibling's rows (:class:`SiblingRows`); each fold's model is then fitted
+    with a sibling fitted on those rows whose group is not among the fold's test groups (a sibling
+    fitted on every row would have seen the held-out model's one-thread times)."""
     ok = np.isfinite(y) & (y > 0)
     F, y = F[ok], y[ok]
     g = None if groups is None else np.asarray(groups)[ok]
-    if g is not None and len(np.unique(g)) >= 2:
+    grouped = g is not None and len(np.unique(g)) >= 2
+    if grouped:
         splits = GroupKFold(n_splits=min(cv, len(np.unique(g)))).split(F, y, g)
     else:
         splits = KFold(n_splits=min(cv, max(len(y), 2)), shuffle=True, random_state=seed).split(F)
     errs = []
     for tr, te in splits:
-        m = clone(estimator).fit(F[tr], y[tr])
+        fitted_sibling = None if sibling is None else sibling.fit_without(set(g[te]) if grouped else set())
+        m = clone(estimator).fit(F[tr], y[tr], sibling=fitted_sibling)
         errs.append(np.abs(np.log(m.predict(F[te])) - np.log(y[te])))
     return float(np.mean(np.concatenate(errs)))
 
 
+@dataclass
+class SiblingRows:
+    """A sibling target's training rows and its (unfitted) op model, for cross-validation; each fold's
+    sibling is fitted once (a search's trials share the folds)."""
+
+    estimator: OpLatencyModel
+    F: np.ndarray
+    y: np.ndarray
+    groups: np.ndarray
+    _fitted: dict = field(default_factory=dict, repr=False)
+
+    def fit_without(self, held_out: set) -> OpLatencyModel:
+        """The sibling fitted on its rows outside the groups ``held_out`` (all of them without groups)."""
+        key = frozenset(held_out)
+        if key not in self._fitted:
+            keep = ~np.isin(self.groups, list(held_out)) if held_out else np.ones(len(self.y), dtype=bool)
+            self._fitted[key] = clone(self.estimator).fit(self.F[keep], self.y[keep])
+        return self._fitted[key]
+
+
 def tune_op_model(F: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None, *, n_trials: int = 20,
-                  seed: int = 0, cv: int = 4, base: OpLatencyModel | None = None) -> tuple[dict[str, Any], float]:
+                  seed: int = 0, cv: int = 4, base: OpLatencyModel | None = None,
+                  sibling: SiblingRows | None = None) -> tuple[dict[str, Any], float]:
     """Search OpLatencyModel hyperparameters; returns ``(best params, best CV log-MAE)``.
 
-    ``F`` is a feature matrix (:func:`costmodels.features.feature_matrix`), ``y`` latencies in ms.
+    ``F`` is a feature matrix (:func:`costmodels.features.feature_matrix`), ``y`` latencies in ms;
+    ``sibling`` as for :func:`cv_log_mae`.
     """
     import optuna  # only `fit --tune-trials N` needs it (the caller's logging settings apply)
 
@@ -64,7 +93,7 @@ def tune_op_model(F: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None
             "learning_rate": trial.suggest_float("learning_rate", 0.01, 0.3, log=True),
             "subsample": trial.suggest_float("subsample", 0.5, 1.0),
         }
-        return cv_log_mae(clone(base).set_params(**params), F, y, groups, cv=cv, seed=seed)
+        return cv_log_mae(clone(base).set_params(**params), F, y, groups, cv=cv, seed=seed, sibling=sibling)
 
     study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
     study.enqueue_trial({k: v for k, v in base.get_params().items()

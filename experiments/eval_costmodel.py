@@ -11,6 +11,10 @@ Two steps, so that a profile store is collected once and evaluated many times::
     python experiments/eval_costmodel.py eval --db runs/costmodel/profiles.db \
         --models squeezenet,resnet50,inception_v1,shufflenet,bert-tiny,bert-h256 --out runs/costmodel/eval
 
+    # a store's rows of some targets copied into another (the two-thread targets' store takes the
+    # one-thread rows of the same signatures, which their op models read as a prior: costmodels.sibling)
+    python experiments/eval_costmodel.py merge --db t2.db --from t1.db --targets onnxruntime,openvino
+
     # (test fixture) export the store's rows for some models as JSON
     python experiments/eval_costmodel.py export --db runs/costmodel/profiles.db --models ... --out fixture.json
 
@@ -147,17 +151,22 @@ def _draws(entry) -> list[dict]:
     return [entry] if isinstance(entry, dict) else list(entry)
 
 
-def _data(args):
+def _targets(args) -> list[str] | None:
+    """The target names asked for (``--targets``), canonical; None = every target of the store."""
+    if not args.targets:
+        return None
+    from placer.devices import make_target
+
+    return [make_target(t).name for t in args.targets.split(",")]
+
+
+def _data(args, siblings: bool = True):
+    """The store's rows of the targets asked for (and of their one-thread siblings: costmodels.sibling)."""
     from costmodels.store import training_data_from_store
 
     graphs = [zoo_graph(n) for n in args.models.split(",")]
     banks = variant_bank_graphs(args.db)
-    targets = None
-    if args.targets:
-        from placer.devices import make_target
-
-        targets = [make_target(t).name for t in args.targets.split(",")]
-    return training_data_from_store(args.db, graphs=graphs + banks, targets=targets,
+    return training_data_from_store(args.db, graphs=graphs + banks, targets=_targets(args), siblings=siblings,
                                     drift=not getattr(args, "no_drift", False)), graphs
 
 
@@ -171,14 +180,15 @@ def cmd_eval(args) -> int:
     fit_kw = {"tune_trials": args.tune_trials, "seed": args.seed}
     if args.affine_weight is not None:  # the op model's second prior (costmodels.op_affine) weighed otherwise
         fit_kw["op_params"] = {"affine_weight": args.affine_weight}
-    res = leave_one_model_out(data, [g.name for g in graphs], fit_kw=fit_kw, progress=True)
+    targets = _targets(args) or data.target_names()  # the siblings the data holds too are priors, not scored
+    res = leave_one_model_out(data, [g.name for g in graphs], targets, fit_kw=fit_kw, progress=True)
     res.settings.update(db=str(args.db), command=" ".join(sys.argv), eval_seconds=round(time.time() - t0, 1))
     if not args.no_drift:
         from placer.profile import ProfileStore
         from placer.profile.drift import session_factors
 
         with ProfileStore(args.db, readonly=True) as st:
-            for t in data.target_names():
+            for t in targets:
                 f = session_factors(st, t)
                 if f:
                     print(f"session factors {t}: " + ", ".join(f"{s} {v:.3f}" for s, v in sorted(f.items())),
@@ -187,14 +197,47 @@ def cmd_eval(args) -> int:
         from costmodels.evaluate import repeatability
         from costmodels.store import training_data_from_store
 
-        res.settings["repeatability"] = repeatability(data, training_data_from_store(args.retest_db, graphs=graphs))
+        retest = training_data_from_store(args.retest_db, graphs=graphs, targets=targets, siblings=False)
+        res.settings["repeatability"] = repeatability(data, retest)
     path = write_report(res, args.out)
     print(path.read_text())
     return 0
 
 
+def cmd_merge(args) -> int:
+    """Copy the targets, signatures, op measurements and probes of ``--targets`` from ``--from`` into
+    ``--db`` (a target the store already has is refused: rows are never mixed into a target's own)."""
+    import sqlite3
+
+    names = _targets(args)
+    dst = sqlite3.connect(args.db)
+    try:
+        dst.execute("ATTACH DATABASE ? AS src", (str(args.source),))
+        have = {n for (n,) in dst.execute("SELECT name FROM main.targets")}
+        clash = sorted(set(names) & have)
+        if clash:
+            raise SystemExit(f"merge: {args.db} already has targets {clash}; nothing copied")
+        hashes = [h for h, n in dst.execute("SELECT hash, name FROM src.targets") if n in names]
+        if not hashes:
+            raise SystemExit(f"merge: {args.source} has none of the targets {names}")
+        marks = ",".join("?" * len(hashes))
+        with dst:
+            dst.execute(f"INSERT INTO main.targets SELECT * FROM src.targets WHERE hash IN ({marks})", hashes)
+            dst.execute("INSERT OR IGNORE INTO main.signatures SELECT * FROM src.signatures")
+            cols = "key, kind, target, status, reason, median_ms, net_ms, p10_ms, p90_ms, n, timestamp, meta"
+            n = dst.execute(f"INSERT INTO main.measurements ({cols}) SELECT {cols} FROM src.measurements "
+                            f"WHERE target IN ({marks})", hashes).rowcount
+            probe_cols = "session, key, target, median_ms, timestamp"
+            dst.execute(f"INSERT INTO main.probes ({probe_cols}) SELECT {probe_cols} FROM src.probes "
+                        f"WHERE target IN ({marks})", hashes)
+    finally:
+        dst.close()
+    print(f"merge: {n} measurements of {', '.join(names)} copied from {args.source} into {args.db}")
+    return 0
+
+
 def cmd_export(args) -> int:
-    data, graphs = _data(args)  # the models' rows and those of the variant banks sampled around them
+    data, graphs = _data(args, siblings=False)  # the models' rows and those of the banks sampled around them
     names = {g.name for g in graphs}
     keep_ops = [r for r in data.ops if r.models]
     data.ops = keep_ops
@@ -255,6 +298,11 @@ def main(argv=None) -> int:
                     help="read rows as stored, without dividing them by their block's factor (a session "
                          "or campaign: placer.profile.drift)")
     pe.set_defaults(func=cmd_eval)
+    pm = sub.add_parser("merge")
+    pm.add_argument("--db", required=True, help="the store the rows are copied into")
+    pm.add_argument("--from", dest="source", required=True, help="the store the rows are copied from")
+    pm.add_argument("--targets", required=True, help="the targets whose rows are copied")
+    pm.set_defaults(func=cmd_merge)
     px = sub.add_parser("export")
     px.add_argument("--db", required=True)
     px.add_argument("--models", required=True)

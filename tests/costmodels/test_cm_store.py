@@ -51,6 +51,18 @@ def test_store_rows_become_training_data(tiny_store):
             assert r.latency_ms == (m.median_ms if m.ok else math.inf)
 
 
+def test_a_two_thread_targets_rows_come_with_its_one_thread_siblings_as_a_prior(tiny_store):
+    from costmodels.train import fit_cost_model
+
+    db, g = tiny_store
+    data = training_data_from_store(db, graphs=[g], targets=[OV])
+    assert data.target_names() == [ORT, OV]
+    assert training_data_from_store(db, graphs=[g], targets=[OV], siblings=False).target_names() == [OV]
+    cm = fit_cost_model(data, [OV], op_params={"n_estimators": 20}, cv_metrics=False)
+    assert cm.targets == [OV] and cm.card["targets"][OV]["sibling"] == ORT
+    assert cm.op_models[OV].sibling_prior_.sibling.target == ORT
+
+
 def test_placer_fit_cli_saves_a_loadable_model(tiny_store, tmp_path, capsys):
     from placer.cli import main
 

@@ -1,0 +1,73 @@
+"""A multi-thread target's one-thread sibling, and the prior its op model gives.
+
+The default targets run each runtime on the whole machine and at one thread
+(:func:`placer.devices.registry.default_target_names`), so a profile holds the same signatures
+measured at both. At one thread an op's time follows its work closely; at two it is that time,
+halved or not depending on whether the runtime's pool splits the op, plus the hand-off when it
+does: on session 27's stores ONNX Runtime's two-thread time was 0.95-1.55x its one-thread time
+for ops under 50 us, 0.5-0.6x above 0.3 ms. A multi-thread target's op model
+(:class:`costmodels.op_model.OpLatencyModel`) can learn that ratio on top of the sibling's
+prediction, beside its own roofline and affine priors (docs/design.md, "The learned model,
+session 28").
+
+Examples
+--------
+>>> sibling_target("onnxruntime@cpu:t2", ["onnxruntime@cpu:t2", "onnxruntime@cpu:t1", "openvino@cpu:t1"])
+'onnxruntime@cpu:t1'
+>>> sibling_target("onnxruntime@cpu:t2", ["onnxruntime@cpu1:t1", "onnxruntime@cpu0:t1"])
+'onnxruntime@cpu0:t1'
+>>> sibling_target("onnxruntime@cpu:t1", ["onnxruntime@cpu:t1"]) is None
+True
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+
+from costmodels._common import as_features
+
+#: a target name as :class:`placer.devices.base.TargetSpec` writes it: ``KIND[:ARG]@cpuCORES:tTHREADS``
+_NAME = re.compile(r"^(?P<base>[^@]+)@cpu(?P<cores>[0-9,]*):t(?P<threads>[0-9]+)$")
+
+
+def sibling_target(name: str, names: Iterable[str]) -> str | None:
+    """The one-thread target of ``name``'s runtime among ``names`` (unpinned first, then the lowest
+    core), or None: ``name`` runs one thread itself, or no such target is there."""
+    m = _NAME.match(name)
+    if not m or int(m["threads"]) <= 1:
+        return None
+    found = []
+    for other in names:
+        k = _NAME.match(other)
+        if k and k["base"] == m["base"] and int(k["threads"]) == 1:
+            found.append((k["cores"] != "", k["cores"], other))
+    return min(found)[2] if found else None
+
+
+class SiblingPrior(RegressorMixin, BaseEstimator):
+    """Latency (ms) as the sibling's op model predicts it; ``fallback``'s estimate where it cannot
+    (an op type the sibling never ran: its ``inf``).
+
+    Parameters
+    ----------
+    sibling : fitted OpLatencyModel
+        The one-thread target's op model.
+    fallback : fitted RooflineModel
+        The multi-thread target's own roofline.
+    """
+
+    def __init__(self, sibling: Any = None, fallback: Any = None):
+        self.sibling = sibling
+        self.fallback = fallback
+
+    def predict(self, X: Any) -> np.ndarray:
+        F = as_features(X)
+        out = np.asarray(self.sibling.predict(F), dtype=np.float64)
+        bad = ~np.isfinite(out)
+        if bad.any():
+            out[bad] = self.fallback.predict(F[bad])
+        return out
