@@ -16,6 +16,8 @@ Examples
 'onnxruntime@cpu:t1'
 >>> sibling_target("onnxruntime@cpu:t2", ["onnxruntime@cpu1:t1", "onnxruntime@cpu0:t1"])
 'onnxruntime@cpu0:t1'
+>>> sibling_target("onnxruntime@cpu:t2", ["onnxruntime@cpu10:t1", "onnxruntime@cpu2:t1"])
+'onnxruntime@cpu2:t1'
 >>> sibling_target("onnxruntime@cpu:t1", ["onnxruntime@cpu:t1"]) is None
 True
 """
@@ -34,18 +36,26 @@ from costmodels._common import as_features
 _NAME = re.compile(r"^(?P<base>[^@]+)@cpu(?P<cores>[0-9,]*):t(?P<threads>[0-9]+)$")
 
 
-def sibling_target(name: str, names: Iterable[str]) -> str | None:
-    """The one-thread target of ``name``'s runtime among ``names`` (unpinned first, then the lowest
-    core), or None: ``name`` runs one thread itself, or no such target is there."""
+def sibling_candidates(name: str, names: Iterable[str]) -> list[str]:
+    """Every one-thread target of ``name``'s runtime among ``names``, best first (unpinned, then by
+    core number); none when ``name`` runs one thread itself."""
     m = _NAME.match(name)
     if not m or int(m["threads"]) <= 1:
-        return None
+        return []
     found = []
     for other in names:
         k = _NAME.match(other)
         if k and k["base"] == m["base"] and int(k["threads"]) == 1:
-            found.append((k["cores"] != "", k["cores"], other))
-    return min(found)[2] if found else None
+            cores = tuple(int(c) for c in k["cores"].split(",") if c)
+            found.append((bool(cores), cores, other))
+    return [other for *_, other in sorted(found)]
+
+
+def sibling_target(name: str, names: Iterable[str]) -> str | None:
+    """The one-thread target of ``name``'s runtime among ``names`` (unpinned first, then the lowest
+    core), or None: ``name`` runs one thread itself, or no such target is there."""
+    found = sibling_candidates(name, names)
+    return found[0] if found else None
 
 
 class SiblingPrior(RegressorMixin, BaseEstimator):

@@ -26,7 +26,7 @@ import os
 from typing import Any, Iterable, Sequence
 
 from costmodels.data import LinkRow, OpRow, PartitionRow, TrainingData
-from costmodels.sibling import sibling_target
+from costmodels.sibling import sibling_candidates
 from costmodels.transfer import link_key
 from placer.profile.drift import DriftScale, drift_scale
 from placer.profile.store import ProfileStore, open_store
@@ -53,8 +53,8 @@ def training_data_from_store(store: Any, graphs: Sequence[Any] = (), targets: It
                              all_fingerprints: bool = False, drift: bool = True,
                              siblings: bool = True) -> TrainingData:
     """Training rows of ``store`` (a ProfileStore or a path) for ``targets`` (names; default all), and
-    with ``siblings`` those of each one's one-thread sibling the store has (:mod:`costmodels.sibling`:
-    a multi-thread target's op model is fitted with it).
+    with ``siblings`` those of each one's one-thread siblings the store has (:mod:`costmodels.sibling`:
+    a multi-thread target's op model is fitted with the best of them that has rows).
 
     ``graphs`` (OpGraphs) name the models the op signatures occur in and make their whole-model
     measurements usable as partitions. ``drift``: op times are divided by their block's factor
@@ -73,7 +73,7 @@ def training_data_from_store(store: Any, graphs: Sequence[Any] = (), targets: It
         keep = None if targets is None else set(targets)
         if keep is not None and siblings:
             names = [t["name"] for t in st.targets()]
-            keep |= {s for t in keep if (s := sibling_target(t, names)) is not None}
+            keep |= {s for t in keep for s in sibling_candidates(t, names)}  # the fit picks one with rows
         return _read(st, list(graphs), keep, all_fingerprints, drift)
     finally:
         if owned:

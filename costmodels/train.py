@@ -107,7 +107,8 @@ def fit_cost_model(data: TrainingData, targets: Sequence[str] | None = None, *, 
     for t in targets:
         if not data.op_rows(t):
             raise CostModelError(f"no op measurements for target {t!r}; targets with data: {', '.join(data.target_names())}")
-    siblings = {t: s for t in targets if (s := sibling_target(t, data.target_names())) is not None}
+    with_rows = [n for n in data.target_names() if any(math.isfinite(r.latency_ms) for r in data.op_rows(n))]
+    siblings = {t: s for t in targets if (s := sibling_target(t, with_rows)) is not None}
     fitted_siblings: dict[str, tuple[OpLatencyModel | None, SiblingRows | None]] = {}
 
     def sibling_of(t: str) -> tuple[OpLatencyModel | None, SiblingRows | None]:
@@ -137,7 +138,8 @@ def fit_cost_model(data: TrainingData, targets: Sequence[str] | None = None, *, 
             params, tuned_score = tune_op_model(F, y, groups, n_trials=tune_trials, seed=seed, cv=cv,
                                                 base=OpLatencyModel(random_state=seed, **(op_params or {})),
                                                 sibling=sibling_rows)
-        est = OpLatencyModel(target=t, random_state=seed, **params)
+        # the fixed settings stay, the searched ones on top (affine_weight, sibling_weight are not searched)
+        est = OpLatencyModel(target=t, random_state=seed, **{**(op_params or {}), **params})
         if not np.isfinite(y).any():
             measured[t] = {r.key: r.latency_ms for r in rows}
             target_cards[t] = {"n_rows": len(rows), "n_unsupported": len(rows), "note": "nothing ran"}
@@ -152,7 +154,8 @@ def fit_cost_model(data: TrainingData, targets: Sequence[str] | None = None, *, 
             metrics["cv_log_mae"] = cv_log_mae(est, F, y, groups, cv=cv, seed=seed,
                                                sibling=sibling_rows if sibling is not None else None)
         target_cards[t] = {
-            "fingerprint": data.targets.get(t), "data_fingerprint": data.fingerprint([t]),
+            "fingerprint": data.targets.get(t),
+            "data_fingerprint": data.fingerprint([t] + ([siblings[t]] if sibling is not None else [])),
             "n_rows": len(rows), "n_unsupported": int((~np.isfinite(y)).sum()),
             "unsupported_op_types": est.unsupported_op_types_,
             "params": {k: v for k, v in est.get_params().items() if k not in ("prior", "target")},
@@ -167,7 +170,8 @@ def fit_cost_model(data: TrainingData, targets: Sequence[str] | None = None, *, 
     X, y = partition_training_records(data, measured, op_models, overheads)
     partition = PartitionCorrection(random_state=seed, **(partition_params or {})).fit(X, y) if X else None
     roofline = {t: RooflineModel.from_spec(s) for t, s in (specs or {}).items()}
-    fp = data.fingerprint(targets)
+    priors_only = {siblings[t] for t in targets if target_cards.get(t, {}).get("sibling")} - set(targets)
+    fp = data.fingerprint(list(targets) + sorted(priors_only))  # a sibling's rows shape the model too
     card = {
         "id": f"costmodel-{fp}-s{seed}-t{tune_trials}",
         "training_fingerprint": fp,

@@ -34,8 +34,9 @@ def cv_log_mae(estimator: OpLatencyModel, F: np.ndarray, y: np.ndarray, groups: 
     """Cross-validated mean |log(pred) - log(y)| over finite rows.
 
     ``sibling``: the one-thread sibling's rows (:class:`SiblingRows`); each fold's model is then fitted
-    with a sibling fitted on those rows whose group is not among the fold's test groups (a sibling
-    fitted on every row would have seen the held-out model's one-thread times)."""
+    with a sibling fitted on those rows whose group is not among the fold's test groups, or, without
+    groups, whose signature is not among the fold's test rows (a sibling fitted on every row would
+    have seen the held-out ops' one-thread times); without a sibling where too few rows are left."""
     ok = np.isfinite(y) & (y > 0)
     F, y = F[ok], y[ok]
     g = None if groups is None else np.asarray(groups)[ok]
@@ -46,10 +47,17 @@ def cv_log_mae(estimator: OpLatencyModel, F: np.ndarray, y: np.ndarray, groups: 
         splits = KFold(n_splits=min(cv, max(len(y), 2)), shuffle=True, random_state=seed).split(F)
     errs = []
     for tr, te in splits:
-        fitted_sibling = None if sibling is None else sibling.fit_without(set(g[te]) if grouped else set())
+        fitted_sibling = None
+        if sibling is not None:  # grouped folds hold out the fold's models, shuffled ones its signatures
+            fitted_sibling = (sibling.fit_without(groups=set(g[te])) if grouped
+                              else sibling.fit_without(features=F[te]))
         m = clone(estimator).fit(F[tr], y[tr], sibling=fitted_sibling)
         errs.append(np.abs(np.log(m.predict(F[te])) - np.log(y[te])))
     return float(np.mean(np.concatenate(errs)))
+
+
+#: a fold's sibling needs this many rows, else the fold's model is fitted without one
+MIN_SIBLING_ROWS = 8
 
 
 @dataclass
@@ -63,12 +71,19 @@ class SiblingRows:
     groups: np.ndarray
     _fitted: dict = field(default_factory=dict, repr=False)
 
-    def fit_without(self, held_out: set) -> OpLatencyModel:
-        """The sibling fitted on its rows outside the groups ``held_out`` (all of them without groups)."""
-        key = frozenset(held_out)
+    def fit_without(self, groups: set | None = None, features: np.ndarray | None = None
+                    ) -> OpLatencyModel | None:
+        """The sibling fitted on its rows outside the ``groups`` and whose feature row is none of
+        ``features``'s (the same signature); None when fewer than :data:`MIN_SIBLING_ROWS` are left."""
+        held = frozenset(groups or ())
+        drop = frozenset() if features is None else frozenset(row.tobytes() for row in np.asarray(features))
+        key = (held, drop)
         if key not in self._fitted:
-            keep = ~np.isin(self.groups, list(held_out)) if held_out else np.ones(len(self.y), dtype=bool)
-            self._fitted[key] = clone(self.estimator).fit(self.F[keep], self.y[keep])
+            keep = ~np.isin(self.groups, list(held)) if held else np.ones(len(self.y), dtype=bool)
+            if drop:
+                keep &= np.array([row.tobytes() not in drop for row in self.F], dtype=bool)
+            self._fitted[key] = (clone(self.estimator).fit(self.F[keep], self.y[keep])
+                                 if int(keep.sum()) >= MIN_SIBLING_ROWS else None)
         return self._fitted[key]
 
 

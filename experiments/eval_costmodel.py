@@ -205,30 +205,44 @@ def cmd_eval(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    """Copy the targets, signatures, op measurements and probes of ``--targets`` from ``--from`` into
-    ``--db`` (a target the store already has is refused: rows are never mixed into a target's own)."""
+    """Copy the targets, op measurements, their signatures and the probes of ``--targets`` from
+    ``--from`` into ``--db``: two placer stores of one schema version; a target ``--db`` already has
+    is refused (rows are never mixed into a target's own), and so is one ``--from`` lacks."""
     import sqlite3
 
+    from placer.profile import ProfileStore
+
     names = _targets(args)
+    for path in (args.db, args.source):
+        if not Path(path).is_file():
+            raise SystemExit(f"merge: {path}: no such profile store")
+    with ProfileStore(args.db, readonly=True) as a, ProfileStore(args.source, readonly=True) as b:
+        if a.schema_version() != b.schema_version():
+            raise SystemExit(f"merge: {args.db} is schema version {a.schema_version()}, {args.source} "
+                             f"{b.schema_version()}")
     dst = sqlite3.connect(args.db)
     try:
         dst.execute("ATTACH DATABASE ? AS src", (str(args.source),))
         have = {n for (n,) in dst.execute("SELECT name FROM main.targets")}
-        clash = sorted(set(names) & have)
-        if clash:
+        if clash := sorted(set(names) & have):
             raise SystemExit(f"merge: {args.db} already has targets {clash}; nothing copied")
-        hashes = [h for h, n in dst.execute("SELECT hash, name FROM src.targets") if n in names]
-        if not hashes:
-            raise SystemExit(f"merge: {args.source} has none of the targets {names}")
+        found = dict(dst.execute("SELECT name, hash FROM src.targets"))
+        if missing := sorted(set(names) - set(found)):
+            raise SystemExit(f"merge: {args.source} has no targets {missing}; nothing copied")
+        hashes = [found[n] for n in names]
         marks = ",".join("?" * len(hashes))
+        tcols = "hash, name, kind, runtime, fingerprint, created"
+        scols = "key, kind, op_type, signature, flops, bytes, weight_bytes, created"
+        mcols = "key, kind, target, status, reason, median_ms, net_ms, p10_ms, p90_ms, n, timestamp, meta"
+        pcols = "session, key, target, median_ms, timestamp"
         with dst:
-            dst.execute(f"INSERT INTO main.targets SELECT * FROM src.targets WHERE hash IN ({marks})", hashes)
-            dst.execute("INSERT OR IGNORE INTO main.signatures SELECT * FROM src.signatures")
-            cols = "key, kind, target, status, reason, median_ms, net_ms, p10_ms, p90_ms, n, timestamp, meta"
-            n = dst.execute(f"INSERT INTO main.measurements ({cols}) SELECT {cols} FROM src.measurements "
+            dst.execute(f"INSERT INTO main.targets ({tcols}) SELECT {tcols} FROM src.targets "
+                        f"WHERE hash IN ({marks})", hashes)
+            dst.execute(f"INSERT OR IGNORE INTO main.signatures ({scols}) SELECT {scols} FROM src.signatures "
+                        f"WHERE key IN (SELECT key FROM src.measurements WHERE target IN ({marks}))", hashes)
+            n = dst.execute(f"INSERT INTO main.measurements ({mcols}) SELECT {mcols} FROM src.measurements "
                             f"WHERE target IN ({marks})", hashes).rowcount
-            probe_cols = "session, key, target, median_ms, timestamp"
-            dst.execute(f"INSERT INTO main.probes ({probe_cols}) SELECT {probe_cols} FROM src.probes "
+            dst.execute(f"INSERT INTO main.probes ({pcols}) SELECT {pcols} FROM src.probes "
                         f"WHERE target IN ({marks})", hashes)
     finally:
         dst.close()

@@ -95,3 +95,16 @@ def test_the_noise_floor_compares_two_profiles_after_one_common_scale():
     slower = TrainingData(ops=[OpRow(r.target, r.key, r.latency_ms * 1.5, r.models) for r in second.ops])
     assert repeatability(first, slower)["t"]["within10"] == pytest.approx(0.9)
     assert repeatability(first, slower, common_scale=False)["t"]["within10"] == 0.0
+
+
+def test_the_gap_to_the_noise_floor_comes_with_a_sampling_interval_that_narrows_with_more_ops():
+    # two shares of about 270 ops each: a standard error near 3 points, a 90% interval near +-5.5
+    from costmodels.evaluate import Z90, gap_interval
+
+    lo, hi = gap_interval(0.767, 270, 0.851, 288)
+    assert lo < 0.767 - 0.851 < hi and (lo + hi) / 2 == pytest.approx(0.767 - 0.851)
+    se = np.sqrt(0.767 * 0.233 / 270 + 0.851 * 0.149 / 288)
+    assert hi - lo == pytest.approx(2 * Z90 * se) and 0.05 < Z90 * se < 0.06
+    lo4, hi4 = gap_interval(0.767, 4 * 270, 0.851, 4 * 288)
+    assert hi4 - lo4 == pytest.approx((hi - lo) / 2)
+    assert gap_interval(1.0, 10, 0.0, 10) == (1.0, 1.0)  # shares of 0 or 1 vary by nothing

@@ -19,8 +19,8 @@ QUICK = {"n_estimators": 30, "n_models": 1}
 
 
 def test_the_sibling_is_the_same_runtime_at_one_thread_unpinned_first():
-    names = ["ort@cpu:t2", "ort@cpu1:t1", "ort@cpu0:t1", "ov@cpu:t1", "ort:x@cpu:t1", "sim:board/dpu"]
-    assert sibling_target("ort@cpu:t2", names) == "ort@cpu0:t1"
+    names = ["ort@cpu:t2", "ort@cpu10:t1", "ort@cpu2:t1", "ov@cpu:t1", "ort:x@cpu:t1", "sim:board/dpu"]
+    assert sibling_target("ort@cpu:t2", names) == "ort@cpu2:t1"  # the lowest core, by number
     assert sibling_target("ort@cpu:t2", names + ["ort@cpu:t1"]) == "ort@cpu:t1"
     assert sibling_target("ort:x@cpu0,1:t2", names) == "ort:x@cpu:t1"
     assert sibling_target("ov@cpu:t2", ["ov@cpu:t4"]) is None
@@ -99,16 +99,33 @@ def test_cross_validation_fits_each_folds_sibling_without_the_folds_models():
     F1 = feature_matrix([data.signatures[r.key] for r in rows1])
     sib = SiblingRows(OpLatencyModel(target=T1, **QUICK), F1, np.array([r.latency_ms for r in rows1]),
                       np.array([r.models[0] for r in rows1], dtype=object))
-    fitted = sib.fit_without({"m1", "m2"})
+    fitted = sib.fit_without(groups={"m1", "m2"})
     assert fitted.n_train_ == sum(r.models[0] not in ("m1", "m2") for r in rows1)
-    assert sib.fit_without({"m2", "m1"}) is fitted  # once per fold, whatever the trials
+    assert sib.fit_without(groups={"m2", "m1"}) is fitted  # once per fold, whatever the trials
     rows2 = data.op_rows(T2)
     F2 = feature_matrix([data.signatures[r.key] for r in rows2])
     y2 = np.array([r.latency_ms for r in rows2])
     groups2 = np.array([r.models[0] for r in rows2], dtype=object)
     score = cv_log_mae(OpLatencyModel(target=T2, **QUICK), F2, y2, groups2, cv=4, sibling=sib)
     assert np.isfinite(score)
-    assert set(sib._fitted) == {frozenset({"m1", "m2"})} | {frozenset({f"m{i}"}) for i in range(4)}
+    folds = {frozenset({"m1", "m2"})} | {frozenset({f"m{i}"}) for i in range(4)}
+    assert {held for held, _ in sib._fitted} == folds
+    # without groups (shuffled folds) a fold's sibling leaves out the fold's signatures instead
+    score = cv_log_mae(OpLatencyModel(target=T2, **QUICK), F2, y2, None, cv=3, sibling=sib)
+    assert np.isfinite(score)
+    shuffled = [(held, drop) for held, drop in sib._fitted if drop]
+    assert len(shuffled) == 3 and all(not held for held, _ in shuffled)
+    (_, drop), = shuffled[:1]
+    assert sib._fitted[shuffled[0]].n_train_ == sum(row.tobytes() not in drop for row in F1)
+
+
+def test_a_fold_that_leaves_the_sibling_too_few_rows_is_fitted_without_one():
+    # the one-thread target measured one model of the four: the fold holding it out has no sibling
+    data = _data(noise_t2=0.05)
+    data.ops = [r for r in data.ops if r.target == T2 or r.models[0] == "m0"]
+    cm = fit_cost_model(data, [T2], op_params=QUICK, cv_metrics=True)
+    card = cm.card["targets"][T2]
+    assert card["sibling"] == T1 and np.isfinite(card["metrics"]["cv_log_mae"])
 
 
 @pytest.mark.parametrize("weight", [-0.1, 1.5])
@@ -116,3 +133,17 @@ def test_a_sibling_weight_outside_zero_to_one_is_refused(weight):
     data = _data(noise_t2=0.05)
     with pytest.raises(ValueError, match="sibling_weight"):
         fit_cost_model(data, [T2], op_params={**QUICK, "sibling_weight": weight}, cv_metrics=False)
+
+
+@pytest.mark.filterwarnings("ignore:Fixed parameter:UserWarning")  # 30 trees: below the search's range
+def test_a_siblings_rows_are_part_of_the_models_identity_and_fixed_settings_survive_a_search():
+    data = _data(noise_t2=0.05)
+    first = fit_cost_model(data, [T2], op_params=QUICK, cv_metrics=False)
+    data.ops = [OpRow(r.target, r.key, r.latency_ms * (1.1 if r.target == T1 else 1.0), r.models)
+                for r in data.ops]
+    second = fit_cost_model(data, [T2], op_params=QUICK, cv_metrics=False)
+    assert first.model_id != second.model_id  # only the sibling's rows changed
+    assert first.card["targets"][T2]["data_fingerprint"] != second.card["targets"][T2]["data_fingerprint"]
+    searched = fit_cost_model(data, [T2], op_params={**QUICK, "sibling_weight": 0.0}, tune_trials=1,
+                              cv_metrics=False)
+    assert searched.op_models[T2].sibling_weight == 0.0 and searched.op_models[T2].sibling_weight_ == 0.0
