@@ -148,39 +148,41 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
             if not 0.0 <= float(getattr(self, name)) <= 1.0:
                 raise ValueError(f"OpLatencyModel({self.target}): {name} must be in [0, 1], "
                                  f"got {getattr(self, name)}")
-        self.regressors_ = self._fit_regressors(*self._design(F), y, w)
-        self.regressor_ = self.regressors_[0]
-        # tree ensembles predict (and are saved) as one flat forest: flat_forest's docstring says why
-        self.forest_ = flat_forest.flatten(self.regressors_)
         self.affine_weight_ = (float(self.affine_weight) if self.use_prior and self.prior is None else 0.0)
-        self.affine_prior_ = self.affine_regressors_ = self.affine_forest_ = None
-        if self.affine_weight_ > 0:
-            self.affine_prior_ = OpTypeAffinePrior().fit(F, y, roofline=self.prior_)  # fitted on these rows
-            self.affine_regressors_ = self._fit_regressors(*self._design(F, self.affine_prior_), y, w)
-            self.affine_forest_ = flat_forest.flatten(self.affine_regressors_)
-        self._fit_sibling_branch(F, y, w, sibling)
+        self._fit_pair(F, y, w, "")
+        self.regressor_ = self.regressors_[0]
+        use_sibling = sibling is not None and self.use_prior and self.prior is None
+        self.sibling_weight_ = float(self.sibling_weight) if use_sibling else 0.0
+        self.sibling_prior_ = SiblingPrior(sibling, self.prior_) if self.sibling_weight_ > 0 else None
+        self._fit_pair(F, y, w, "sibling_")
         self.n_features_in_ = F.shape[1]
         self.n_train_ = int(len(y))
         self.train_log_mae_ = float(np.mean(np.abs(self._log_prediction(F) - np.log(y))))
         return self
 
-    def _fit_sibling_branch(self, F: np.ndarray, y: np.ndarray, w: np.ndarray | None, sibling: Any) -> None:
-        """The trees on the sibling's prior and on the affine prior that falls back to it (not the
-        roofline) for compute-bound op types; nothing without a sibling."""
-        use = sibling is not None and self.use_prior and self.prior is None
-        self.sibling_weight_ = float(self.sibling_weight) if use else 0.0
-        self.sibling_prior_ = self.sibling_forest_ = self.sibling_regressors_ = None
-        self.sibling_affine_prior_ = self.sibling_affine_forest_ = self.sibling_affine_regressors_ = None
-        if self.sibling_weight_ <= 0:
+    #: what :meth:`_fit_pair` sets, each after its pair's prefix ("" or "sibling_")
+    PAIR_ATTRIBUTES = ("regressors_", "forest_", "affine_prior_", "affine_regressors_", "affine_forest_")
+
+    def _fit_pair(self, F: np.ndarray, y: np.ndarray, w: np.ndarray | None, prefix: str) -> None:
+        """The trees on the residual of ``{prefix}prior_`` (``{prefix}regressors_``, saved as their flat
+        ``{prefix}forest_``) and, with an affine weight, those on the residual of an affine prior fitted
+        on these rows that falls back to that prior for compute-bound op types (``{prefix}affine_*``);
+        None each without the prior (a model fitted without a sibling)."""
+        for name in self.PAIR_ATTRIBUTES:
+            setattr(self, prefix + name, None)
+        prior = getattr(self, f"{prefix}prior_")
+        if prior is None:
             return
-        self.sibling_prior_ = SiblingPrior(sibling, self.prior_)
-        self.sibling_regressors_ = self._fit_regressors(*self._design(F, self.sibling_prior_), y, w)
-        self.sibling_forest_ = flat_forest.flatten(self.sibling_regressors_)
+        regressors = self._fit_regressors(*self._design(F, prior), y, w)
+        setattr(self, f"{prefix}regressors_", regressors)
+        # tree ensembles predict (and are saved) as one flat forest: flat_forest's docstring says why
+        setattr(self, f"{prefix}forest_", flat_forest.flatten(regressors))
         if self.affine_weight_ > 0:
-            self.sibling_affine_prior_ = OpTypeAffinePrior().fit(F, y, roofline=self.sibling_prior_)
-            self.sibling_affine_regressors_ = self._fit_regressors(
-                *self._design(F, self.sibling_affine_prior_), y, w)
-            self.sibling_affine_forest_ = flat_forest.flatten(self.sibling_affine_regressors_)
+            affine = OpTypeAffinePrior().fit(F, y, roofline=prior)
+            regressors = self._fit_regressors(*self._design(F, affine), y, w)
+            setattr(self, f"{prefix}affine_prior_", affine)
+            setattr(self, f"{prefix}affine_regressors_", regressors)
+            setattr(self, f"{prefix}affine_forest_", flat_forest.flatten(regressors))
 
     def _fit_regressors(self, D: np.ndarray, base: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> list:
         """``n_models`` regressors of ``log(y) - base`` on ``D``, seeds ``random_state + i``."""
@@ -204,29 +206,27 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
             return flat_forest.predict(forest, D)
         return np.mean([reg.predict(D) for reg in regressors], axis=0)
 
-    def _branch(self, F: np.ndarray, prior: Any, forest: Any, regressors: Any, affine_prior: Any,
-                affine_forest: Any, affine_regressors: Any) -> np.ndarray:
-        """log latency of one prior's trees, averaged with those of its affine prior."""
-        D, base = self._design(F, prior)
-        out = self._residual(forest, regressors, D) + base
+    def _branch(self, F: np.ndarray, prefix: str) -> np.ndarray:
+        """log latency of one pair (:meth:`_fit_pair`): its prior's trees, averaged with its affine
+        prior's."""
+        D, base = self._design(F, getattr(self, f"{prefix}prior_"))
+        trees = getattr(self, f"{prefix}forest_", None), getattr(self, f"{prefix}regressors_", None)
+        out = self._residual(*trees, D) + base
         weight = getattr(self, "affine_weight_", 0.0)  # a model saved before it existed has none
         if weight > 0:
-            D, base = self._design(F, affine_prior)
-            out = (1.0 - weight) * out + weight * (self._residual(affine_forest, affine_regressors, D) + base)
+            D, base = self._design(F, getattr(self, f"{prefix}affine_prior_"))
+            affine = self._residual(getattr(self, f"{prefix}affine_forest_", None),
+                                    getattr(self, f"{prefix}affine_regressors_", None), D) + base
+            out = (1.0 - weight) * out + weight * affine
         return out
 
     def _log_prediction(self, F: np.ndarray) -> np.ndarray:
         """log latency (ms) per row: the roofline's regressors, averaged with the affine prior's, and
         with the sibling's pair where the model has one."""
-        out = self._branch(F, None, getattr(self, "forest_", None), getattr(self, "regressors_", None),
-                           getattr(self, "affine_prior_", None), getattr(self, "affine_forest_", None),
-                           getattr(self, "affine_regressors_", None))
+        out = self._branch(F, "")
         weight = getattr(self, "sibling_weight_", 0.0)
         if weight > 0:
-            sib = self._branch(F, self.sibling_prior_, self.sibling_forest_,
-                               getattr(self, "sibling_regressors_", None), self.sibling_affine_prior_,
-                               self.sibling_affine_forest_, getattr(self, "sibling_affine_regressors_", None))
-            out = (1.0 - weight) * out + weight * sib
+            out = (1.0 - weight) * out + weight * self._branch(F, "sibling_")
         return out
 
     def __getstate__(self) -> dict:
