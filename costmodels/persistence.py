@@ -168,6 +168,49 @@ def is_older_version(d: str | Path) -> bool:
     return card.get("format") == FORMAT and type(version) is int and version < VERSION
 
 
+def older_partition_records(directory: str | Path) -> list[tuple[dict, float]]:
+    """The measured partition records of a model an older placer saved (:func:`is_older_version`),
+    read from its ``tables.json`` once that file passes the SHA-256 its card gives; nothing else of
+    the model is read (its skops files are never opened, the JSON only parsed as JSON), and a record
+    not of the shape every version wrote (target, op types, their isolated costs, the call overhead,
+    the boundary bytes, a finite measurement) is left out. CostModelError naming the file when the
+    card or the tables do not hold up."""
+    d = Path(directory)
+    with model_lock(d, exclusive=False):
+        if not is_older_version(d):
+            raise CostModelError(f"{d / CARD}: not a card of an older {FORMAT} version")
+        card = load_json(d / CARD, "the cost model's card", CostModelError)
+        artifacts = card.get("artifacts")
+        sha = artifacts.get("tables.json") if isinstance(artifacts, dict) else None
+        if not isinstance(sha, str):
+            raise ArtifactIntegrityError(d / CARD, "the card lists no tables.json")
+        path = _verified(d, "tables.json", sha)
+        tables = load_json(path, "the cost model's tables", CostModelError)
+    records = tables.get("partition_records") if isinstance(tables, dict) else None
+    if not isinstance(records, list):
+        raise ArtifactIntegrityError(path, "malformed tables: no list of partition records")
+    return [r for r in map(_partition_record, records) if r is not None]
+
+
+def _partition_record(item: Any) -> tuple[dict, float] | None:
+    """``(record, measured ms)`` of one saved ``[record, measured]`` pair, or None if it is malformed."""
+    def number(x: Any) -> bool:
+        return type(x) in (int, float) and math.isfinite(x)
+
+    if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], dict) and number(item[1])):
+        return None
+    r = item[0]
+    types, iso = r.get("op_types"), r.get("isolated_ms")
+    if not (isinstance(r.get("target"), str) and isinstance(types, list) and isinstance(iso, list)
+            and len(types) == len(iso) and all(isinstance(t, str) for t in types) and all(map(number, iso))
+            and number(r.get("overhead_ms")) and number(r.get("boundary_bytes", 0.0))):
+        return None
+    record = {"target": r["target"], "op_types": list(types), "isolated_ms": [float(c) for c in iso],
+              "overhead_ms": float(r["overhead_ms"]), "boundary_bytes": float(r.get("boundary_bytes", 0.0))}
+    record.update({k: r[k] for k in ("model", "origin") if isinstance(r.get(k), str)})
+    return record, float(item[1])
+
+
 def save_cost_model(cm: Any, directory: str | Path) -> Path:
     """Write ``cm`` to ``directory`` (created; the files of a previous save this code reads are replaced,
     a model it cannot read is refused: :func:`check_overwritable`). Each file is written aside and

@@ -56,11 +56,18 @@ def tune_records(cm) -> list[tuple[dict, float]]:
     return [(r, m) for r, m in cm.partition_records if r.get("origin") == ORIGIN]
 
 
+def _carried(records, names: Sequence[str]) -> list[tuple[dict, float]]:
+    """The last :data:`MAX_CARRIED` of ``records`` that tune measured on one of the targets ``names``."""
+    mine = [(r, m) for r, m in records if r.get("origin") == ORIGIN and r.get("target") in names]
+    return mine[-MAX_CARRIED:]
+
+
 def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] = lambda m: None, seed: int = 0):
     """A CostModel for the real targets of ``ctx`` fitted on its profile store, plus the partitions
     earlier tune runs measured (from the model saved in ``model_dir``, if any)."""
     from costmodels import CostModel  # scikit-learn: see the note at the top
-    from costmodels.persistence import is_older_version
+    from costmodels.errors import CostModelError
+    from costmodels.persistence import is_older_version, older_partition_records
     from costmodels.store import training_data_from_store
     from costmodels.train import fit_cost_model
 
@@ -73,16 +80,21 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
             prior = CostModel.load(model_dir)
         except Exception as exc:  # noqa: BLE001 - integrity, format or version: refit, never trust it
             if is_older_version(model_dir):  # an older placer's: superseded, replaced by this run's save
+                try:  # what tune measured into it is read from its tables alone (JSON, hash-checked)
+                    carried = _carried(older_partition_records(model_dir), names)
+                    kept = f"its {len(carried)} partition(s) measured by earlier tune runs carried over"
+                except CostModelError as why:
+                    kept = ("the partitions earlier tune runs measured into it not carried over: "
+                            f"{first_line(why, 160)}")
                 say(f"cost model {model_dir}: saved by an older placer ({first_line(exc, 160)}); refitted "
-                    "from the profile store and replaced when this run saves (the partitions earlier tune "
-                    "runs measured into it are not carried over)")
+                    f"from the profile store, {kept}, and replaced when this run saves")
             else:
                 say(f"cost model {model_dir}: not loaded ({type(exc).__name__}: {first_line(exc, 160)}); "
                     "refitted from the profile store; the model there is left as it is (not overwritten)")
                 cm._placer_unreadable = (str(Path(model_dir).resolve()), f"{type(exc).__name__}: "
                                          f"{first_line(exc, 160)}")
         else:
-            carried = [(r, m) for r, m in tune_records(prior) if r.get("target") in names][-MAX_CARRIED:]
+            carried = _carried(prior.partition_records, names)
     if carried:
         cm.add_partition_measurements([{**r, "measured_ms": m} for r, m in carried])
     cm.card["tune_partitions_carried"] = len(carried)

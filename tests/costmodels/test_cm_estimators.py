@@ -115,12 +115,16 @@ def test_optuna_search_is_seeded_and_feeds_the_fit(synthetic_data):
     F = feature_matrix([synthetic_data.signatures[r.key] for r in rows])
     y = np.array([r.latency_ms for r in rows])
     groups = np.array([r.models[0] for r in rows])
-    a = tune_op_model(F, y, groups, n_trials=3, seed=1, cv=3)
-    b = tune_op_model(F, y, groups, n_trials=3, seed=1, cv=3)
+    # one tree set per branch (n_models=1): the search and its seeding are what is tested, at a third of the fits
+    base = OpLatencyModel(random_state=1, n_models=1)
+    a = tune_op_model(F, y, groups, n_trials=3, seed=1, cv=3, base=base)
+    b = tune_op_model(F, y, groups, n_trials=3, seed=1, cv=3, base=base)
     assert a == b and a[1] < 0.5
-    cm = fit_cost_model(synthetic_data, [TARGETS[0]], tune_trials=2, seed=1, cv=3, cv_metrics=False)
+    cm = fit_cost_model(synthetic_data, [TARGETS[0]], tune_trials=2, seed=1, cv=3, cv_metrics=False,
+                        op_params={"n_models": 1})
     card = cm.card["targets"][TARGETS[0]]
     assert "tuned_cv_log_mae" in card["metrics"]
+    assert cm.op_models[TARGETS[0]].n_models == 1  # the fixed setting survives the search
     assert card["params"]["regressor"] in ("gbr", "rf")
 
 

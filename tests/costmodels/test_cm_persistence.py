@@ -135,3 +135,35 @@ def test_a_model_saved_by_an_older_version_is_refused_on_load_and_replaced_on_sa
     (saved / "card.json").write_text(json.dumps({**card, "version": VERSION + 1}))  # a newer placer's: kept
     with pytest.raises(CostModelError, match="refusing to overwrite"):
         fitted_model.save(saved)
+
+
+def test_an_older_models_partition_records_are_read_from_its_tables_alone(saved):
+    from costmodels.errors import CostModelError
+    from costmodels.persistence import VERSION, older_partition_records
+
+    with pytest.raises(CostModelError, match="not a card of an older"):
+        older_partition_records(saved)  # this version's model is loaded, not picked apart
+    good = {"target": "t", "op_types": ["Conv", "Relu"], "isolated_ms": [0.2, 0.01], "overhead_ms": 0.005,
+            "boundary_bytes": 1024.0, "origin": "tune", "model": "m", "extra": "dropped"}
+    malformed = [
+        [{**good, "isolated_ms": [0.2]}, 0.3],  # one cost for two op types
+        [{**good, "op_types": ["Conv", 7]}, 0.3],
+        [{**good, "overhead_ms": "0.005"}, 0.3],
+        [{k: v for k, v in good.items() if k != "target"}, 0.3],
+        [good, True], [good, None], [good], "a string", [good, 0.3, 1],
+    ]
+    tables = json.loads((saved / "tables.json").read_text())
+    tables["partition_records"] = [[good, 0.25]] + malformed
+    (saved / "tables.json").write_text(json.dumps(tables))
+    (saved / "op_models" / "0.skops").write_bytes(pickle.dumps(Evil()))  # never opened
+    card = json.loads((saved / "card.json").read_text())
+    (saved / "card.json").write_text(json.dumps({**card, "version": VERSION - 1}))
+    _reseal(saved, "tables.json")
+    records = older_partition_records(saved)
+    assert records == [({k: v for k, v in good.items() if k != "extra"}, 0.25)]
+    (saved / "tables.json").write_text(json.dumps({**tables, "partition_records": {}}))
+    with pytest.raises(ArtifactIntegrityError, match="tables.json"):
+        older_partition_records(saved)  # fails its hash
+    _reseal(saved, "tables.json")
+    with pytest.raises(ArtifactIntegrityError, match="no list of partition records"):
+        older_partition_records(saved)

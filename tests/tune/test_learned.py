@@ -15,15 +15,30 @@ TARGETS = ["onnxruntime", "openvino"]
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory):
+def warm_db(tmp_path_factory):
+    """A store where zoo:tiny is profiled on TARGETS once for the module: tune runs start from a copy."""
     db = tmp_path_factory.mktemp("learned") / "profiles.db"
-    return api.prepare("zoo:tiny", targets=TARGETS, db=db)
+    api.prepare("zoo:tiny", targets=TARGETS, db=db)
+    return db
 
 
-def test_tune_saves_the_model_and_the_next_run_carries_its_partitions(tmp_path):
+@pytest.fixture(scope="module")
+def ctx(warm_db):
+    return api.prepare("zoo:tiny", targets=TARGETS, db=warm_db)
+
+
+def _copy_of(db, dest):
+    import sqlite3
+
+    with sqlite3.connect(db) as src, sqlite3.connect(dest) as dst:
+        src.backup(dst)
+    return dest
+
+
+def test_tune_saves_the_model_and_the_next_run_carries_its_partitions(warm_db, tmp_path):
     from placer.tune import tune
 
-    db, cm_dir = tmp_path / "profiles.db", tmp_path / "cm"
+    db, cm_dir = _copy_of(warm_db, tmp_path / "profiles.db"), tmp_path / "cm"
     first = tune("zoo:tiny", targets=TARGETS, db=db, out_dir=tmp_path / "a", n_trials=2, cost_model_dir=cm_dir)
     info = first.extra["cost_model"]
     assert (cm_dir / "card.json").is_file() and info["dir"] == str(cm_dir)
@@ -39,10 +54,11 @@ def test_tune_saves_the_model_and_the_next_run_carries_its_partitions(tmp_path):
     assert "Learned cost model" in report and "Fusion segments" in report
 
 
-def test_no_cost_model_dir_means_no_learned_model(tmp_path):
+def test_no_cost_model_dir_means_no_learned_model(warm_db, tmp_path):
     from placer.tune import tune
 
-    res = tune("zoo:tiny", targets=TARGETS, db=tmp_path / "p.db", out_dir=tmp_path / "o", n_trials=1,
+    db = _copy_of(warm_db, tmp_path / "p.db")
+    res = tune("zoo:tiny", targets=TARGETS, db=db, out_dir=tmp_path / "o", n_trials=1,
                cost_model_dir=None)
     assert res.extra["cost_model"] is None
     assert not (tmp_path / "costmodel").exists()
@@ -93,16 +109,40 @@ def test_an_older_placers_model_is_refitted_and_replaced(ctx, tmp_path):
     from costmodels.persistence import VERSION
 
     cm = learned.fit_or_update(ctx, None)
+    t = ctx.problem.targets[0]
+    rows = [{"partition": f"p{i}", "target": t, "ops": list(ctx.problem.ops[:2]), "n_inputs": 1,
+             "predicted_ms": 0.01, "measured_ms": 0.05 + 0.01 * i} for i in range(3)]
+    assert learned.feed(cm, rows, ctx.graph) == 3
     cm.save(tmp_path / "cm")
     card = json.loads((tmp_path / "cm" / "card.json").read_text())
     (tmp_path / "cm" / "card.json").write_text(json.dumps({**card, "version": VERSION - 1}))
     said = []
     again = learned.fit_or_update(ctx, tmp_path / "cm", said.append)
     assert "saved by an older placer" in said[0] and f"format version {VERSION - 1}" in said[0], said
+    # what tune measured into the older model comes along (read from its tables, nothing else of it)
+    assert "its 3 partition(s) measured by earlier tune runs carried over" in said[0], said
+    assert sorted(m for _, m in learned.tune_records(again)) == pytest.approx([0.05, 0.06, 0.07])
     assert learned.save(again, tmp_path / "cm", said.append) is not None
     assert json.loads((tmp_path / "cm" / "card.json").read_text())["version"] == VERSION
     assert "not loaded" not in " ".join(str(m) for m in said)
-    assert learned.fit_or_update(ctx, tmp_path / "cm", said.append).card["tune_partitions_carried"] == 0
+    assert learned.fit_or_update(ctx, tmp_path / "cm", said.append).card["tune_partitions_carried"] == 3
+
+
+def test_an_older_models_tables_that_fail_their_hash_carry_nothing(ctx, tmp_path):
+    from costmodels.persistence import VERSION
+
+    cm = learned.fit_or_update(ctx, None)
+    learned.feed(cm, [{"partition": "p0", "target": ctx.problem.targets[0], "ops": list(ctx.problem.ops[:2]),
+                       "n_inputs": 1, "predicted_ms": 0.01, "measured_ms": 0.05}], ctx.graph)
+    cm.save(tmp_path / "cm")
+    card = json.loads((tmp_path / "cm" / "card.json").read_text())
+    (tmp_path / "cm" / "card.json").write_text(json.dumps({**card, "version": VERSION - 1}))
+    tables = tmp_path / "cm" / "tables.json"
+    tables.write_text(tables.read_text().replace("0.05", "0.06", 1))
+    said = []
+    again = learned.fit_or_update(ctx, tmp_path / "cm", said.append)
+    assert "not carried over" in said[0] and "tables.json" in said[0] and "SHA-256" in said[0], said
+    assert learned.tune_records(again) == [] and again.card["tune_partitions_carried"] == 0
 
 
 def _files(d) -> dict[str, bytes]:
