@@ -40,7 +40,7 @@ import numpy as np
 
 from costmodels.errors import ArtifactIntegrityError, CostModelError
 from costmodels.roofline import RooflineModel
-from placer.safe_io import load_json
+from placer.safe_io import load_json, loads, max_json_bytes, read_bytes
 
 FORMAT = "placer-costmodel"
 #: 2 (session 15): op models read 8 more convolution features (costmodels.features) and average several
@@ -170,40 +170,55 @@ def is_older_version(d: str | Path) -> bool:
 
 def older_partition_records(directory: str | Path) -> list[tuple[dict, float]]:
     """The measured partition records of a model an older placer saved (:func:`is_older_version`),
-    read from its ``tables.json`` once that file passes the SHA-256 its card gives; nothing else of
-    the model is read (its skops files are never opened, the JSON only parsed as JSON), and a record
-    not of the shape every version wrote (target, op types, their isolated costs, the call overhead,
-    the boundary bytes, a finite measurement) is left out. CostModelError naming the file when the
-    card or the tables do not hold up."""
+    read from its ``tables.json``: the bytes read once, checked against the SHA-256 its card gives and
+    parsed as JSON; nothing else of the model is read (its skops files are never opened). A record not
+    of the shape every version wrote, or with a value no measurement has (see :func:`_partition_record`),
+    is left out. CostModelError naming the file when the card or the tables do not hold up, or cannot
+    be read."""
     d = Path(directory)
-    with model_lock(d, exclusive=False):
-        if not is_older_version(d):
-            raise CostModelError(f"{d / CARD}: not a card of an older {FORMAT} version")
-        card = load_json(d / CARD, "the cost model's card", CostModelError)
-        artifacts = card.get("artifacts")
-        sha = artifacts.get("tables.json") if isinstance(artifacts, dict) else None
-        if not isinstance(sha, str):
-            raise ArtifactIntegrityError(d / CARD, "the card lists no tables.json")
-        path = _verified(d, "tables.json", sha)
-        tables = load_json(path, "the cost model's tables", CostModelError)
+    try:
+        with model_lock(d, exclusive=False):
+            if not is_older_version(d):
+                raise CostModelError(f"{d / CARD}: not a card of an older {FORMAT} version")
+            card = load_json(d / CARD, "the cost model's card", CostModelError)
+            artifacts = card.get("artifacts")
+            sha = artifacts.get("tables.json") if isinstance(artifacts, dict) else None
+            if not isinstance(sha, str):
+                raise ArtifactIntegrityError(d / CARD, "the card lists no tables.json")
+            path = _verified(d, "tables.json", sha)
+            raw = read_bytes(path, "the cost model's tables", CostModelError, max_json_bytes())
+    except OSError as exc:  # a directory it may not lock or a file it may not read: not this model's fault
+        why = exc.strerror or type(exc).__name__
+        raise CostModelError(f"{d}: cannot read the saved model ({why})") from None
+    if hashlib.sha256(raw).hexdigest() != sha:
+        raise ArtifactIntegrityError(path, "it changed while it was read")
+    tables = loads(raw, str(path), CostModelError)
     records = tables.get("partition_records") if isinstance(tables, dict) else None
     if not isinstance(records, list):
         raise ArtifactIntegrityError(path, "malformed tables: no list of partition records")
     return [r for r in map(_partition_record, records) if r is not None]
 
 
-def _partition_record(item: Any) -> tuple[dict, float] | None:
-    """``(record, measured ms)`` of one saved ``[record, measured]`` pair, or None if it is malformed."""
-    def number(x: Any) -> bool:
-        return type(x) in (int, float) and math.isfinite(x)
+#: above these a partition record's figures are not a measurement (ms; bytes)
+_MAX_RECORD_MS, _MAX_RECORD_BYTES = 1e6, 1e15
 
-    if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], dict) and number(item[1])):
+
+def _partition_record(item: Any) -> tuple[dict, float] | None:
+    """``(record, measured ms)`` of one saved ``[record, measured]`` pair, or None if it is malformed:
+    a target, at least one op type with as many isolated costs, the call overhead, the boundary bytes
+    (0 if absent) and the measurement, each a finite number in ``[0, max)`` (the measurement above 0)."""
+    def number(x: Any, top: float = _MAX_RECORD_MS) -> bool:
+        return type(x) in (int, float) and 0 <= x < top  # NaN fails both comparisons
+
+    if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], dict) and number(item[1])
+            and item[1] > 0):
         return None
     r = item[0]
     types, iso = r.get("op_types"), r.get("isolated_ms")
     if not (isinstance(r.get("target"), str) and isinstance(types, list) and isinstance(iso, list)
-            and len(types) == len(iso) and all(isinstance(t, str) for t in types) and all(map(number, iso))
-            and number(r.get("overhead_ms")) and number(r.get("boundary_bytes", 0.0))):
+            and 0 < len(types) == len(iso) and all(isinstance(t, str) for t in types)
+            and all(map(number, iso))
+            and number(r.get("overhead_ms")) and number(r.get("boundary_bytes", 0.0), _MAX_RECORD_BYTES)):
         return None
     record = {"target": r["target"], "op_types": list(types), "isolated_ms": [float(c) for c in iso],
               "overhead_ms": float(r["overhead_ms"]), "boundary_bytes": float(r.get("boundary_bytes", 0.0))}

@@ -84,10 +84,10 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
                     carried = _carried(older_partition_records(model_dir), names)
                     kept = f"its {len(carried)} partition(s) measured by earlier tune runs carried over"
                 except CostModelError as why:
-                    kept = ("the partitions earlier tune runs measured into it not carried over: "
-                            f"{first_line(why, 160)}")
+                    kept = ("the partitions earlier tune runs measured into it not carried over "
+                            f"({first_line(why, 300)})")
                 say(f"cost model {model_dir}: saved by an older placer ({first_line(exc, 160)}); refitted "
-                    f"from the profile store, {kept}, and replaced when this run saves")
+                    f"from the profile store and replaced when this run saves; {kept}")
             else:
                 say(f"cost model {model_dir}: not loaded ({type(exc).__name__}: {first_line(exc, 160)}); "
                     "refitted from the profile store; the model there is left as it is (not overwritten)")

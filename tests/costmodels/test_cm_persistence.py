@@ -145,24 +145,32 @@ def test_an_older_models_partition_records_are_read_from_its_tables_alone(saved)
         older_partition_records(saved)  # this version's model is loaded, not picked apart
     good = {"target": "t", "op_types": ["Conv", "Relu"], "isolated_ms": [0.2, 0.01], "overhead_ms": 0.005,
             "boundary_bytes": 1024.0, "origin": "tune", "model": "m", "extra": "dropped"}
+    no_bytes = {k: v for k, v in good.items() if k not in ("boundary_bytes", "model")}
     malformed = [
         [{**good, "isolated_ms": [0.2]}, 0.3],  # one cost for two op types
+        [{**good, "op_types": [], "isolated_ms": []}, 0.3],
         [{**good, "op_types": ["Conv", 7]}, 0.3],
         [{**good, "overhead_ms": "0.005"}, 0.3],
         [{k: v for k, v in good.items() if k != "target"}, 0.3],
-        [good, True], [good, None], [good], "a string", [good, 0.3, 1],
+        # values no measurement has: they would break the partition correction's fit (logs of them)
+        [{**good, "isolated_ms": [0.2, -0.01]}, 0.3], [{**good, "boundary_bytes": -2.0}, 0.3],
+        [{**good, "isolated_ms": [1e308, 1e308]}, 0.3], [{**good, "overhead_ms": -1e300}, 0.3],
+        [good, 0.0], [good, -0.3], [good, float("nan")], [good, True], [good, None],
+        [good], "a string", [good, 0.3, 1],
     ]
     tables = json.loads((saved / "tables.json").read_text())
-    tables["partition_records"] = [[good, 0.25]] + malformed
+    tables["partition_records"] = [[good, 0.25]] + malformed + [[{**no_bytes, "model": 3}, 0.5]]
     (saved / "tables.json").write_text(json.dumps(tables))
     (saved / "op_models" / "0.skops").write_bytes(pickle.dumps(Evil()))  # never opened
     card = json.loads((saved / "card.json").read_text())
     (saved / "card.json").write_text(json.dumps({**card, "version": VERSION - 1}))
     _reseal(saved, "tables.json")
     records = older_partition_records(saved)
-    assert records == [({k: v for k, v in good.items() if k != "extra"}, 0.25)]
+    # without boundary bytes: 0; a model not named by text: left out; keys of no record format: dropped
+    expected = [(good, 0.25), ({**no_bytes, "boundary_bytes": 0.0}, 0.5)]
+    assert records == [({k: v for k, v in r.items() if k != "extra"}, m) for r, m in expected]
     (saved / "tables.json").write_text(json.dumps({**tables, "partition_records": {}}))
-    with pytest.raises(ArtifactIntegrityError, match="tables.json"):
+    with pytest.raises(ArtifactIntegrityError, match="SHA-256"):
         older_partition_records(saved)  # fails its hash
     _reseal(saved, "tables.json")
     with pytest.raises(ArtifactIntegrityError, match="no list of partition records"):

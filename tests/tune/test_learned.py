@@ -29,8 +29,9 @@ def ctx(warm_db):
 
 def _copy_of(db, dest):
     import sqlite3
+    from contextlib import closing
 
-    with sqlite3.connect(db) as src, sqlite3.connect(dest) as dst:
+    with closing(sqlite3.connect(db)) as src, closing(sqlite3.connect(dest)) as dst:
         src.backup(dst)
     return dest
 
@@ -132,8 +133,9 @@ def test_an_older_models_tables_that_fail_their_hash_carry_nothing(ctx, tmp_path
     from costmodels.persistence import VERSION
 
     cm = learned.fit_or_update(ctx, None)
-    learned.feed(cm, [{"partition": "p0", "target": ctx.problem.targets[0], "ops": list(ctx.problem.ops[:2]),
-                       "n_inputs": 1, "predicted_ms": 0.01, "measured_ms": 0.05}], ctx.graph)
+    row = {"partition": "p0", "target": ctx.problem.targets[0], "ops": list(ctx.problem.ops[:2]),
+           "n_inputs": 1, "predicted_ms": 0.01, "measured_ms": 0.05}
+    assert learned.feed(cm, [row], ctx.graph) == 1
     cm.save(tmp_path / "cm")
     card = json.loads((tmp_path / "cm" / "card.json").read_text())
     (tmp_path / "cm" / "card.json").write_text(json.dumps({**card, "version": VERSION - 1}))
