@@ -195,7 +195,8 @@ def report_document(res: EvalResult, title: str = "Cost model: leave-one-model-o
     doc.p(f"Targets: {', '.join(res.settings.get('targets', []))}. "
           f"Held-out models: {', '.join(res.settings.get('models', []))}.")
     doc.h2("Ops of the held-out model (its own signatures, isolated latency)")
-    doc.table(["target"] + _SUMMARY, [[t] + _cells(s) for (t,), s in res.op_summary(("target",)).items()])
+    by_target = {t: s for (t,), s in res.op_summary(("target",)).items()}
+    doc.table(["target"] + _SUMMARY, [[t] + _cells(s) for t, s in by_target.items()])
     rep = res.settings.get("repeatability")
     if rep:
         doc.h3("Noise floor: the same ops measured twice (second profile vs first)")
@@ -207,10 +208,9 @@ def report_document(res: EvalResult, title: str = "Cost model: leave-one-model-o
         doc.p(f"Goal: held-out share at least the repeat share minus {REPEAT_SLACK_POINTS} points, per target.")
         doc.p("The interval is the gap's 90% sampling interval with each op an independent draw "
               "(`costmodels.evaluate.gap_interval`): ops of one model are not, so the true one is wider.")
-        n_held = {t: s["n"] for (t,), s in res.op_summary(("target",)).items()}
         rows = []
         for t, h, r, met in against_noise_floor(res):
-            lo, hi = gap_interval(h, n_held[t], r, rep[t]["n"])
+            lo, hi = gap_interval(h, by_target[t]["n"], r, rep[t]["n"])
             rows.append([t, f"{100 * h:.1f}", f"{100 * r:.1f}", f"{100 * (h - r):+.1f}",
                          f"{100 * lo:+.1f} to {100 * hi:+.1f}", "yes" if met else "no"])
         doc.table(["target", "held-out ops %", "same op measured twice %", "gap (points)", "90% interval",

@@ -158,14 +158,19 @@ def check_overwritable(directory: str | Path) -> None:
 def is_older_version(d: str | Path) -> bool:
     """Whether ``d``'s card is this format at a version below :data:`VERSION` (read, not trusted further):
     a model an older placer saved, which this one refits and replaces."""
+    return _older_card(d) is not None
+
+
+def _older_card(d: str | Path) -> dict | None:
+    """``d``'s card if it is this format at a version below :data:`VERSION`, else None."""
     try:
         card = load_json(Path(d) / CARD, "the cost model's card", CostModelError)
     except CostModelError:
-        return False
+        return None
     if not isinstance(card, dict):
-        return False
+        return None
     version = card.get("version")
-    return card.get("format") == FORMAT and type(version) is int and version < VERSION
+    return card if card.get("format") == FORMAT and type(version) is int and version < VERSION else None
 
 
 def older_partition_records(directory: str | Path) -> list[tuple[dict, float]]:
@@ -178,20 +183,19 @@ def older_partition_records(directory: str | Path) -> list[tuple[dict, float]]:
     d = Path(directory)
     try:
         with model_lock(d, exclusive=False):
-            if not is_older_version(d):
+            card = _older_card(d)
+            if card is None:
                 raise CostModelError(f"{d / CARD}: not a card of an older {FORMAT} version")
-            card = load_json(d / CARD, "the cost model's card", CostModelError)
             artifacts = card.get("artifacts")
             sha = artifacts.get("tables.json") if isinstance(artifacts, dict) else None
             if not isinstance(sha, str):
                 raise ArtifactIntegrityError(d / CARD, "the card lists no tables.json")
-            path = _verified(d, "tables.json", sha)
+            path = _artifact_path(d, "tables.json")
             raw = read_bytes(path, "the cost model's tables", CostModelError, max_json_bytes())
     except OSError as exc:  # a directory it may not lock or a file it may not read: not this model's fault
         why = exc.strerror or type(exc).__name__
         raise CostModelError(f"{d}: cannot read the saved model ({why})") from None
-    if hashlib.sha256(raw).hexdigest() != sha:
-        raise ArtifactIntegrityError(path, "it changed while it was read")
+    _check_sha256(path, hashlib.sha256(raw).hexdigest(), sha)  # the bytes parsed are the bytes hashed
     tables = loads(raw, str(path), CostModelError)
     records = tables.get("partition_records") if isinstance(tables, dict) else None
     if not isinstance(records, list):
@@ -270,7 +274,8 @@ def _save_locked(cm: Any, d: Path) -> Path:
     return d
 
 
-def _verified(d: Path, rel: str, expected: str) -> Path:
+def _artifact_path(d: Path, rel: str) -> Path:
+    """``d / rel`` once it is a regular file inside ``d`` (ArtifactIntegrityError naming it otherwise)."""
     path = d / rel
     if not path.exists() and not path.is_symlink():
         raise ArtifactIntegrityError(path, "the file is missing")
@@ -278,9 +283,17 @@ def _verified(d: Path, rel: str, expected: str) -> Path:
         raise ArtifactIntegrityError(path, "it is a symbolic link leading out of the model directory")
     if not path.is_file():  # a directory, FIFO or device: never opened (a FIFO would block)
         raise ArtifactIntegrityError(path, "not a regular file")
-    got = sha256_file(path)
+    return path
+
+
+def _check_sha256(path: Path, got: str, expected: str) -> None:
     if got != expected:
         raise ArtifactIntegrityError(path, f"SHA-256 {got[:16]}... does not match the card's {expected[:16]}...")
+
+
+def _verified(d: Path, rel: str, expected: str) -> Path:
+    path = _artifact_path(d, rel)
+    _check_sha256(path, sha256_file(path), expected)
     return path
 
 

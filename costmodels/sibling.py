@@ -24,30 +24,35 @@ True
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from costmodels._common import as_features
+from placer.devices.base import TargetSpec
+from placer.errors import TargetError
 
-#: a target name as :class:`placer.devices.base.TargetSpec` writes it: ``KIND[:ARG]@cpuCORES:tTHREADS``
-_NAME = re.compile(r"^(?P<base>[^@]+)@cpu(?P<cores>[0-9,]*):t(?P<threads>[0-9]+)$")
+
+def _spec(name: str) -> TargetSpec | None:
+    """``name`` read as a target name (its cores need not be this machine's), None if it is not one."""
+    try:
+        return TargetSpec.parse(name, here=False)
+    except TargetError:
+        return None
 
 
 def sibling_candidates(name: str, names: Iterable[str]) -> list[str]:
     """Every one-thread target of ``name``'s runtime among ``names``, best first (unpinned, then by
     core number); none when ``name`` runs one thread itself."""
-    m = _NAME.match(name)
-    if not m or int(m["threads"]) <= 1:
+    me = _spec(name)
+    if me is None or me.threads <= 1:
         return []
     found = []
     for other in names:
-        k = _NAME.match(other)
-        if k and k["base"] == m["base"] and int(k["threads"]) == 1:
-            cores = tuple(int(c) for c in k["cores"].split(",") if c)
-            found.append((bool(cores), cores, other))
+        spec = _spec(other)
+        if spec is not None and (spec.kind, spec.arg) == (me.kind, me.arg) and spec.threads == 1:
+            found.append((bool(spec.cores), spec.cores or (), other))
     return [other for *_, other in sorted(found)]
 
 

@@ -51,9 +51,8 @@ def _groups(data: TrainingData, rows) -> np.ndarray:
     return np.array([r.models[0] if r.models else r.key for r in rows], dtype=object)
 
 
-def _xy(data: TrainingData, target: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Feature matrix, latencies (ms) and CV groups of ``target``'s op rows."""
-    rows = data.op_rows(target)
+def _xy(data: TrainingData, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Feature matrix, latencies (ms) and CV groups of one target's op ``rows``."""
     return (feature_matrix([data.signatures[r.key] for r in rows]), np.array([r.latency_ms for r in rows]),
             _groups(data, rows))
 
@@ -117,7 +116,7 @@ def fit_cost_model(data: TrainingData, targets: Sequence[str] | None = None, *, 
         if s is None:
             return None, None
         if s not in fitted_siblings:
-            F, y, groups = _xy(data, s)
+            F, y, groups = _xy(data, data.op_rows(s))
             ok = np.isfinite(y) & (y > 0)
             fitted = op_models.get(s)  # fitted already when it is a target itself (tuned, maybe)
             base = fitted if fitted is not None else OpLatencyModel(target=s, random_state=seed,
@@ -129,8 +128,8 @@ def fit_cost_model(data: TrainingData, targets: Sequence[str] | None = None, *, 
 
     # siblings first: a multi-thread target's fit reads its sibling's
     for t in sorted(targets, key=lambda t: t in siblings):
-        F, y, groups = _xy(data, t)
         rows = data.op_rows(t)
+        F, y, groups = _xy(data, rows)
         sibling, sibling_rows = sibling_of(t)
         params = dict(op_params or {})
         tuned_score = None

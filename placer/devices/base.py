@@ -65,8 +65,10 @@ class TargetSpec:
         return dict(self.options).get(key, default)
 
     @staticmethod
-    def parse(text: str) -> "TargetSpec":
-        """Parse ``KIND[:ARG][@cpuCORES][:tTHREADS]``; raise TargetError naming the text if malformed."""
+    def parse(text: str, *, here: bool = True) -> "TargetSpec":
+        """Parse ``KIND[:ARG][@cpuCORES][:tTHREADS]``; raise TargetError naming the text if malformed.
+        ``here=False`` reads a name recorded elsewhere (a profile store's) without requiring its cores
+        on this machine."""
         m = _NAME_RE.match(text.strip())
         if not m:
             raise TargetError(
@@ -82,7 +84,7 @@ class TargetSpec:
         threads = int(m.group("threads")) if m.group("threads") else (len(cores) if cores else 1)
         if not 1 <= threads <= MAX_THREADS:
             raise TargetError(f"target {text!r}: threads must be between 1 and {MAX_THREADS}")
-        if cores:
+        if cores and here:
             avail = os.sched_getaffinity(0)
             missing = [c for c in cores if c not in avail]
             if missing:
