@@ -80,6 +80,9 @@ class TrainingData:
     links: list[LinkRow] = field(default_factory=list)
     link_fits: dict[str, dict] = field(default_factory=dict)
     targets: dict[str, dict] = field(default_factory=dict)
+    #: target -> how many of its op rows a faster probe contradicted, read at the probe's time
+    #: (:mod:`costmodels.store`)
+    read_at_probe: dict[str, int] = field(default_factory=dict)
 
     # ---- views ---------------------------------------------------------------------------
     def target_names(self) -> list[str]:

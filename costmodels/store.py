@@ -6,7 +6,9 @@ older one measured a different target (``all_fingerprints=True`` mixes them, new
 
 - ``op`` rows: the median latency (with the call overhead in it), ``inf`` for any failed status
   (unsupported, error, timeout, crash: the store prices those ``inf`` too), and the signature
-  dict with the store's ``flops``/``bytes``/``weight_bytes``;
+  dict with the store's ``flops``/``bytes``/``weight_bytes``; a row that one of the store's probes
+  contradicts as faster (``placer.profile.drift.CONTRADICTED``, as measured and on one scale) is
+  read at that probe's time (``TrainingData.read_at_probe`` counts them);
 - ``segment`` rows (op sets profiled as one unit): member signature keys, measured median,
   boundary bytes and the model the example came from;
 - ``model`` rows (a whole model as one partition): only for the ``graphs`` given, since the row
@@ -28,7 +30,7 @@ from typing import Any, Iterable, Sequence
 from costmodels.data import LinkRow, OpRow, PartitionRow, TrainingData
 from costmodels.sibling import sibling_candidates
 from costmodels.transfer import link_key
-from placer.profile.drift import DriftScale, drift_scale
+from placer.profile.drift import CONTRADICTED, DriftScale, drift_scale
 from placer.profile.store import ProfileStore, open_store
 
 
@@ -41,6 +43,15 @@ def _latest(rows: Iterable[dict], use: dict[str, str] | None) -> dict[tuple[str,
         k = (r["key"], r["target_name"])
         if k not in out or r["timestamp"] >= out[k]["timestamp"]:
             out[k] = r
+    return out
+
+
+def _probes_by_key(st: Any, target_hash: str) -> dict[str, list[tuple[str, float]]]:
+    """key -> (session, median ms) of every probe of the target in the store."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for p in st.probe_rows(target_hash):
+        if p["median_ms"] > 0:
+            out.setdefault(p["key"], []).append((p["session"], p["median_ms"]))
     return out
 
 
@@ -100,6 +111,7 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
         for op in g.ops:
             sig_models.setdefault(op.signature.hash, set()).add(g.name)
     scales: dict[str, DriftScale] = {}  # target hash -> how fast each block of its rows ran
+    probes: dict[str, dict[str, list[tuple[str, float]]]] = {}  # target hash -> key -> (session, ms)
     op_rows = st.measurements(kind="op")
     for (key, name), r in latest("op", rows=op_rows):
         if not ok(name) or r["signature"] is None:
@@ -107,12 +119,23 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
         data.add_signature(key, _signature_row(r))
         lat = float(r["median_ms"]) if r["status"] == "ok" and r["median_ms"] is not None else math.inf
         p10, p90 = r.get("p10_ms"), r.get("p90_ms")
-        if drift:
-            if r["target"] not in scales:
-                scales[r["target"]] = drift_scale(st, r["target"],
-                                                  rows=[x for x in op_rows if x["target"] == r["target"]])
-            f = scales[r["target"]].row_factor(key)
-            lat, p10, p90 = (x / f if x is not None else None for x in (lat, p10, p90))
+        th = r["target"]
+        if th not in probes:
+            probes[th] = _probes_by_key(st, th)
+        if drift and th not in scales:
+            scales[th] = drift_scale(st, th, rows=[x for x in op_rows if x["target"] == th])
+        scale = scales.get(th, DriftScale())
+        f = scale.row_factor(key) if drift else 1.0
+        # a probe faster beyond noise, as measured and on one scale, is read instead: the row ran in a
+        # slow spell, as a first window slower than its second does (placer.profile.engine). As
+        # measured too: a session's factor is a median over its ops, and a spell slows some ops only
+        faster = [ms / (scale.factors.get(s, 1.0) if drift else 1.0) for s, ms in probes[th].get(key, ())
+                  if ms * CONTRADICTED < lat < math.inf]
+        g = f
+        if faster and min(faster) * CONTRADICTED < lat / f:
+            g = lat / min(faster)
+            data.read_at_probe[name] = data.read_at_probe.get(name, 0) + 1
+        lat, p10, p90 = (x / g if x is not None else None for x in (lat, p10, p90))
         data.ops.append(OpRow(name, key, lat, tuple(sorted(sig_models.get(key, ()))), p10, p90))
     for (key, name), r in latest("overhead", "ok"):
         if ok(name):

@@ -368,7 +368,9 @@ def cmd_fit(args) -> int:
     for t, c in sorted(cm.card["targets"].items()):
         m = c.get("metrics", {})
         cv = f", cv log-MAE {m['cv_log_mae']:.3f}" if "cv_log_mae" in m else ""
-        out(f"{t}: {c['n_rows']} op rows ({c['n_unsupported']} unsupported){cv}")
+        probed = (f", {c['n_read_at_probe']} read at a faster probe's time (measured in a slow spell)"
+                  if c.get("n_read_at_probe") else "")
+        out(f"{t}: {c['n_rows']} op rows ({c['n_unsupported']} unsupported{probed}){cv}")
     out(f"saved {cm.model_id} to {out_dir}")
     return 0
 

@@ -37,7 +37,7 @@ from placer.profile.contention import (
     is_contended,
     seed_core_reference,
 )
-from placer.profile.drift import drift_scale
+from placer.profile.drift import CONTRADICTED, drift_scale
 from placer.profile.progress import progress_bar
 from placer.profile.results import CampaignResult, TargetTotals
 from placer.profile.store import Measurement, ProfileStore
@@ -65,11 +65,6 @@ _REPEATED_KINDS = ("overhead", "model")
 #: model too (session 11): its three windows are consecutive, and a spell of the host slowing a core
 #: lasts up to ~15 s (squeezenet's on ONNX Runtime t2 stored at 5.33 ms, 3.74 ms in the session after)
 _SECOND_WINDOW_KINDS = ("op", "segment", "model")
-
-#: a probe this far (ratio either way) from the stored row it re-measures, both put on one scale by
-#: their sessions' factors, contradicts it: the row is measured again. One-thread repeats agree
-#: within 25% for 99% of ops on the development machine (docs/design.md, "Sessions drift")
-CONTRADICTED = 1.25
 
 #: a second window this much faster than the first means the first one was slow (counted, reported)
 SLOW_FIRST_WINDOW = 1.25
@@ -283,10 +278,12 @@ class Engine:
         return got
 
     def _refresh_contradicted(self, worker, probes: Sequence[Task], mine: Mapping[str, float]) -> None:
-        """A stored op row that this session's probe (``mine``: key -> median) contradicts beyond noise,
-        once both are put on one scale (:func:`~placer.profile.drift.drift_scale`), is measured
-        again and replaced (``CampaignResult.refreshed``): a row measured in a disturbance is not
-        trusted."""
+        """A stored op row that this session's probe (``mine``: key -> median) contradicts beyond noise
+        as faster, once both are put on one scale (:func:`~placer.profile.drift.drift_scale`), is
+        measured again and replaced (``CampaignResult.refreshed``): a row measured in a disturbance
+        is not trusted. A slower probe leaves the row: session 26's last two-thread campaign ran in
+        a spell (factor 1.465), its probes of squeezenet's 1x1 convolutions came out 2.3x the
+        earlier sessions' and its refresh stored them so."""
         stored = [t for t in probes if t.stored_row]
         if not stored:
             return
@@ -300,7 +297,8 @@ class Engine:
             if task.key not in mine or m is None or not m.ok or not m.median_ms:
                 continue
             expected = m.median_ms / scale.row_factor(task.key) * now
-            if not 1 / CONTRADICTED <= mine[task.key] / expected <= CONTRADICTED:
+            # a slower probe ran in a spell itself: measured again in it, the row would be stored slow
+            if mine[task.key] * CONTRADICTED < expected:
                 self.result.refreshed += 1
                 self._run_one(worker, task, force=True)
 

@@ -10,7 +10,8 @@ import pytest
 
 from placer.profile import ProfileStore, profile_graph
 from placer.profile.anchors import anchor_graph, anchor_model
-from placer.profile.drift import LEGACY, drift_scale, fit_session_factors, row_session, session_factors
+from placer.profile.drift import (CONTRADICTED, LEGACY, drift_scale, fit_session_factors, row_session,
+                                 session_factors)
 
 
 def _observations(factors: dict[str, float], keys_of: dict[str, range], noise: float, seed: int = 0):
@@ -97,9 +98,13 @@ def test_a_campaign_with_probes_records_them_and_the_training_rows_take_its_sess
     scaled = {r.key: r.latency_ms for r in training_data_from_store(db).ops}
     raw = {r.key: r.latency_ms for r in training_data_from_store(db, drift=False).ops}
     assert set(scaled) == set(raw) == set(rows)
-    for k, m in now.items():
-        assert raw[k] == m.median_ms
-        assert scaled[k] == pytest.approx(m.median_ms / factors[row_session(m.meta)], rel=1e-12)
+    mine = {p["key"]: p["median_ms"] for p in probes}
+    for k, m in now.items():  # as stored, unless a faster probe contradicts the row (see the test below)
+        probe, row = mine.get(k, math.inf), m.median_ms
+        faster = probe * CONTRADICTED < row
+        assert raw[k] == (probe if faster else row)
+        probe, row = probe / factors[second.session], row / factors[row_session(m.meta)]
+        assert scaled[k] == pytest.approx(probe if faster and probe * CONTRADICTED < row else row, rel=1e-12)
 
 
 def _conv_rows(rng, n: int, kernel: int = 3) -> list[dict]:
@@ -115,6 +120,48 @@ def _conv_rows(rng, n: int, kernel: int = 3) -> list[dict]:
         rows.append({"key": key, "kind": "op", "op_type": "Conv", "signature": sig,
                      "flops": 2.0 * c * co * kernel * kernel * hw * hw, "bytes": 4.0 * (c + co) * hw * hw})
     return rows
+
+
+@pytest.mark.parametrize("drift", [True, False])
+def test_a_row_a_faster_probe_contradicts_is_read_at_the_probes_time(tmp_path, drift):
+    """A row measured in a slow spell (2.5x its op's time, as squeezenet's 1x1 convolutions were at
+    two threads in session 26's store) that a later session's probe contradicts beyond noise
+    (CONTRADICTED, as measured and on one scale) is read at the probe's time, its spread scaled
+    alike: the lower median is kept, as between a measurement's two windows. A probe within noise, a
+    slower probe and a failed row leave the row as stored; the count is kept per target. A probe
+    that is faster only once its session's factor is applied does not count (k6: equal as measured,
+    in a session whose other ops ran 1.3x slower)."""
+    from costmodels.store import training_data_from_store
+    from costmodels.train import fit_cost_model
+
+    rows = _conv_rows(np.random.default_rng(5), 12)
+    db = tmp_path / "p.db"
+    slow_session = 1.3  # the probing session ran 1.3x slower as a whole
+    probe_ratio = {0: 1 / 2.5, 1: 1 / 1.2, 2: 2.0, 6: 1 / slow_session}  # probe / row on one scale
+    with ProfileStore(db) as st:
+        st.register_signatures(rows)
+        for i, r in enumerate(rows):
+            ms = 0.5 + 0.1 * i
+            status = "crash" if i == 3 else "ok"
+            st.put(r["key"], "onnxruntime", kind="op", status=status,
+                   median_ms=ms if status == "ok" else None, net_ms=ms, p10_ms=0.9 * ms, p90_ms=1.2 * ms,
+                   n=5, meta={"session": "a"})
+            st.add_probe("b", r["key"], "onnxruntime", (ms if i != 3 else 0.1) * slow_session
+                         * probe_ratio.get(i, 1.0))
+    data = training_data_from_store(db, drift=drift)
+    got = {r.key: r for r in data.ops}
+    name = data.target_names()[0]
+    assert data.read_at_probe == {name: 1}
+    k0 = rows[0]["key"]
+    expected = 0.5 / 2.5 * (1.0 if drift else slow_session)  # on the first session's scale with drift
+    assert got[k0].latency_ms == pytest.approx(expected, rel=1e-9)
+    assert (got[k0].p10_ms, got[k0].p90_ms) == pytest.approx((0.9 * expected, 1.2 * expected), rel=1e-9)
+    for i in (1, 2, 4, 5, 6):  # within noise of the row, slower, equal on one scale or as measured
+        assert got[rows[i]["key"]].latency_ms == pytest.approx(0.5 + 0.1 * i, rel=1e-9)
+    assert got[rows[3]["key"]].latency_ms == math.inf
+    assert 1 / 1.2 * (1.0 if drift else slow_session) * CONTRADICTED > 1  # k1's probe: within noise
+    cm = fit_cost_model(data, [name], op_params={"n_estimators": 10}, cv_metrics=False)
+    assert cm.card["targets"][name]["n_read_at_probe"] == 1
 
 
 def test_twins_put_blocks_that_share_no_key_on_one_scale(tmp_path):
@@ -216,6 +263,31 @@ def test_a_stored_row_a_probe_contradicts_is_measured_again_and_replaced(tmp_pat
         row = st.get(bad, "onnxruntime")
     assert row_session(row.meta) == again.session != first.session
     assert row.median_ms < 5 * good
+
+
+def test_a_probe_slower_than_its_row_leaves_the_row(tmp_path, tiny, fast_timing):
+    """A probe that ran in a spell is slower than the row: measured again in that spell the row
+    would be stored slow, so it stays (and the reader keeps the lower of the two)."""
+    from costmodels.store import training_data_from_store
+
+    db = tmp_path / "s.db"
+    profile_graph(tiny, ["onnxruntime"], db, progress=False, links=False, whole_model=False,
+                  timing=fast_timing)
+    fast = tiny.ops[0].signature.hash
+    con = sqlite3.connect(db)  # the row a tenth of its time: every probe of it comes out 10x slower
+    con.execute("UPDATE measurements SET median_ms = median_ms / 10 WHERE key=?", (fast,))
+    con.commit()
+    con.close()
+    with ProfileStore(db) as st:
+        before = st.get(fast, "onnxruntime")
+    again = profile_graph(tiny, ["onnxruntime"], db, progress=False, links=False, whole_model=False,
+                          timing=fast_timing, probes=len(tiny.unique_signatures()))
+    with ProfileStore(db) as st:
+        assert st.get(fast, "onnxruntime") == before
+        assert any(p["key"] == fast for p in st.probe_rows("onnxruntime"))
+    assert again.measured == again.refreshed  # nothing else to measure
+    got = {r.key: r.latency_ms for r in training_data_from_store(db, drift=False).ops}
+    assert got[fast] == before.median_ms
 
 
 def test_twins_of_different_sizes_are_compared_at_the_classs_own_elasticity(tmp_path):
