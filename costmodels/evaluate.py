@@ -115,6 +115,11 @@ def leave_one_model_out(data: TrainingData, models: Iterable[str] | None = None,
         if not train.ops:
             continue
         cm = fit_cost_model(train, targets, **fit_kw)
+        for t in targets:  # the one-thread sibling each fold fitted the target with (None: without one)
+            sib = cm.card["targets"].get(t, {}).get("sibling")
+            res.settings.setdefault("siblings", {}).setdefault(t, [])
+            if sib not in res.settings["siblings"][t]:
+                res.settings["siblings"][t].append(sib)
         trained_keys = {(r.target, r.key) for r in train.ops}
         test = data.restricted_to(m)
         # ---- ops: the held-out model's own signatures ---------------------------------------
@@ -189,11 +194,24 @@ def _cells(s: Mapping) -> list[str]:
             f"{s['median_ape_pct']:.1f}"]
 
 
+def sibling_line(res: EvalResult) -> str:
+    """Which one-thread sibling (:mod:`costmodels.sibling`) each target's op model was fitted with,
+    over the folds: a two-thread target evaluated on a store without its one-thread rows is fitted
+    without one, and only this line tells."""
+    def said(sibs: list) -> str:
+        named = [s for s in sibs if s]
+        return (", ".join(named) + (" (none in some folds)" if None in sibs else "")) if named else "none"
+    return "One-thread sibling of each target's op model: " + "; ".join(
+        f"{t}: {said(sibs)}" for t, sibs in sorted(res.settings.get("siblings", {}).items())) + "."
+
+
 def report_document(res: EvalResult, title: str = "Cost model: leave-one-model-out"):
     """The report as a :class:`placer.report.Document` (the one report path: Markdown and HTML)."""
     doc = Document(title)
     doc.p(f"Targets: {', '.join(res.settings.get('targets', []))}. "
           f"Held-out models: {', '.join(res.settings.get('models', []))}.")
+    if res.settings.get("siblings"):
+        doc.p(sibling_line(res))
     doc.h2("Ops of the held-out model (its own signatures, isolated latency)")
     by_target = {t: s for (t,), s in res.op_summary(("target",)).items()}
     doc.table(["target"] + _SUMMARY, [[t] + _cells(s) for t, s in by_target.items()])

@@ -183,6 +183,9 @@ def cmd_eval(args) -> int:
     targets = _targets(args) or data.target_names()  # the siblings the data holds too are priors, not scored
     res = leave_one_model_out(data, [g.name for g in graphs], targets, fit_kw=fit_kw, progress=True)
     res.settings.update(db=str(args.db), command=" ".join(sys.argv), eval_seconds=round(time.time() - t0, 1))
+    from costmodels.evaluate import sibling_line
+
+    print(sibling_line(res), flush=True)
     if not args.no_drift:
         from placer.profile import ProfileStore
         from placer.profile.drift import session_factors

@@ -147,3 +147,15 @@ def test_a_siblings_rows_are_part_of_the_models_identity_and_fixed_settings_surv
     searched = fit_cost_model(data, [T2], op_params={**QUICK, "sibling_weight": 0.0}, tune_trials=1,
                               cv_metrics=False)
     assert searched.op_models[T2].sibling_weight == 0.0 and searched.op_models[T2].sibling_weight_ == 0.0
+
+
+def test_the_evaluation_says_which_sibling_each_target_was_fitted_with():
+    from costmodels.evaluate import leave_one_model_out, sibling_line
+
+    res = leave_one_model_out(_data(noise_t2=0.02), ["m0"], [T2], fit_kw={"op_params": QUICK})
+    assert res.settings["siblings"] == {T2: [T1]}
+    assert sibling_line(res) == f"One-thread sibling of each target's op model: {T2}: {T1}."
+    alone = _data(noise_t2=0.02)
+    alone.ops = alone.op_rows(T2)  # a store without the one-thread rows
+    res = leave_one_model_out(alone, ["m0"], [T2], fit_kw={"op_params": QUICK})
+    assert sibling_line(res) == f"One-thread sibling of each target's op model: {T2}: none."
