@@ -117,9 +117,9 @@ def leave_one_model_out(data: TrainingData, models: Iterable[str] | None = None,
         cm = fit_cost_model(train, targets, **fit_kw)
         for t in targets:  # the one-thread sibling each fold fitted the target with (None: without one)
             sib = cm.card["targets"].get(t, {}).get("sibling")
-            res.settings.setdefault("siblings", {}).setdefault(t, [])
-            if sib not in res.settings["siblings"][t]:
-                res.settings["siblings"][t].append(sib)
+            seen = res.settings.setdefault("siblings", {}).setdefault(t, [])
+            if sib not in seen:
+                seen.append(sib)
         trained_keys = {(r.target, r.key) for r in train.ops}
         test = data.restricted_to(m)
         # ---- ops: the held-out model's own signatures ---------------------------------------

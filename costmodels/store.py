@@ -46,13 +46,17 @@ def _latest(rows: Iterable[dict], use: dict[str, str] | None) -> dict[tuple[str,
     return out
 
 
-def _probes_by_key(st: Any, target_hash: str) -> dict[str, list[tuple[str, float]]]:
-    """key -> (session, median ms) of every probe of the target in the store."""
+def _probes_by_key(probes: Iterable[dict]) -> dict[str, list[tuple[str, float]]]:
+    """key -> (session, median ms) of probe rows (:meth:`ProfileStore.probe_rows`)."""
     out: dict[str, list[tuple[str, float]]] = {}
-    for p in st.probe_rows(target_hash):
+    for p in probes:
         if p["median_ms"] > 0:
             out.setdefault(p["key"], []).append((p["session"], p["median_ms"]))
     return out
+
+
+#: the scale of rows read as stored (every factor 1)
+_AS_STORED = DriftScale()
 
 
 def _signature_row(row: dict) -> dict:
@@ -110,7 +114,7 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
     for g in graphs:
         for op in g.ops:
             sig_models.setdefault(op.signature.hash, set()).add(g.name)
-    scales: dict[str, DriftScale] = {}  # target hash -> how fast each block of its rows ran
+    scales: dict[str, DriftScale] = {}  # target hash -> how fast each block of its rows ran (drift)
     probes: dict[str, dict[str, list[tuple[str, float]]]] = {}  # target hash -> key -> (session, ms)
     op_rows = st.measurements(kind="op")
     for (key, name), r in latest("op", rows=op_rows):
@@ -120,16 +124,19 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
         lat = float(r["median_ms"]) if r["status"] == "ok" and r["median_ms"] is not None else math.inf
         p10, p90 = r.get("p10_ms"), r.get("p90_ms")
         th = r["target"]
-        if th not in probes:
-            probes[th] = _probes_by_key(st, th)
-        if drift and th not in scales:
-            scales[th] = drift_scale(st, th, rows=[x for x in op_rows if x["target"] == th])
-        scale = scales.get(th, DriftScale())
-        f = scale.row_factor(key) if drift else 1.0
+        if th not in probes:  # read once: the drift scale reads the same probes
+            probe_rows = st.probe_rows(th)
+            probes[th] = _probes_by_key(probe_rows)
+            scales[th] = _AS_STORED
+            if drift:
+                scales[th] = drift_scale(st, th, rows=[x for x in op_rows if x["target"] == th],
+                                         probes=probe_rows)
+        scale = scales[th]
+        f = scale.row_factor(key)
         # a probe faster beyond noise, as measured and on one scale, is read instead: the row ran in a
         # slow spell, as a first window slower than its second does (placer.profile.engine). As
         # measured too: a session's factor is a median over its ops, and a spell slows some ops only
-        faster = [ms / (scale.factors.get(s, 1.0) if drift else 1.0) for s, ms in probes[th].get(key, ())
+        faster = [ms / scale.factors.get(s, 1.0) for s, ms in probes[th].get(key, ())
                   if ms * CONTRADICTED < lat < math.inf]
         g = f
         if faster and min(faster) * CONTRADICTED < lat / f:

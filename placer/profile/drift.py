@@ -135,14 +135,15 @@ def session_factors(store, target) -> dict[str, float]:
     return drift_scale(store, target).factors
 
 
-def drift_scale(store, target, *, twins: bool = True, rows=None) -> DriftScale:
+def drift_scale(store, target, *, twins: bool = True, rows=None, probes=None) -> DriftScale:
     """The :class:`DriftScale` of ``target`` in ``store`` (a :class:`~placer.profile.store.ProfileStore`).
 
     Observations: the probes and, for the keys probed, the stored rows' own times; with ``twins``,
     every pair of near-identical op signatures stored in different blocks (:func:`twin_observations`).
     The reference is the block that measured first. ``rows``: the target's op rows as
     :meth:`~placer.profile.store.ProfileStore.measurements` returns them, when the caller has read
-    them already (default: read here)."""
+    them already (default: read here); ``probes`` likewise, as
+    :meth:`~placer.profile.store.ProfileStore.probe_rows` returns them."""
     if rows is None:
         rows = store.measurements(target, kind="op", status="ok")
     rows = [r for r in rows if r["status"] == "ok" and r["median_ms"] and r["median_ms"] > 0]
@@ -155,7 +156,9 @@ def drift_scale(store, target, *, twins: bool = True, rows=None) -> DriftScale:
     # a key probed at the start and the end of a session counts once, at its lower time: a slow spell
     # of seconds on a multi-thread target (the reason for second windows) hits one pass, not both
     low: dict[tuple[str, str], float] = {}
-    for p in store.probe_rows(target):
+    if probes is None:
+        probes = store.probe_rows(target)
+    for p in probes:
         k = (p["session"], p["key"])
         low[k] = min(low.get(k, math.inf), p["median_ms"])
         first[p["session"]] = min(first.get(p["session"], math.inf), p["timestamp"])
