@@ -104,6 +104,9 @@ _NUMERIC = (
     "bcast_scalar", "bcast_partial",
     # a transpose copies runs of the trailing axes it keeps in place: the run's length in elements
     "log_inner_run",
+    # the largest data (non-weight) input: a variadic op (Concat, Sum) hands each input to the pool
+    # on its own, and the pool splits a call only above a size (ONNX Runtime: ~88k float copies)
+    "log_max_in_elems",
 )
 #: Column names of :func:`signature_features`, in order.
 FEATURE_NAMES: tuple[str, ...] = (
@@ -342,6 +345,8 @@ def signature_features(obj: Any) -> np.ndarray:
     f["log_intensity"] = _l(flops / max(bin_ + bout + wb, 1.0))
     f["log_out_elems"] = _l(sum(_prod(t["shape"]) for t in outs))
     f["log_in_elems"] = _l(_prod(ins[0]["shape"])) if ins else 0.0
+    data_in = [_prod(t["shape"]) for i, t in enumerate(ins) if not _is_weight(sig, i)]
+    f["log_max_in_elems"] = _l(max(data_in)) if data_in else 0.0
     f["dtype_bytes"] = float(_DTYPE_BYTES.get(outs[0]["dtype"] if outs else "float32", 4))
     f["n_inputs"], f["n_outputs"] = float(len(ins)), float(len(outs))
     f["out_rank"] = float(len(outs[0]["shape"])) if outs else 0.0

@@ -48,8 +48,9 @@ FORMAT = "placer-costmodel"
 #: features (an element-wise op's broadcast operands, a transpose's contiguous run); a version-2 model's
 #: trees were fitted on shorter vectors. 4 (session 27): ``Sum`` has its own op-type column (it was the
 #: pooled "other" column, which the second prior prices by the roofline). 5 (session 28): a multi-thread
-#: target's op model carries its one-thread sibling's model as a third prior (costmodels.sibling)
-VERSION = 5
+#: target's op model carries its one-thread sibling's model as a third prior (costmodels.sibling). 6
+#: (session 31): one more feature, the largest data input (``log_max_in_elems``)
+VERSION = 6
 CARD = "card.json"
 
 #: The only non-default types a saved model may contain (skops trusts plain sklearn/numpy types).

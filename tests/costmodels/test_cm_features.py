@@ -99,3 +99,18 @@ def test_broadcast_operands_and_a_transposes_contiguous_run_are_features():
     assert np.isclose(heads["log_inner_run"], np.log1p(32)) and heads["inner_moved"] == 0.0
     assert np.isclose(keys["log_inner_run"], np.log1p(1)) and keys["inner_moved"] == 1.0
     assert f("Reshape", [(1, 64, 4, 32), (3,)], (1, 64, 128))["log_inner_run"] == 0.0
+
+
+def test_the_largest_data_input_is_a_feature_weights_left_out():
+    def f(op_type, inputs, out):
+        sig = {"op_type": op_type, "attrs": {"axis": 1}, "inputs": inputs, "outputs": [[out, "float32"]]}
+        return dict(zip(FEATURE_NAMES, signature_features(sig)))["log_max_in_elems"]
+
+    # inception's 4-way Concat: 86,528 elements out, none of its inputs over 43,264 (the pool's split
+    # decision is per input); the first input alone would say 21,632
+    branches = [[(1, c, 13, 13), "float32"] for c in (128, 256, 64, 64)]
+    assert np.isclose(f("Concat", branches, (1, 512, 13, 13)), np.log1p(256 * 13 * 13))
+    # a convolution's weight is no data input, however large
+    conv = [[(1, 8, 7, 7), "float32"], [(512, 8, 3, 3), "float32", True]]
+    assert np.isclose(f("Conv", conv, (1, 512, 7, 7)), np.log1p(8 * 7 * 7))
+    assert f("Shape", [], (4,)) == 0.0
