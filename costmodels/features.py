@@ -104,8 +104,8 @@ _NUMERIC = (
     "bcast_scalar", "bcast_partial",
     # a transpose copies runs of the trailing axes it keeps in place: the run's length in elements
     "log_inner_run",
-    # the largest data (non-weight) input: a variadic op (Concat, Sum) hands each input to the pool
-    # on its own, and the pool splits a call only above a size (ONNX Runtime: ~88k float copies)
+    # the largest data (non-weight) input: ONNX Runtime copies each input of a Concat with a parallel-for
+    # of its own, and its pool splits a call only above a size (near 90k float elements)
     "log_max_in_elems",
 )
 #: Column names of :func:`signature_features`, in order.

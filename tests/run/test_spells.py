@@ -64,6 +64,23 @@ def test_a_spell_that_lasted_gives_a_narrow_1_thread_win_to_the_all_core_target(
     assert quiet_choice("one", [], fig) is None
 
 
+def test_a_spell_that_lasted_gives_a_1_thread_win_to_another_runtimes_all_core_target():
+    # session 31, shufflenet: ONNX Runtime at 1 thread won final rounds taken in a spell in which its
+    # own all-core target ran 1.24x slower (gives nothing) and OpenVINO's ran at its 1-thread pace
+    ort = SpellPair("onnxruntime", "ort1", "ort2", stored_ratio=0.59, measured_ratio=1.24)
+    ov = SpellPair("openvino", "ov1", "ov2", stored_ratio=0.51, measured_ratio=1.00)
+    fig = {"ort1": 4.50, "ort2": 5.58, "ov1": 4.58, "ov2": 4.58}.get
+    assert quiet_choice("ort1", [ort, ov], fig) is ov  # 1.8% slower in the spell, ~2.3 ms when quiet
+    assert quiet_choice("ov1", [ort, ov], fig) is ov  # its own all-core target, as before
+    # both all-core targets within the give: the one the store has fastest when quiet
+    close = {"ort1": 4.50, "ort2": 4.60, "ov1": 4.58, "ov2": 4.58}.get
+    assert quiet_choice("ort1", [ort, ov], close) is ov  # 4.58 * 0.51 < 4.50 * 0.59
+    # another runtime's all-core target the store has barely faster than the winner when quiet
+    slow_ov = SpellPair("openvino", "ov1", "ov2", stored_ratio=0.95, measured_ratio=1.3)
+    assert quiet_choice("ort1", [slow_ov], fig) is None  # "ort1" is none of the pairs' targets
+    assert quiet_choice("ort1", [ort, slow_ov], fig) is None
+
+
 def test_polling_for_a_spells_end_stops_at_its_deadline():
     import time
 
