@@ -131,7 +131,7 @@ def quiet_choice(best_key: str, pairs: Sequence[SpellPair],
     than ``best_key`` in the spell (``figure``) that the store has faster than that on a quiet machine
     (their 1-thread figure times the stored ratio): the same runtime's, or another's (session 31,
     shufflenet: ONNX Runtime at 1 thread chosen in a spell where it ran 1.24x slower on both cores and
-    OpenVINO on both cores at its 1-thread pace, within 2% of it; measured after, 4.59 against 2.64
+    OpenVINO on both cores at its 1-thread pace, 3% slower than it; measured after, 4.59 against 2.64
     ms). Of those, the one the store has fastest when quiet."""
     f_best = figure(best_key)
     if not any(p.one_key == best_key for p in pairs) or f_best is None or not f_best > 0:
