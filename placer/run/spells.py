@@ -130,9 +130,9 @@ def quiet_choice(best_key: str, pairs: Sequence[SpellPair],
     that lasted), or None. Candidates are the pairs' all-core targets at most :data:`SPELL_GIVE` slower
     than ``best_key`` in the spell (``figure``) that the store has faster than that on a quiet machine
     (their 1-thread figure times the stored ratio): the same runtime's, or another's (session 31,
-    shufflenet: ONNX Runtime at 1 thread chosen in a spell where it ran 1.24x slower on both cores and
-    OpenVINO on both cores at its 1-thread pace, 3% slower than it; measured after, 4.59 against 2.64
-    ms). Of those, the one the store has fastest when quiet."""
+    shufflenet: ONNX Runtime at 1 thread chosen in a spell in which its all-core target ran 1.24x its
+    1-thread time and OpenVINO's ran at its 1-thread pace, 3% slower than the winner; measured after,
+    4.59 against 2.64 ms). Of those, the one the store has fastest when quiet."""
     f_best = figure(best_key)
     if not any(p.one_key == best_key for p in pairs) or f_best is None or not f_best > 0:
         return None
