@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 from costmodels.data import LinkRow, OpRow, PartitionRow, TrainingData
 from costmodels.sibling import sibling_candidates
 from costmodels.transfer import link_key
-from placer.profile.drift import CONTRADICTED, DriftScale, drift_scale
+from placer.profile.drift import DriftScale, contradicts, drift_scale
 from placer.profile.store import ProfileStore, open_store
 
 
@@ -137,9 +137,9 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
         # slow spell, as a first window slower than its second does (placer.profile.engine). As
         # measured too: a session's factor is a median over its ops, and a spell slows some ops only
         faster = [ms / scale.factors.get(s, 1.0) for s, ms in probes[th].get(key, ())
-                  if ms * CONTRADICTED < lat < math.inf]
+                  if lat < math.inf and contradicts(ms, lat)]
         g = f
-        if faster and min(faster) * CONTRADICTED < lat / f:
+        if faster and contradicts(min(faster), lat, row_factor=f):
             g = lat / min(faster)
             data.read_at_probe[name] = data.read_at_probe.get(name, 0) + 1
         lat, p10, p90 = (x / g if x is not None else None for x in (lat, p10, p90))

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["CONTRADICTED", "LEGACY", "DriftScale", "drift_scale", "fit_session_factors", "row_session",
-           "session_factors", "twin_observations"]
+__all__ = ["CONTRADICTED", "LEGACY", "DriftScale", "contradicts", "drift_scale", "fit_session_factors",
+           "row_session", "session_factors", "twin_observations"]
 
 #: the session of rows stored without one (before sessions were recorded)
 LEGACY = "legacy"
@@ -55,6 +55,15 @@ LEGACY_GAP_S = 300.0
 TWIN_RATIO = 1.6
 #: ... and each row paired with this many nearest twins in each other block
 TWINS_PER_BLOCK = 3
+
+
+def contradicts(probe_ms: float, row_ms: float, probe_factor: float = 1.0, row_factor: float = 1.0) -> bool:
+    """Whether a probe of ``probe_ms`` contradicts a stored row of ``row_ms`` as faster beyond noise
+    (:data:`CONTRADICTED`), each first divided by its block's factor (default 1: as measured). The one
+    test of the engine's refresh (:meth:`placer.profile.engine.Engine._refresh_contradicted`, on one
+    scale) and of the store reader (:func:`costmodels.store.training_data_from_store`, as measured
+    and on one scale)."""
+    return probe_ms / probe_factor * CONTRADICTED < row_ms / row_factor
 
 
 def row_session(meta) -> str:

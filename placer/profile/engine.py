@@ -37,7 +37,7 @@ from placer.profile.contention import (
     is_contended,
     seed_core_reference,
 )
-from placer.profile.drift import CONTRADICTED, drift_scale
+from placer.profile.drift import contradicts, drift_scale
 from placer.profile.progress import progress_bar
 from placer.profile.results import CampaignResult, TargetTotals
 from placer.profile.store import Measurement, ProfileStore
@@ -296,9 +296,8 @@ class Engine:
             m = self.store.get(task.key, target)
             if task.key not in mine or m is None or not m.ok or not m.median_ms:
                 continue
-            expected = m.median_ms / scale.row_factor(task.key) * now
             # a slower probe ran in a spell itself: measured again in it, the row would be stored slow
-            if mine[task.key] * CONTRADICTED < expected:
+            if contradicts(mine[task.key], m.median_ms, now, scale.row_factor(task.key)):
                 self.result.refreshed += 1
                 self._run_one(worker, task, force=True)
 

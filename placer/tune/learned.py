@@ -51,15 +51,19 @@ def default_model_dir(db: str | Path | None) -> Path:
     return Path(db or default_db()).resolve().parent / "costmodel"
 
 
+def _measured_by_tune(records) -> list[tuple[dict, float]]:
+    """The ``(record, ms)`` pairs of ``records`` that ``placer tune`` measured (origin :data:`ORIGIN`)."""
+    return [(r, m) for r, m in records if r.get("origin") == ORIGIN]
+
+
 def tune_records(cm) -> list[tuple[dict, float]]:
     """The partition records of ``cm`` that ``placer tune`` measured (not re-derivable from the store)."""
-    return [(r, m) for r, m in cm.partition_records if r.get("origin") == ORIGIN]
+    return _measured_by_tune(cm.partition_records)
 
 
 def _carried(records, names: Sequence[str]) -> list[tuple[dict, float]]:
     """The last :data:`MAX_CARRIED` of ``records`` that tune measured on one of the targets ``names``."""
-    mine = [(r, m) for r, m in records if r.get("origin") == ORIGIN and r.get("target") in names]
-    return mine[-MAX_CARRIED:]
+    return [(r, m) for r, m in _measured_by_tune(records) if r.get("target") in names][-MAX_CARRIED:]
 
 
 def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] = lambda m: None, seed: int = 0):

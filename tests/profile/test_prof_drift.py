@@ -10,8 +10,8 @@ import pytest
 
 from placer.profile import ProfileStore, profile_graph
 from placer.profile.anchors import anchor_graph, anchor_model
-from placer.profile.drift import (CONTRADICTED, LEGACY, drift_scale, fit_session_factors, row_session,
-                                 session_factors)
+from placer.profile.drift import (CONTRADICTED, LEGACY, contradicts, drift_scale, fit_session_factors,
+                                 row_session, session_factors)
 
 
 def _observations(factors: dict[str, float], keys_of: dict[str, range], noise: float, seed: int = 0):
@@ -48,6 +48,15 @@ def test_a_few_disturbed_measurements_do_not_move_a_session_factor():
 def test_row_session_reads_the_meta_and_calls_older_rows_legacy():
     assert row_session({"session": "abc"}) == "abc"
     assert row_session({}) == LEGACY and row_session(None) == LEGACY
+
+
+def test_a_probe_contradicts_a_row_only_when_faster_beyond_noise_on_the_scale_given():
+    # as measured: 1.25x faster is the line (a probe at the row's time or slower never contradicts)
+    assert contradicts(0.79, 1.0) and not contradicts(0.81, 1.0) and not contradicts(2.0, 1.0)
+    # on one scale: a probe of a session that ran 1.1x slower, against a row of a block that ran 0.9x
+    assert contradicts(0.8, 1.0, probe_factor=1.1, row_factor=1.0)  # 0.727 x 1.25 < 1.0
+    assert not contradicts(0.79, 1.0, probe_factor=1.0, row_factor=1.3)  # the row's block ran slow
+    assert contradicts(0.5, 1.0, 1.0, 1.3) == (0.5 * CONTRADICTED < 1.0 / 1.3)
 
 
 def test_the_anchors_are_small_independent_ops_of_the_usual_kinds():
