@@ -11,6 +11,9 @@ that ends last, each set the next one's start (through a copy or the target bein
   the same place in the order;
 * **join**: an op of the chain goes to the target of the producer it waits for (no copy), or that
   producer goes to the op's target;
+* **ahead of the holder**: an op of the chain that waited for its target goes just before the op
+  that held it, in the order (where its predecessors allow): the least reordering that gives it the
+  target first;
 * **hoist**: an op of the chain goes earlier in the order, just after its last predecessor (it may
   then pass ops that held its target);
 * **swap** (once the search has reached a local optimum of the moves above): an op of the chain
@@ -32,6 +35,14 @@ after the window LNS (:mod:`placer.solve.coarsened`, option ``lighten_share``). 
 local optimum of the search (``run(lighten=True)``) was mixed at 500 ops (60 s: gap 6.88 -> 6.44 %
 seed 0, 7.68 -> 8.93 % seed 1) and every 25-400 moves of the 2,000-op descent worse (39.54 ->
 39.54-39.81 ms at 4e7 ops re-timed): off by default.
+
+Ahead of the holder was added in session 32 (tried before hoist; hoist, the larger reordering, is
+kept after it). A small gain, about the size of the runs' spread: from HEFT's plan with 6e7 ops
+re-timed, random layered 500 x 8, instances 4-9, four kick seeds each, the median makespan 0.5%
+lower (geomean 0.9953; lower on 5 of 6), at 2,000 x 8 (instances 4-6, two kick seeds) unchanged
+(geomean 1.0000); the whole 60-s solver (``experiments/bench_solver.py random``) 500 x 8 seeds 0-3
+9.811 / 11.079 / 9.528 / 9.315 -> 9.839 / 10.952 / 9.630 / 9.234 ms, 2,000 x 8 seeds 0 / 1 / 3
+37.567 / 31.938 / 43.469 -> 37.364 / 32.108 / 42.861 (geomean 0.997 over the seven).
 
 A move is kept when the makespan drops, or stays equal while the sum of the targets' finishing
 times drops (this lets the search cross plateaus; it cannot cycle). When no move of the chain
@@ -242,10 +253,16 @@ class CriticalPathSearch:
                 a = self._moved(cause, int(self.assign[v]))
                 if a is not None:
                     cands.append((a, self.order, min(self.pos[w] for w in self.group[self.unit_of[cause]])))
-            # hoist: just after the last predecessor
+            # ahead of the holder (the op that held v's target), then hoist: just after the last predecessor
             if cause >= 0 and cause not in self.preds[v]:
                 lo = max([self.pos[u] for u in self.preds[v]] + [-1]) + 1
-                if lo < self.pos[v]:
+                at = self.pos[cause]
+                if lo <= at < self.pos[v]:
+                    order = self.order.tolist()
+                    order.pop(self.pos[v])
+                    order.insert(at, v)
+                    cands.append((self.assign, np.asarray(order, dtype=np.int64), at))
+                if lo < self.pos[v] and lo != at:
                     order = self.order.tolist()
                     order.pop(self.pos[v])
                     order.insert(lo, v)

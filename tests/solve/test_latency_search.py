@@ -166,3 +166,22 @@ def test_compiled_retiming_keeps_the_evaluators_schedule_on_targets_sharing_a_co
     assert np.allclose(s.start, start) and np.allclose(s.end, end)
     assert mk == float(latency_schedule(p, a2, o2)[1].max()) <= float(latency_schedule(p, a, order)[1].max())
     make_latency_plan(p, a2, "test", order=o2).validate(p)
+
+
+def test_a_chain_op_that_waited_for_its_target_goes_just_ahead_of_the_op_that_held_it():
+    # t0 runs w, x, y in that order; y feeds z (t2), w feeds u (t1). y waited for x: put just ahead of
+    # x, u and z both start early; hoisted to the front instead, y would delay w and so u
+    from placer.problem import Tensor
+
+    inf = np.inf
+    p = PlacementProblem(ops=["w", "x", "y", "u", "z"], targets=["t0", "t1", "t2"],
+                         cost_ms=np.array([[1.0, inf, inf], [3.0, inf, inf], [1.0, inf, inf],
+                                           [inf, 6.0, inf], [inf, inf, 4.0]]),
+                         tensors=[Tensor("wu", "w", ("u",)), Tensor("yz", "y", ("z",))])
+    assign, order = np.array([0, 0, 0, 1, 2]), [0, 1, 2, 3, 4]
+    s = CriticalPathSearch(p, assign, order)
+    hoisted = float(latency_schedule(p, assign, [2, 0, 1, 3, 4])[1].max())
+    ahead = float(latency_schedule(p, assign, [0, 2, 1, 3, 4])[1].max())
+    assert ahead < hoisted < s.makespan  # the smaller reordering is the better one here
+    assert s._improve_once(np.inf)
+    assert list(s.order) == [0, 2, 1, 3, 4] and s.makespan == ahead
