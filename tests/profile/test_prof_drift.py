@@ -53,7 +53,7 @@ def test_row_session_reads_the_meta_and_calls_older_rows_legacy():
 def test_a_probe_contradicts_a_row_only_when_faster_beyond_noise_on_the_scale_given():
     # as measured: 1.25x faster is the line (a probe at the row's time or slower never contradicts)
     assert contradicts(0.79, 1.0) and not contradicts(0.81, 1.0) and not contradicts(2.0, 1.0)
-    # on one scale: a probe of a session that ran 1.1x slower, against a row of a block that ran 0.9x
+    # on one scale: a probe of a session that ran 1.1x slower than the row's block (0.727 on its scale)
     assert contradicts(0.8, 1.0, probe_factor=1.1, row_factor=1.0)  # 0.727 x 1.25 < 1.0
     assert not contradicts(0.79, 1.0, probe_factor=1.0, row_factor=1.3)  # the row's block ran slow
     assert contradicts(0.5, 1.0, 1.0, 1.3) == (0.5 * CONTRADICTED < 1.0 / 1.3)

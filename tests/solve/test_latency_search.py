@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from solve_testlib import problems
 
 from placer.errors import ProblemError
-from placer.problem import PlacementProblem
+from placer.problem import PlacementProblem, Tensor
 from placer.solve import solve
 from placer.solve.evaluate import check_assignment, latency_schedule, make_latency_plan
 from placer.solve.heuristics import HeuristicError, heft, priority_assign
@@ -171,8 +171,6 @@ def test_compiled_retiming_keeps_the_evaluators_schedule_on_targets_sharing_a_co
 def test_a_chain_op_that_waited_for_its_target_goes_just_ahead_of_the_op_that_held_it():
     # t0 runs w, x, y in that order; y feeds z (t2), w feeds u (t1). y waited for x: put just ahead of
     # x, u and z both start early; hoisted to the front instead, y would delay w and so u
-    from placer.problem import Tensor
-
     inf = np.inf
     p = PlacementProblem(ops=["w", "x", "y", "u", "z"], targets=["t0", "t1", "t2"],
                          cost_ms=np.array([[1.0, inf, inf], [3.0, inf, inf], [1.0, inf, inf],
