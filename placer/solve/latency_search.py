@@ -37,10 +37,12 @@ seed 0, 7.68 -> 8.93 % seed 1) and every 25-400 moves of the 2,000-op descent wo
 39.54-39.81 ms at 4e7 ops re-timed): off by default.
 
 Ahead of the holder was added in session 32 (tried before hoist; hoist, the larger reordering, is
-kept after it). A small gain, about the size of the runs' spread: from HEFT's plan with 6e7 ops
-re-timed, random layered 500 x 8, instances 4-9, four kick seeds each, the median makespan 0.5%
-lower (geomean 0.9953; lower on 5 of 6), at 2,000 x 8 (instances 4-6, two kick seeds) unchanged
-(geomean 1.0000); the whole 60-s solver (``experiments/bench_solver.py random``) 500 x 8 seeds 0-3
+kept after it). A small gain, but a steady one: from HEFT's plan with 6e7 ops re-timed, random
+layered 500 x 8, four kick seeds each, the median makespan 0.5% lower (geomean 0.9953 on instances
+4-9, lower on 5 of 6; 0.9955 on instances 10-21, lower on 11 of 12), at 2,000 x 8 (instances 4-6,
+two kick seeds; there the budget ends the search, not a local optimum) unchanged (geomean 1.0000);
+in the whole 60-s solver, whose later phases start from what the search found, the gain is about
+the size of a run's spread (``experiments/bench_solver.py random``, 60 s): 500 x 8 seeds 0-3
 9.811 / 11.079 / 9.528 / 9.315 -> 9.839 / 10.952 / 9.630 / 9.234 ms, 2,000 x 8 seeds 0 / 1 / 3
 37.567 / 31.938 / 43.469 -> 37.364 / 32.108 / 42.861 (geomean 0.997 over the seven).
 
