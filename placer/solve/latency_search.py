@@ -226,6 +226,13 @@ class CriticalPathSearch:
         return out
 
     # ------------------------------------------------------------------ moves
+    def _placed_at(self, v: int, i: int) -> np.ndarray:
+        """The priority order with ``v`` taken out and put back at position ``i`` (before its op)."""
+        order = self.order.tolist()
+        order.pop(self.pos[v])
+        order.insert(i, v)
+        return np.asarray(order, dtype=np.int64)
+
     def _moved(self, v: int, d: int) -> np.ndarray | None:
         unit = self.group[self.unit_of[v]]
         if any(d not in self.allowed[w] for w in unit):
@@ -260,15 +267,9 @@ class CriticalPathSearch:
                 lo = max([self.pos[u] for u in self.preds[v]] + [-1]) + 1
                 at = self.pos[cause]
                 if lo <= at < self.pos[v]:
-                    order = self.order.tolist()
-                    order.pop(self.pos[v])
-                    order.insert(at, v)
-                    cands.append((self.assign, np.asarray(order, dtype=np.int64), at))
+                    cands.append((self.assign, self._placed_at(v, at), at))
                 if lo < self.pos[v] and lo != at:
-                    order = self.order.tolist()
-                    order.pop(self.pos[v])
-                    order.insert(lo, v)
-                    cands.append((self.assign, np.asarray(order, dtype=np.int64), lo))
+                    cands.append((self.assign, self._placed_at(v, lo), lo))
             # move: every other allowed target
             for d in self.allowed[v]:
                 if d != int(self.assign[v]):
