@@ -503,22 +503,64 @@ def grouped_variants(n: int, seed: int = 0) -> list[dict]:
     one small GEMM per group, whose shapes no dense or depthwise row shows; the wide bank draws a
     grouped convolution in about one case of seven, so a held-out grouped model found a score of
     them, of all kernel sizes. A larger bank extends a smaller one drawn with the same seed."""
+    def draw(rng: np.random.Generator) -> dict | None:
+        g = int(rng.choice(GROUPED_GROUPS))
+        c = max(2 * g, _wide_channels(rng) // g * g)
+        k = max(g, _wide_channels(rng) // g * g)
+        return {"family": "conv", "N": 1, "C": c, "H": _wide_size(rng), "W": 0, "K": k,
+                "kernel": int(rng.choice(GROUPED_KERNELS)), "stride": int(rng.choice([1, 1, 2])), "group": g,
+                "bias": bool(rng.random() < 0.5)}
+
+    return _grouped_bank(n, seed, draw)
+
+
+def _grouped_bank(n: int, seed: int, draw) -> list[dict]:
+    """``n`` distinct grouped convolutions from ``draw(rng)`` (a spec, or None to draw again), each
+    shrunk to WIDE_MAX_FLOPS, at least two input channels a group; at most ``50 n`` draws."""
     rng = np.random.default_rng(seed)
     out: dict[str, dict] = {}
     tries = 0
     while len(out) < n and tries < 50 * n:
         tries += 1
-        g = int(rng.choice(GROUPED_GROUPS))
-        c = max(2 * g, _wide_channels(rng) // g * g)
-        k = max(g, _wide_channels(rng) // g * g)
-        spec = {"family": "conv", "N": 1, "C": c, "H": _wide_size(rng), "W": 0, "K": k,
-                "kernel": int(rng.choice(GROUPED_KERNELS)), "stride": int(rng.choice([1, 1, 2])), "group": g,
-                "bias": bool(rng.random() < 0.5)}
+        spec = draw(rng)
+        if spec is None:
+            continue
         _cap_conv_flops(spec)
         spec = _fix(spec)
-        if spec["C"] // g >= 2 and _valid(spec):
+        if spec["C"] // spec["group"] >= 2 and _valid(spec):
             out.setdefault(_spec_key(spec), spec)
     return list(out.values())
+
+
+#: group counts of the balanced bank (ShuffleNet: 2-8, RegNet / ResNeXt: up to 32 and more)
+BALANCED_GROUPS = (2, 3, 4, 4, 8, 8, 16, 32)
+#: output over input channels per group (a bottleneck's squeeze, 1, its expansion)
+BALANCED_RATIOS = (0.25, 0.5, 1.0, 1.0, 2.0, 4.0)
+BALANCED_KERNELS = (1, 1, 1, 3)
+#: the most channels in or out of a balanced-bank convolution (ResNet-50's last stage has 2,048)
+BALANCED_MAX_CHANNELS = 2048
+
+
+def balanced_grouped_variants(n: int, seed: int = 0) -> list[dict]:
+    """``n`` distinct grouped convolutions whose groups have 1/4 to 4 times as many output channels
+    as input channels (4-256 input channels a group, 2-32 groups, at most 2,048 channels, mostly
+    1x1, spatial sizes of the wide prior, each at most WIDE_MAX_FLOPS): the pointwise group
+    convolutions of ShuffleNet, ResNeXt and RegNet. :func:`grouped_variants` draws input and output
+    channels apart, so a group's GEMM there is mostly long and thin, and a held-out ShuffleNet's
+    4-group 1x1 convolutions (6-136 channels a group in, 28-136 out, maps of 7x7 to 56x56) found
+    few rows near them: one-thread ONNX Runtime over-predicted them by 9-27%. A larger bank extends
+    a smaller one drawn with the same seed."""
+    def draw(rng: np.random.Generator) -> dict | None:
+        g = int(rng.choice(BALANCED_GROUPS))
+        c_g = _log_uniform_int(rng, 4, 256)
+        k_g = max(2, int(round(c_g * float(rng.choice(BALANCED_RATIOS)))))
+        if max(c_g, k_g) * g > BALANCED_MAX_CHANNELS:
+            return None
+        return {"family": "conv", "N": 1, "C": c_g * g, "H": _wide_size(rng), "W": 0, "K": k_g * g,
+                "kernel": int(rng.choice(BALANCED_KERNELS)), "stride": int(rng.choice([1, 1, 1, 2])),
+                "group": g, "bias": bool(rng.random() < 0.5)}
+
+    return _grouped_bank(n, seed, draw)
 
 
 #: the light bank's families and their weights ("pass": Identity and Dropout, "sum": n-ary Sum)
@@ -621,6 +663,7 @@ def profile_variants(targets: Iterable[Any] | None, store: Any, n: int = 200, *,
 
 
 __all__ = ["FAMILIES", "spec_from_signature", "perturb", "random_spec", "spec_nodes", "bank_model", "spec_model",
-           "sample_variants", "conv_variants", "grouped_variants", "light_variants", "variant_signatures",
+           "sample_variants", "conv_variants", "grouped_variants", "balanced_grouped_variants", "light_variants",
+           "variant_signatures",
            "variant_graphs", "profile_variants", "family_of", "ELTWISE_PASS", "LIGHT_FAMILY_WEIGHTS",
            "LIGHT_MAX_ELEMS", "GROUPED_GROUPS", "GROUPED_KERNELS", "WIDE_MAX_CHANNELS"]

@@ -77,8 +77,8 @@ def sampled_segments(graph, per_model: int, max_len: int, seed: int) -> list[lis
 def cmd_profile(args) -> int:
     from placer.profile.campaign import profile_graph
 
-    from costmodels.sampler import (conv_variants, grouped_variants, light_variants, profile_variants,
-                                   sample_variants)
+    from costmodels.sampler import (balanced_grouped_variants, conv_variants, grouped_variants, light_variants,
+                                   profile_variants, sample_variants)
 
     Path(args.db).parent.mkdir(parents=True, exist_ok=True)
     targets = args.targets.split(",")
@@ -108,6 +108,8 @@ def cmd_profile(args) -> int:
         banks.append(("variants-light", [], args.light_variants, 1.0))
     if args.grouped_variants:
         banks.append(("variants-grouped", [], args.grouped_variants, 1.0))
+    if args.balanced_grouped_variants:
+        banks.append(("variants-balanced", [], args.balanced_grouped_variants, 1.0))
     for name, base, n, share in banks:
         t0 = time.time()
         wide = name == "variants-wide"
@@ -117,6 +119,8 @@ def cmd_profile(args) -> int:
             specs = light_variants(n, seed=args.seed, max_channels=args.light_max_channels)
         elif name == "variants-grouped":
             specs = grouped_variants(n, seed=args.seed)
+        elif name == "variants-balanced":
+            specs = balanced_grouped_variants(n, seed=args.seed)
         else:
             specs = sample_variants(base, n=n, seed=args.seed, random_share=share, wide=wide,
                                     family_weights=WIDE_FAMILY_WEIGHTS if wide else None)
@@ -292,6 +296,9 @@ def main(argv=None) -> int:
     pp.add_argument("--grouped-variants", type=int, default=0,
                     help="grouped convolutions that are not depthwise, 2-32 groups, mostly 1x1 "
                          "(costmodels.sampler.grouped_variants)")
+    pp.add_argument("--balanced-grouped-variants", type=int, default=0,
+                    help="grouped convolutions with as many channels a group out as in, within 4x, mostly "
+                         "1x1 (costmodels.sampler.balanced_grouped_variants)")
     pp.add_argument("--probes", type=int, default=0,
                     help="measure the anchors and up to N stored ops again in each campaign, so that rows of "
                          "different sessions are put on one scale (placer.profile.drift)")

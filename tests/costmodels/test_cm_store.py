@@ -179,6 +179,28 @@ def test_light_variants_are_small_cheap_ops_including_identity_dropout_and_sum_a
     assert {s["op_type"] for s in sigs} >= {"Identity", "Dropout", "Sum", "Transpose", "Reshape"}
 
 
+def test_balanced_grouped_variants_have_groups_as_wide_out_as_in_and_are_seeded():
+    import onnx
+
+    from costmodels.sampler import (BALANCED_MAX_CHANNELS, WIDE_MAX_FLOPS, _conv_flops, balanced_grouped_variants,
+                                    bank_model, spec_from_signature, variant_signatures)
+
+    bank = balanced_grouped_variants(60, seed=5)
+    assert len(bank) == 60 and bank == balanced_grouped_variants(60, seed=5)
+    assert bank != balanced_grouped_variants(60, seed=6)
+    assert balanced_grouped_variants(30, seed=5) == bank[:30]  # a larger bank extends a smaller one
+    assert all(s["family"] == "conv" and _conv_flops(s) <= WIDE_MAX_FLOPS for s in bank)
+    assert all(s["group"] > 1 and s["C"] % s["group"] == 0 and s["K"] % s["group"] == 0
+               and max(s["C"], s["K"]) <= BALANCED_MAX_CHANNELS for s in bank)
+    # a group's output channels are 1/4 to 4 times its input channels, rounded to whole channels
+    assert all(0.2 <= s["K"] / s["C"] <= 4 for s in bank) and any(s["K"] == s["C"] for s in bank)
+    assert sum(s["kernel"] == 1 for s in bank) > len(bank) / 2 and {1, 3} == {s["kernel"] for s in bank}
+    onnx.checker.check_model(bank_model(bank), full_check=True)
+    for spec, sig in zip(bank[:10], variant_signatures(bank[:10])):
+        back = spec_from_signature(sig)
+        assert (back["C"], back["K"], back["group"]) == (spec["C"], spec["K"], spec["group"])
+
+
 def test_grouped_variants_are_grouped_convolutions_that_are_not_depthwise_and_seeded():
     import onnx
     import onnxruntime as ort
