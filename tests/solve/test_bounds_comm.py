@@ -158,6 +158,31 @@ def test_tails_share_the_target_of_successors():
     assert solve(p, "latency", "bruteforce").makespan_ms == pytest.approx(5.0)
 
 
+def test_neighbours_that_share_another_target_run_one_at_a_time_there(monkeypatch):
+    # a and b are fast only on "fast", v runs only on "own": both outputs travel to v, and if both
+    # producers sit on "fast" they run there one after the other (the shared-target rule); the
+    # threshold rule lets each take "fast" alone (2 + 0.5 + 1). The mirror image for the tails.
+    from placer.solve import bounds_comm
+
+    inf = np.inf
+    heads = PlacementProblem(ops=["a", "b", "v"], targets=["fast", "other", "own"],
+                             cost_ms=np.array([[2.0, 20.0, inf], [2.0, 20.0, inf], [inf, inf, 1.0]]),
+                             tensors=[Tensor("ta", "a", ("v",)), Tensor("tb", "b", ("v",))], link_latency_ms=0.5)
+    tails = PlacementProblem(ops=["v", "a", "b"], targets=["fast", "other", "own"],
+                             cost_ms=np.array([[inf, inf, 1.0], [2.0, 20.0, inf], [2.0, 20.0, inf]]),
+                             tensors=[Tensor("t", "v", ("a", "b"))], link_latency_ms=0.5)
+    for p, v in ((heads, 2), (tails, 0)):
+        c = Costs.of(p)
+        opt = solve(p, "latency", "bruteforce").makespan_ms
+        assert opt == pytest.approx(5.5)  # 2 + 2 + 0.5 + 1
+        h, q = comm_heads_tails(p, c)
+        assert (h if v == 2 else q)[v, 2] == pytest.approx(4.5)
+        assert path_bound(p, c) == pytest.approx(opt)
+        with monkeypatch.context() as m:  # the threshold rule alone
+            m.setattr(bounds_comm, "SHARED_MAX_NEIGHBOURS", 0)
+            assert path_bound(p, c) == pytest.approx(3.5)
+
+
 def test_shaved_bound_closes_on_a_chain():
     # chain x -> y -> z: y is fast on "b" (1) but x only runs on "a" and the link costs 4, so y
     # stays on "a" (3); the optimum 1 + 3 + 1 = 5 is proven by the bisection

@@ -110,8 +110,10 @@ def test_window_bound_sees_the_ramp_up():
     # targets idle while the source runs)
     p = _fan(6, 3)
     c = Costs.of(p)
-    base = latency_bound(p, c)
+    base = latency_bound(p, c, comm=False)
     assert base == pytest.approx(7.0)
+    # the communication-aware tails see it too: the six successors share the three targets
+    assert latency_bound(p, c) == pytest.approx(9.0)
     w = window_load_bound(p, c, base)
     assert 8.5 < w <= 9.0 + 1e-9
     plan = solve(p, "latency", "cpsat", time_limit=10)
