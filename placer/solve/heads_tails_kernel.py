@@ -28,9 +28,12 @@ from placer.solve.retime import COMPILED, njit
 __all__ = ["COMPILED", "neighbour_bounds"]
 
 INF = np.inf
+#: one machine's items (release, processing, tail) and their count: one compiled signature, so that
+#: no call compiles a copy of its own (numba specializes on literal counts otherwise)
+_ONE_MACHINE = "float64(float64[::1], float64[::1], float64[::1], int64)"
 
 
-@njit(cache=True)
+@njit("float64(float64[::1], float64[::1], float64[::1], int64[::1], int64)", cache=True)
 def _order_value(r, p, q, order, m):  # pragma: no cover - compiled
     t = -INF
     best = -INF
@@ -42,7 +45,7 @@ def _order_value(r, p, q, order, m):  # pragma: no cover - compiled
     return best
 
 
-@njit(cache=True)
+@njit(_ONE_MACHINE, cache=True)
 def _exact_small(r, p, q, m):  # pragma: no cover - compiled
     """The least ``max_j C_j + q_j`` over the ``m!`` orders of ``m <= 4`` items."""
     order = np.empty(4, np.int64)
@@ -68,7 +71,7 @@ def _exact_small(r, p, q, m):  # pragma: no cover - compiled
     return best
 
 
-@njit(cache=True)
+@njit(_ONE_MACHINE, cache=True)
 def _threshold_value(r, p, q, m):  # pragma: no cover - compiled
     best = -INF
     for i in range(m):
@@ -86,7 +89,7 @@ def _threshold_value(r, p, q, m):  # pragma: no cover - compiled
     return best
 
 
-@njit(cache=True)
+@njit(_ONE_MACHINE, cache=True)
 def one_machine(r, p, q, m):  # pragma: no cover - compiled
     """A lower bound on the least ``max_j C_j + q_j`` of items ``0..m-1`` on one machine (release
     ``r``, processing ``p``, tail ``q``): exact for ``m <= 4``."""
@@ -97,7 +100,8 @@ def one_machine(r, p, q, m):  # pragma: no cover - compiled
     return _threshold_value(r, p, q, m)
 
 
-@njit(cache=True)
+@njit("float64(float64[::1], float64[::1], float64[::1], int64, float64[::1], float64[::1], float64[::1], "
+      "float64[::1], int64, float64, float64[::1], float64[::1], float64[::1])", cache=True)
 def _threshold_rule(fr, fp, fq, nf, off, opt_r, opt_p, opt_q, no, floor, sr, sp, sq):  # pragma: no cover
     """``min over S`` of ``max(one_machine(forced + S), max off outside S)``: for a fixed largest
     ``off`` outside ``S`` the best ``S`` holds exactly the optional items with a larger ``off``."""
@@ -126,7 +130,10 @@ def _threshold_rule(fr, fp, fq, nf, off, opt_r, opt_p, opt_q, no, floor, sr, sp,
     return best
 
 
-@njit(cache=True)
+@njit("float64(int64, int64[::1], int64[:, ::1], float64[:, ::1], float64[:, ::1], float64[:, ::1], int64, "
+      "float64[::1], float64[::1], float64[::1], int64, int64, int64, float64[:, ::1], float64[:, ::1], "
+      "float64[:, ::1], int64[::1], float64[::1], int64[::1], boolean[::1], float64[::1], float64[::1])",
+      cache=True)
 def _shared_target_rule(k, nc, ca, cr, cp, cq, n_targets, fr, fp, fq, nf, d, node_max,
                         gr, gp, gq, gm, gval, idx, placed, saved, cur):  # pragma: no cover - compiled
     """The least over one target per neighbour (choice ``j`` of neighbour ``i``: target ``ca[i, j]``
