@@ -663,7 +663,7 @@ def profile_variants(targets: Iterable[Any] | None, store: Any, n: int = 200, *,
 
 
 __all__ = ["FAMILIES", "spec_from_signature", "perturb", "random_spec", "spec_nodes", "bank_model", "spec_model",
-           "sample_variants", "conv_variants", "grouped_variants", "balanced_grouped_variants", "light_variants",
-           "variant_signatures",
+           "sample_variants", "conv_variants", "grouped_variants", "balanced_grouped_variants",
+           "light_variants", "variant_signatures",
            "variant_graphs", "profile_variants", "family_of", "ELTWISE_PASS", "LIGHT_FAMILY_WEIGHTS",
            "LIGHT_MAX_ELEMS", "GROUPED_GROUPS", "GROUPED_KERNELS", "WIDE_MAX_CHANNELS"]

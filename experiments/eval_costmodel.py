@@ -77,8 +77,8 @@ def sampled_segments(graph, per_model: int, max_len: int, seed: int) -> list[lis
 def cmd_profile(args) -> int:
     from placer.profile.campaign import profile_graph
 
-    from costmodels.sampler import (balanced_grouped_variants, conv_variants, grouped_variants, light_variants,
-                                   profile_variants, sample_variants)
+    from costmodels.sampler import (balanced_grouped_variants, conv_variants, grouped_variants,
+                                   light_variants, profile_variants, sample_variants)
 
     Path(args.db).parent.mkdir(parents=True, exist_ok=True)
     targets = args.targets.split(",")

@@ -3,8 +3,9 @@
 For each op ``v`` and target ``d`` it takes the larger of two lower bounds on ``v``'s head (earliest
 start on ``d``; mirrored for tails), both over ``v``'s direct neighbours:
 
-* **the threshold rule** (the only one before session 33): the neighbours on ``d`` run one at a time there, each of the
-  others pays its cheapest arrival through any other target, independently of the others;
+* **the threshold rule** (the only one before session 33): the neighbours on ``d`` run one at a
+  time there, each of the others pays its cheapest arrival through any other target,
+  independently of the others;
 * **the shared-target rule** (session 33): every neighbour goes to one of its targets, and the
   neighbours that go to the *same* target run one at a time there too, whichever target that is.
   The least over every such choice of the largest, over targets, one-machine value (releases =

@@ -182,8 +182,9 @@ def test_light_variants_are_small_cheap_ops_including_identity_dropout_and_sum_a
 def test_balanced_grouped_variants_have_groups_as_wide_out_as_in_and_are_seeded():
     import onnx
 
-    from costmodels.sampler import (BALANCED_MAX_CHANNELS, WIDE_MAX_FLOPS, _conv_flops, balanced_grouped_variants,
-                                    bank_model, spec_from_signature, variant_signatures)
+    from costmodels.sampler import (BALANCED_MAX_CHANNELS, WIDE_MAX_FLOPS, _conv_flops,
+                                    balanced_grouped_variants, bank_model, spec_from_signature,
+                                    variant_signatures)
 
     bank = balanced_grouped_variants(60, seed=5)
     assert len(bank) == 60 and bank == balanced_grouped_variants(60, seed=5)

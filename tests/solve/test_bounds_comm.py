@@ -167,7 +167,8 @@ def test_neighbours_that_share_another_target_run_one_at_a_time_there(monkeypatc
     inf = np.inf
     heads = PlacementProblem(ops=["a", "b", "v"], targets=["fast", "other", "own"],
                              cost_ms=np.array([[2.0, 20.0, inf], [2.0, 20.0, inf], [inf, inf, 1.0]]),
-                             tensors=[Tensor("ta", "a", ("v",)), Tensor("tb", "b", ("v",))], link_latency_ms=0.5)
+                             tensors=[Tensor("ta", "a", ("v",)), Tensor("tb", "b", ("v",))],
+                             link_latency_ms=0.5)
     tails = PlacementProblem(ops=["v", "a", "b"], targets=["fast", "other", "own"],
                              cost_ms=np.array([[inf, inf, 1.0], [2.0, 20.0, inf], [2.0, 20.0, inf]]),
                              tensors=[Tensor("t", "v", ("a", "b"))], link_latency_ms=0.5)
