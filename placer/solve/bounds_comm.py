@@ -45,7 +45,8 @@ import numpy as np
 from placer.problem import PlacementProblem
 from placer.solve.bound_utils import edge_delays, minmax_load_lp, shave
 from placer.solve.evaluate import Costs
-from placer.solve.heads_tails_kernel import COMPILED, neighbour_bounds
+from placer.solve.heads_tails_kernel import neighbour_bounds
+from placer.solve.retime import COMPILED
 
 __all__ = ["COMM_MAX_PAIRS", "SHARED_MAX_NEIGHBOURS", "SHARED_MAX_NODES", "comm_heads_tails", "path_bound",
            "shaved_bound"]

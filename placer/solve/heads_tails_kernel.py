@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from placer.solve.retime import COMPILED, njit
+from placer.solve.retime import njit
 
-__all__ = ["COMPILED", "neighbour_bounds"]
+__all__ = ["neighbour_bounds", "one_machine"]
 
 INF = np.inf
 #: one machine's items (release, processing, tail) and their count: one compiled signature, so that
