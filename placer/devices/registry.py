@@ -8,7 +8,7 @@ import re
 from typing import Iterable
 
 from placer.devices.base import Target, TargetSpec
-from placer.devices.openvino_target import cpu_capabilities, cpu_has_bf16
+from placer.devices import openvino_target
 from placer.errors import TargetError, first_line
 
 _KIND_RE = re.compile(r"^[a-z][a-z0-9\-]*$")  # the KIND of a target name (placer.devices.base)
@@ -46,8 +46,8 @@ def default_kinds(precision: str = "f32") -> tuple[str, ...]:
         raise TargetError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     if precision == "f32":
         return DEFAULT_KINDS
-    if not cpu_has_bf16():
-        caps = ", ".join(cpu_capabilities()) or "none reported"
+    if not openvino_target.cpu_has_bf16():
+        caps = ", ".join(openvino_target.cpu_capabilities()) or "none reported"
         raise TargetError(f"precision bf16: this CPU has no bf16 (OpenVINO's CPU capabilities: {caps})")
     return ("onnxruntime", "openvino-bf16", "openvino")
 
