@@ -46,6 +46,15 @@ def llvm_target(threads: int = 1, mcpu: str | None = None):
 
 
 class TvmCompiled(CompiledModel):
+    """A Relax executable on one device. Each input has a tensor of its own on the device, allocated
+    once and filled by a copy per run; on a CPU, :meth:`run_shared` returns the outputs as views of
+    the VM's tensors (DLPack), :meth:`run` copies them. Allocating the inputs and copying the outputs
+    on every call, as before, had small ops measure 2-3x their kernel's time, and that time did not
+    repeat: in two profiles of six models' 288 signatures (session 34) 23% of the ops under 1 ms
+    agreed within 10% (a ``Relu`` of 1 x 64 x 56 x 56: 0.22-0.35 ms a call, 0.10-0.15 without)."""
+
+    shares_outputs = True
+
     def __init__(self, executable, input_names, output_names, device):
         from tvm import relax
 
@@ -55,23 +64,50 @@ class TvmCompiled(CompiledModel):
         self.main = self.vm["main"]
         self.input_names = tuple(input_names)
         self.output_names = tuple(output_names)
+        self._inputs: dict[str, Any] = {}  # input name -> its tensor on the device, refilled each run
+        self._host = device.dlpack_device_type() == 1  # kDLCPU: outputs readable in place
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _args(self, feeds: Mapping[str, np.ndarray]) -> list:
         import tvm
 
-        args = [tvm.runtime.tensor(np.asarray(feeds[n], order="C"), self.device) for n in self.input_names]
-        out = self.main(*args)
+        args = []
+        for name in self.input_names:
+            a = np.asarray(feeds[name], order="C")  # (ascontiguousarray makes a 0-d array 1-d)
+            t = self._inputs.get(name)
+            if t is None or tuple(t.shape) != a.shape or t.dtype != a.dtype:
+                t = self._inputs[name] = tvm.runtime.empty(a.shape, str(a.dtype), self.device)
+            t.copyfrom(a)
+            args.append(t)
+        return args
+
+    def run_shared(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = self.main(*self._args(feeds))
         outs = list(out) if len(self.output_names) > 1 else [out]
-        return {n: o.numpy() for n, o in zip(self.output_names, outs)}
+        return {n: self._host_array(o) for n, o in zip(self.output_names, outs)}
+
+    def _host_array(self, t) -> np.ndarray:
+        if self._host:
+            try:
+                return np.from_dlpack(t)  # a view: the tensor lives as long as the array
+            except (BufferError, TypeError, RuntimeError):
+                pass  # a dtype numpy's DLPack import lacks: copied below
+        return t.numpy()
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {n: np.array(a, copy=True) for n, a in self.run_shared(feeds).items()}
 
     def close(self) -> None:
         self.main = None
         self.vm = None
+        self._inputs = {}
 
 
 class TvmLlvmTarget(Target):
     kind = "tvm-llvm"
     runtime = "tvm"
+    #: 2: inputs filled into tensors kept on the device, outputs read in place (TvmCompiled): a
+    #: measurement of the old adapter also timed an allocation per input and a copy per output
+    adapter_version = 2
 
     def runtime_version(self) -> str:
         import tvm

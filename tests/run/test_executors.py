@@ -267,3 +267,30 @@ def test_openvino_outputs_are_the_callers_unless_shared_and_shared_ones_are_view
         ex.run({"x": 3 * a}, share_outputs=True)
         np.testing.assert_allclose(shared, 9 * a * a + 3 * a, rtol=1e-5)  # a view: the next run wrote it
         np.testing.assert_allclose(kept, a * a + a, rtol=1e-5)
+
+
+def test_tvm_refills_its_input_tensors_each_run_and_only_shared_outputs_are_views():
+    # TVM's inputs are tensors kept on the device and filled by a copy per run (no allocation per
+    # call); run_shared reads the outputs in place (DLPack), run hands the caller copies
+    from onnx import TensorProto, helper
+
+    from placer.devices import make_target
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
+    s = helper.make_tensor_value_info("s", TensorProto.FLOAT, [])  # a 0-d input stays 0-d
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])
+    nodes = [helper.make_node("Mul", ["x", "x"], ["a"], name="a"), helper.make_node("Mul", ["a", "s"], ["y"], name="b")]
+    model = helper.make_model(helper.make_graph(nodes, "tvm2", [x, s], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    compiled = make_target("tvm-llvm").compile(model)
+    a = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    two = np.asarray(2.0, dtype=np.float32)
+    owned = compiled.run({"x": a, "s": two})["y"]
+    assert owned.flags.owndata
+    shared = compiled.run_shared({"x": 2 * a, "s": two})["y"]
+    assert not shared.flags.owndata  # a view of the VM's tensor
+    np.testing.assert_allclose(shared, 8 * a * a, rtol=1e-6)
+    compiled.run_shared({"x": 3 * a, "s": np.asarray(0.5, dtype=np.float32)})
+    np.testing.assert_allclose(owned, 2 * a * a, rtol=1e-6)  # the caller's copy is untouched by later runs
+    again = compiled.run({"x": a.astype(np.float64).astype(np.float32), "s": two})["y"]
+    np.testing.assert_array_equal(again, owned)
