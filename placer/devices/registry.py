@@ -7,8 +7,8 @@ import os
 import re
 from typing import Iterable
 
-from placer.devices.base import Target, TargetSpec
 from placer.devices import openvino_target
+from placer.devices.base import Target, TargetSpec
 from placer.errors import TargetError, first_line
 
 _KIND_RE = re.compile(r"^[a-z][a-z0-9\-]*$")  # the KIND of a target name (placer.devices.base)

@@ -51,7 +51,7 @@ class TvmCompiled(CompiledModel):
     the VM's tensors (DLPack), :meth:`run` copies them. Allocating the inputs and copying the outputs
     on every call, as before, had small ops measure 2-3x their kernel's time, and that time did not
     repeat: in two profiles of six models' 288 signatures (session 34) 23% of the ops under 1 ms
-    agreed within 10% (a ``Relu`` of 1 x 64 x 56 x 56: 0.22-0.35 ms a call, 0.10-0.15 without)."""
+    agreed within 10% (a ``Relu`` of 1 x 64 x 56 x 56: 0.22-0.35 ms a call, 0.10-0.13 without)."""
 
     shares_outputs = True
 
