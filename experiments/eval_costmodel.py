@@ -97,33 +97,26 @@ def cmd_profile(args) -> int:
               f"in {time.time() - t0:.0f}s {r.problems[:2]}", flush=True)
     manifest_path = Path(str(args.db) + ".variants.json")
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    banks = [(f"variants-{g.name}", list(g.ops), args.variants, 0.0) for g in graphs if args.variants]
-    if args.random_variants:
-        banks.append(("variants-random", [], args.random_variants, 1.0))
-    if args.wide_variants:
-        banks.append(("variants-wide", [], args.wide_variants, 1.0))
-    if args.conv_variants:
-        banks.append(("variants-convs", [], args.conv_variants, 1.0))
-    if args.light_variants:
-        banks.append(("variants-light", [], args.light_variants, 1.0))
-    if args.grouped_variants:
-        banks.append(("variants-grouped", [], args.grouped_variants, 1.0))
-    if args.balanced_grouped_variants:
-        banks.append(("variants-balanced", [], args.balanced_grouped_variants, 1.0))
-    for name, base, n, share in banks:
+
+    def sampled(base, share, wide=False):  # variants around ``base``'s signatures, ``share`` drawn at random
+        return lambda n: sample_variants(base, n=n, seed=args.seed, random_share=share, wide=wide,
+                                         family_weights=WIDE_FAMILY_WEIGHTS if wide else None)
+
+    # (bank name, how many, draw(n) -> specs); a bank asked for 0 is left out
+    banks = [(f"variants-{g.name}", args.variants, sampled(list(g.ops), 0.0)) for g in graphs]
+    banks += [("variants-random", args.random_variants, sampled([], 1.0)),
+              ("variants-wide", args.wide_variants, sampled([], 1.0, wide=True)),
+              ("variants-convs", args.conv_variants, lambda n: conv_variants(n, seed=args.seed)),
+              ("variants-light", args.light_variants,
+               lambda n: light_variants(n, seed=args.seed, max_channels=args.light_max_channels)),
+              ("variants-grouped", args.grouped_variants, lambda n: grouped_variants(n, seed=args.seed)),
+              ("variants-balanced", args.balanced_grouped_variants,
+               lambda n: balanced_grouped_variants(n, seed=args.seed))]
+    for name, n, draw in banks:
+        if not n:
+            continue
         t0 = time.time()
-        wide = name == "variants-wide"
-        if name == "variants-convs":
-            specs = conv_variants(n, seed=args.seed)
-        elif name == "variants-light":
-            specs = light_variants(n, seed=args.seed, max_channels=args.light_max_channels)
-        elif name == "variants-grouped":
-            specs = grouped_variants(n, seed=args.seed)
-        elif name == "variants-balanced":
-            specs = balanced_grouped_variants(n, seed=args.seed)
-        else:
-            specs = sample_variants(base, n=n, seed=args.seed, random_share=share, wide=wide,
-                                    family_weights=WIDE_FAMILY_WEIGHTS if wide else None)
+        specs = draw(n)
         res = profile_variants(targets, args.db, specs=specs, seed=args.seed, name=name, progress=False,
                                second_window=not args.one_window, probes=args.probes)
         # every draw of a bank stays listed, so an evaluation names the model of each of their rows (a
