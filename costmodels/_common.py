@@ -11,6 +11,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from costmodels.features import FEATURE_NAMES, feature_matrix
+from costmodels.sklearn_shim import HuberGradientBoosting
 
 #: Regressor kinds an estimator's ``regressor`` parameter may name.
 REGRESSORS = ("gbr", "rf", "ridge")
@@ -31,7 +32,8 @@ def make_regressor(kind: str, *, n_estimators: int, max_depth: int | None, learn
     standardized ridge regression (``alpha = 200 * learning_rate``: one knob for the strength of
     the fit in every kind). ``robust``: Huber loss for "gbr" (slower; for small noisy targets)."""
     if kind == "gbr":
-        return GradientBoostingRegressor(
+        # the Huber loss's regressor is sklearn's with leaf updates computed without overhead (the same trees)
+        return (HuberGradientBoosting if robust else GradientBoostingRegressor)(
             n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate,
             min_samples_leaf=min_samples_leaf, subsample=subsample,
             **({"loss": "huber", "alpha": 0.8} if robust else {"loss": "squared_error"}),

@@ -61,6 +61,8 @@ TRUSTED_TYPES: tuple[str, ...] = (
     "costmodels.roofline.RooflineModel",
     "costmodels.transfer.TransferModel",
     "costmodels.partition.PartitionCorrection",
+    "costmodels.sklearn_shim.HuberGradientBoosting",  # a partition correction's regressors
+    "costmodels.sklearn_shim.LeanHuberLoss",
     "sklearn.tree._tree.Tree",
 )
 

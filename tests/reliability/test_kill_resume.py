@@ -185,23 +185,31 @@ def _running_trials(study: Path) -> list:
     return _query(study, "SELECT number FROM trials WHERE state = 'RUNNING'")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_tune_interrupted_stops_cleanly_and_resumes(tmp_path, sig):
+def test_tune_interrupted_stops_cleanly_and_resumes(tmp_path):
+    """Stopped by SIGINT (Ctrl-C) once a trial finished, resumed and stopped by SIGTERM once another
+    one did, resumed again: each stop exits 130 saying how to resume, leaves no trial RUNNING and
+    both SQLite files whole, and each resume keeps every finished trial and adds to them."""
     out = tmp_path / "out"
-    db, study, log = tmp_path / "profiles.db", out / "study.db", tmp_path / "tune.log"
+    db, study = tmp_path / "profiles.db", out / "study.db"
     argv = ["tune", "zoo:tiny", "--targets", "onnxruntime", "--out", str(out), "--db", str(db)]
-    p = _start(argv + ["--trials", "500"], log)
-    deadline = time.monotonic() + 240  # a hang guard only
-    while not (study.exists() and _finished_trials(study)):
-        assert p.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.05)
-    p.send_signal(sig)
-    assert p.wait(timeout=120) == 130, log.read_text()[-3000:]
-    assert "interrupted" in log.read_text() and "resume" in log.read_text()
-    assert _integrity(study) == "ok" and _integrity(db) == "ok"
-    assert _running_trials(study) == []  # the trial in flight was told FAIL, not left RUNNING
-    before = _finished_trials(study)
+    before: dict = {}
+    for n, sig in enumerate((signal.SIGINT, signal.SIGTERM)):
+        log = tmp_path / f"tune{n}.log"
+        p = _start(argv + ["--trials", "500"], log)
+        deadline = time.monotonic() + 240  # a hang guard only
+        while not (study.exists() and len(_finished_trials(study)) > len(before)):
+            assert p.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        p.send_signal(sig)
+        assert p.wait(timeout=120) == 130, (sig, log.read_text()[-3000:])
+        assert "interrupted" in log.read_text() and "resume" in log.read_text()
+        assert _integrity(study) == "ok" and _integrity(db) == "ok"
+        assert _running_trials(study) == []  # the trial in flight was told FAIL, not left RUNNING
+        after = _finished_trials(study)
+        assert all(after.get(k) == v for k, v in before.items()) and len(after) > len(before)
+        before = after
+    log = tmp_path / "tune2.log"
     p = _start(argv + ["--trials", "1"], log)
     assert p.wait(timeout=300) == 0, log.read_text()[-3000:]
     after = _finished_trials(study)

@@ -3,6 +3,7 @@ trials, saved, carried over to the next run; the `costs` knob prices a problem w
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -25,6 +26,17 @@ def warm_db(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ctx(warm_db):
     return api.prepare("zoo:tiny", targets=TARGETS, db=warm_db)
+
+
+@pytest.fixture(scope="module")
+def _fitted(ctx):
+    return learned.fit_or_update(ctx, None)
+
+
+@pytest.fixture
+def fitted(_fitted):
+    """``learned.fit_or_update(ctx, None)``, fitted once for the module: each test changes its own copy."""
+    return copy.deepcopy(_fitted)
 
 
 def _copy_of(db, dest):
@@ -65,8 +77,8 @@ def test_no_cost_model_dir_means_no_learned_model(warm_db, tmp_path):
     assert not (tmp_path / "costmodel").exists()
 
 
-def test_a_corrupt_saved_model_is_refitted_not_loaded(ctx, tmp_path):
-    cm = learned.fit_or_update(ctx, None)
+def test_a_corrupt_saved_model_is_refitted_not_loaded(ctx, fitted, tmp_path):
+    cm = fitted
     learned.feed(cm, [{"partition": "p0", "target": ctx.problem.targets[0], "ops": list(ctx.problem.ops[:2]),
                        "n_inputs": 1, "predicted_ms": 0.01, "measured_ms": 0.05}], ctx.graph)
     cm.save(tmp_path / "cm")
@@ -83,13 +95,13 @@ def test_a_corrupt_saved_model_is_refitted_not_loaded(ctx, tmp_path):
     assert learned.save(again, tmp_path / "elsewhere", said.append) == tmp_path / "elsewhere"
 
 
-def test_a_newer_models_directory_is_left_intact(ctx, tmp_path):
+def test_a_newer_models_directory_is_left_intact(ctx, fitted, tmp_path):
     """A model of a newer format version (a newer placer's) is neither loaded nor overwritten: not by
     tune's save, not by a plain save, not by `placer fit --out`."""
     from costmodels.errors import CostModelError
     from placer.cli import main
 
-    cm = learned.fit_or_update(ctx, None)
+    cm = fitted
     cm.save(tmp_path / "cm")
     card = json.loads((tmp_path / "cm" / "card.json").read_text())
     from costmodels.persistence import VERSION
@@ -106,10 +118,10 @@ def test_a_newer_models_directory_is_left_intact(ctx, tmp_path):
     assert _files(tmp_path / "cm") == before
 
 
-def test_an_older_placers_model_is_refitted_and_replaced(ctx, tmp_path):
+def test_an_older_placers_model_is_refitted_and_replaced(ctx, fitted, tmp_path):
     from costmodels.persistence import VERSION
 
-    cm = learned.fit_or_update(ctx, None)
+    cm = fitted
     t = ctx.problem.targets[0]
     rows = [{"partition": f"p{i}", "target": t, "ops": list(ctx.problem.ops[:2]), "n_inputs": 1,
              "predicted_ms": 0.01, "measured_ms": 0.05 + 0.01 * i} for i in range(3)]
@@ -129,10 +141,10 @@ def test_an_older_placers_model_is_refitted_and_replaced(ctx, tmp_path):
     assert learned.fit_or_update(ctx, tmp_path / "cm", said.append).card["tune_partitions_carried"] == 3
 
 
-def test_an_older_models_tables_that_fail_their_hash_carry_nothing(ctx, tmp_path):
+def test_an_older_models_tables_that_fail_their_hash_carry_nothing(ctx, fitted, tmp_path):
     from costmodels.persistence import VERSION
 
-    cm = learned.fit_or_update(ctx, None)
+    cm = fitted
     row = {"partition": "p0", "target": ctx.problem.targets[0], "ops": list(ctx.problem.ops[:2]),
            "n_inputs": 1, "predicted_ms": 0.01, "measured_ms": 0.05}
     assert learned.feed(cm, [row], ctx.graph) == 1
@@ -151,8 +163,8 @@ def _files(d) -> dict[str, bytes]:
     return {str(f.relative_to(d)): f.read_bytes() for f in sorted(d.rglob("*")) if f.is_file()}
 
 
-def test_feed_refits_the_partition_ratio(ctx):
-    cm = learned.fit_or_update(ctx, None)
+def test_feed_refits_the_partition_ratio(ctx, fitted):
+    cm = fitted
     t = ctx.problem.targets[1]
     before = learned.partition_ratios(cm, [t])[t]
     ops = list(ctx.problem.ops)
@@ -165,8 +177,8 @@ def test_feed_refits_the_partition_ratio(ctx):
     assert all(r.get("origin") == "tune" for r, _ in learned.tune_records(cm))
 
 
-def test_costs_knob_prices_with_the_learned_model(ctx):
-    cm = learned.fit_or_update(ctx, None)
+def test_costs_knob_prices_with_the_learned_model(ctx, fitted):
+    cm = fitted
     cost, entry = learned.learned_costs(ctx, cm)
     assert cost.shape == ctx.problem.cost_ms.shape and np.isfinite(cost).any()
     assert entry.shape == (len(ctx.problem.targets),) and np.all(entry >= 0)

@@ -246,6 +246,46 @@ def test_two_final_candidates_within_the_margin_race_in_more_rounds_as_the_budge
         assert first is (recs[1] if ratio < 1.0 else recs[0]) and "more rounds" in said[0]
 
 
+def test_a_baseline_left_unmeasured_is_the_record_of_its_placement():
+    """A single target priced far slower than the fastest is recorded, not measured; a trial that places
+    every op there meets that record instead of measuring a second one under the same key (which the
+    final rounds then filled: the baseline, never checked, was reported measured with no numerics)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from mz_models import diamond_model, graph_of
+
+    from placer.problem import PlacementProblem
+    from placer.run import random_inputs
+    from placer.run.bench import PlanBench
+    from placer.solve import solve
+    from placer.tune.tuner import SKIP_BASELINE_FACTOR, LatencySearch
+
+    g = graph_of(diamond_model())
+    ops = [op.id for op in g.ops]
+    names = ["onnxruntime@cpu:t1", "openvino@cpu:t1"]
+    problem = PlacementProblem(ops=ops, targets=names, tensors=[],
+                               cost_ms=np.array([[1.0, 2.0 * SKIP_BASELINE_FACTOR]] * len(ops)))
+    said = []
+    search = object.__new__(LatencySearch)  # only what the baselines read
+    search.ctx, search.graph = SimpleNamespace(problem=problem, graph=g, tolerance={}), g
+    search.names, search.records, search.by_key, search.feedback_rows = names, [], {}, []
+    search.say, search.solver_time_limit, search.cost_model = said.append, 5.0, None
+    search.best_single, search.best_default_key = None, None
+    search.feeds = [random_inputs(g, seed=0)]
+    with PlanBench(search.feeds, rounds=1, per_round=2) as bench:
+        search.bench = bench
+        (measured,) = search._measure_singles()
+        assert measured.label == "single:onnxruntime@cpu:t1" and measured.numerics_ok
+        (skipped,) = [r for r in search.records if r.label == "single:openvino@cpu:t1"]
+        assert skipped.measured_ms is None and skipped.error.startswith("not measured")
+        # a trial's plan with every op on OpenVINO: the same record, nothing measured
+        again = solve(problem, "latency", "single:openvino@cpu:t1")
+        assert search.measure_plan(again, "trial 0", "trial", {}, problem, 0.0) is skipped
+        assert len(search.records) == 2 and len({r.key for r in search.records}) == 2
+        assert any(s.startswith("baseline openvino@cpu:t1: predicted") and "not measured" in s for s in said)
+
+
 def test_final_rounds_wait_for_quiet_cores_past_a_spent_budget(always_slowed):
     """Cores slowed throughout, the budget spent: the final rounds (the verdict) still add their rounds
     for quiet samples, past the budget, and say so; a measurement bounded by the budget adds none."""
