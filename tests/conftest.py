@@ -18,8 +18,10 @@
   restored after the test, which may seed them: a host's slow spell cannot be staged);
   ``always_slowed`` seeds them so that every probe reads slowed.
 * ``_no_quiet_wait`` (session, autouse): ``$PLACER_QUIET_WAIT_S`` = 0, so rounds a bench adds for
-  quiet samples (:meth:`placer.run.bench.PlanBench.measure`) never wait for the cores: the suite's
-  own parallel workers keep them busy, and no outcome may wait on the machine's load.
+  quiet samples (:meth:`placer.run.bench.PlanBench.measure`) never wait for the cores, and
+  ``$PLACER_CONTENDED_ATTEMPTS`` = 1, so a profile measurement that other processes disturbed is
+  not taken again (``placer tune`` run by a test profiles with the default timing): the suite's own
+  parallel workers keep the cores busy, and no outcome may wait on the machine's load.
 """
 
 from __future__ import annotations
@@ -60,15 +62,18 @@ def _trust_key(tmp_path_factory):
 def _no_quiet_wait():
     import os
 
+    from placer.profile.engine import ATTEMPTS_ENV
     from placer.run.bench import QUIET_WAIT_ENV
 
-    old = os.environ.get(QUIET_WAIT_ENV)
-    os.environ[QUIET_WAIT_ENV] = "0"
+    settings = {QUIET_WAIT_ENV: "0", ATTEMPTS_ENV: "1"}
+    old = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
     yield
-    if old is None:
-        os.environ.pop(QUIET_WAIT_ENV, None)
-    else:
-        os.environ[QUIET_WAIT_ENV] = old
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @pytest.fixture()

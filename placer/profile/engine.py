@@ -23,6 +23,7 @@ Every result is written in its own transaction. The counts go into a
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -44,13 +45,27 @@ from placer.profile.store import Measurement, ProfileStore
 from placer.profile.supervisor import InProcessWorker, WorkerDied, WorkerProcess
 from placer.profile.timing import TimingConfig
 
-__all__ = ["CONTENDED_ATTEMPTS", "FAILED", "Engine", "Task"]
+__all__ = ["ATTEMPTS_ENV", "CONTENDED_ATTEMPTS", "FAILED", "Engine", "Task", "attempts_cap"]
 
 #: the statuses of a measurement that failed (re-measured with ``retry_failed``)
 FAILED = ("error", "timeout", "crash")
 
 #: a measurement taken while other processes kept the machine busy is tried this many times in all
 CONTENDED_ATTEMPTS = TimingConfig().contended_attempts  # the default (TimingConfig.contended_attempts)
+
+#: ``$PLACER_CONTENDED_ATTEMPTS``: at most this many attempts per disturbed measurement, whatever the
+#: timing asks (an integer >= 1): 1 on a machine kept busy on purpose (the test suite's own workers),
+#: where a re-take cannot escape the load and only multiplies the profiling's work
+ATTEMPTS_ENV = "PLACER_CONTENDED_ATTEMPTS"
+
+
+def attempts_cap() -> int | None:
+    """``$PLACER_CONTENDED_ATTEMPTS`` when set to an integer >= 1, else None (no cap)."""
+    try:
+        value = int(os.environ.get(ATTEMPTS_ENV, ""))
+    except ValueError:
+        return None
+    return value if value >= 1 else None
 
 
 #: measurements taken in three windows, the lowest median kept: a target's call overhead, and a whole
@@ -142,11 +157,12 @@ class Engine:
     def _measure_quietly(self, worker, header: dict, payload: bytes, task: Task) -> dict:
         """Measure; while other processes keep the machine busy or the host slows a core
         (:func:`placer.profile.contention.disturbed`), wait a moment and measure again, up to
-        ``timing.contended_attempts`` times (once past ``hurry_after``), and keep the least disturbed
-        reply (flagged ``contended`` if even that one was)."""
+        ``timing.contended_attempts`` times (once past ``hurry_after``; at most :func:`attempts_cap`), and
+        keep the least disturbed reply (flagged ``contended`` if even that one was)."""
         best = None
         hurried = self._hurried()
         attempts = 1 if hurried else max(1, int(self.timing.contended_attempts))
+        attempts = min(attempts, attempts_cap() or attempts)
         for attempt in range(1, attempts + 1):
             header = {**header, "core_reference": core_reference()}  # a new worker's reference too
             reply = worker.request(header, payload, task.timeout_s,
@@ -162,6 +178,8 @@ class Engine:
             if hurried:
                 self.result.hurried += 1  # flagged below: a later campaign takes it again
                 break
+            if attempt == attempts:
+                break  # flagged below (no pause after the last attempt, and it is not counted as taken again)
             self.result.remeasured += 1
             time.sleep(0.05 * attempt)
         best["contended"] = disturbed(best.get("contention"), self._slowdown(task, best))

@@ -157,6 +157,30 @@ def test_a_row_measured_while_a_core_was_slowed_is_flagged(tmp_path, tiny, fast_
     assert res.contended >= len(rows)  # the call-overhead row too
 
 
+@pytest.mark.parametrize("cap, attempts", [("2", 2), ("", 3), ("0", 3), ("x", 3)])
+def test_the_environment_caps_the_attempts_at_a_disturbed_measurement(tmp_path, tiny, fast_timing, core_speed_refs,
+                                                                       monkeypatch, cap, attempts):
+    """Every window reads slowed (as above) and the timing allows three attempts: ``$PLACER_CONTENDED_ATTEMPTS``
+    (an integer >= 1) takes fewer; unset, 0 or not a number, the timing's count stands."""
+    from dataclasses import replace
+
+    from placer.devices import make_target
+    from placer.profile.engine import ATTEMPTS_ENV
+
+    core_speed = core_speed_refs
+    ort = make_target("onnxruntime:t2")
+    core_speed.warm_core_probe(rounds=1)
+    for c in list(core_speed._best_probe_s):
+        core_speed._best_probe_s[c] = 1e-7
+    monkeypatch.setenv(ATTEMPTS_ENV, cap)
+    with ProfileStore(tmp_path / "p.db") as store:
+        res = profile_graph(tiny, [ort], store, timing=replace(fast_timing, contended_attempts=3), whole_model=False,
+                            progress=False, second_window=False, links=False)
+        rows = [m for m in res.results.values() if m.ok and m.kind == "op"]
+    assert rows and all(m.meta["contended"] and m.meta["attempts"] == attempts for m in rows)
+    assert res.remeasured == (attempts - 1) * res.contended
+
+
 def test_a_worker_takes_the_campaigns_core_reference(core_speed_refs):
     core_speed = core_speed_refs
     core_speed._best_probe_s.clear()
