@@ -147,6 +147,8 @@ def check_overwritable(directory: str | Path) -> None:
     superseded: replaced): anything else (a newer format version, a damaged or half-written model)
     is the user's and is not overwritten."""
     d = Path(directory)
+    if d.exists() and not d.is_dir():  # said before a fit, not after it
+        raise CostModelError(f"{d}: exists and is not a directory (a cost model is saved as a directory of files)")
     if not d.exists() or not any((d / name).exists() or (d / name).is_symlink() for name in SAVED_NAMES):
         return
     if is_older_version(d):

@@ -37,7 +37,8 @@ def time_callable(fn: Callable[[], object], config: TimingConfig | None = None, 
     cfg = config or TimingConfig()
     pc = time.perf_counter_ns
     gc_was_enabled = gc.isenabled()
-    gc.collect()
+    # no collection first: the worker collects after each measurement (the compiled model freed),
+    # and a full collection in a process with a large heap (an in-process campaign) cost 50 ms a call
     gc.disable()
     try:
         # warm-up

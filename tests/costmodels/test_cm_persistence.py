@@ -175,3 +175,22 @@ def test_an_older_models_partition_records_are_read_from_its_tables_alone(saved)
     _reseal(saved, "tables.json")
     with pytest.raises(ArtifactIntegrityError, match="no list of partition records"):
         older_partition_records(saved)
+
+
+def test_a_file_where_the_model_directory_goes_is_refused_before_any_fit(tmp_path):
+    """`placer fit --out FILE`: refused by the check that runs before the fit (not after minutes of it)."""
+    from costmodels.errors import CostModelError
+    from costmodels.persistence import check_overwritable
+    from costmodels.train import fit_store
+
+    f = tmp_path / "model"
+    f.write_text("mine")
+    with pytest.raises(CostModelError, match="exists and is not a directory"):
+        check_overwritable(f)
+    # no store at all behind it: the refusal comes first, so the missing store is never opened
+    with pytest.raises(CostModelError, match="not a directory"):
+        fit_store(tmp_path / "absent.db", f)
+    assert f.read_text() == "mine"
+    check_overwritable(tmp_path / "new")  # a new directory, or an empty one: fine
+    (tmp_path / "empty").mkdir()
+    check_overwritable(tmp_path / "empty")
