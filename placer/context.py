@@ -36,7 +36,7 @@ from placer.graph.opaque import describe_members, is_opaque
 from placer.profile import profile_graph, profile_links, profile_whole_model
 from placer.profile.contention import CONTENDED, CpuWindow, quiet_now
 from placer.profile.keys import model_key, partition_key, partition_prefix
-from placer.profile.report import drift_line, second_window_line
+from placer.profile.report import drift_line, futile_line, second_window_line
 from placer.profile.store import open_store as _open_store
 from placer.run.numerics import load_inputs, tolerance_for
 from placer.run.partition_probe import measure_probes, probe_pairs
@@ -136,6 +136,8 @@ def prepare(
                 "(flagged; measured again next time)")
         if res.second_windows:
             say(second_window_line(res))
+        if res.futile:
+            say(futile_line(res))
         if res.hurried:
             say(f"profiling reached its share of the budget: {res.hurried} repeat(s) left out "
                 "(disturbed rows kept flagged, to be measured again next time; second windows skipped)")

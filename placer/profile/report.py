@@ -63,6 +63,13 @@ def second_window_line(res: CampaignResult) -> str:
             f"{res.slow_first_windows}")
 
 
+def futile_line(res: CampaignResult) -> str:
+    """What :attr:`CampaignResult.futile` means, in one line."""
+    return (f"measurement conditions: re-takes stopped escaping the disturbance (the host's slow spells "
+            f"outlast them), so {res.futile} disturbed measurement(s) were kept at their first attempt "
+            "(flagged; measured again next time)")
+
+
 def summary_lines(res: CampaignResult) -> list[str]:
     lines = [
         f"measurements: {res.measured} measured, {res.cached} cached, {res.unsupported} unsupported, "
@@ -75,6 +82,8 @@ def summary_lines(res: CampaignResult) -> list[str]:
             f"{res.remeasured} measurement(s), taken again; {res.contended} stayed disturbed in every attempt and "
             "are flagged in the store "
             "(`placer profile --retry-contended` measures them again)")
+    if res.futile:
+        lines.append(futile_line(res))
     if res.second_windows:
         lines.append(second_window_line(res))
     lines += [f"warning: {p}" for p in res.problems]

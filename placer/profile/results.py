@@ -59,6 +59,9 @@ class CampaignResult:
     slow_first_windows: int = 0  # ... whose first window was over 1.25x the second
     #: repeats left out past the caller's deadline (disturbed rows kept flagged; second windows)
     hurried: int = 0
+    #: disturbed measurements kept at their first attempt once re-takes had stopped escaping the
+    #: disturbance (:meth:`placer.profile.engine.Engine._futile`; flagged, measured again next time)
+    futile: int = 0
     #: this campaign's session id (in every row it stored) and the probes it recorded (placer.profile.drift)
     session: str = ""
     probes: int = 0
@@ -73,7 +76,7 @@ class CampaignResult:
             "links_cached": self.links_cached, "store": self.store_path, "problems": list(self.problems),
             "remeasured": self.remeasured, "contended": self.contended,
             "second_windows": self.second_windows, "slow_first_windows": self.slow_first_windows,
-            "hurried": self.hurried, "session": self.session, "probes": self.probes,
+            "hurried": self.hurried, "futile": self.futile, "session": self.session, "probes": self.probes,
             "refreshed": self.refreshed,
             "per_target": {k: v.to_dict() for k, v in self.per_target.items()},
         }

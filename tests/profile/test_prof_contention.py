@@ -165,8 +165,10 @@ def test_the_environment_caps_the_attempts_at_a_disturbed_measurement(tmp_path, 
     from dataclasses import replace
 
     from placer.devices import make_target
+    from placer.profile import engine
     from placer.profile.engine import ATTEMPTS_ENV
 
+    monkeypatch.setattr(engine, "RETAKE_PROBATION", 10**6)  # re-takes never judged futile here
     core_speed = core_speed_refs
     ort = make_target("onnxruntime:t2")
     core_speed.warm_core_probe(rounds=1)
@@ -179,6 +181,36 @@ def test_the_environment_caps_the_attempts_at_a_disturbed_measurement(tmp_path, 
         rows = [m for m in res.results.values() if m.ok and m.kind == "op"]
     assert rows and all(m.meta["contended"] and m.meta["attempts"] == attempts for m in rows)
     assert res.remeasured == (attempts - 1) * res.contended
+
+
+def test_re_takes_stop_once_they_no_longer_escape_the_disturbance(tmp_path, tiny, fast_timing, core_speed_refs,
+                                                                  monkeypatch):
+    """Every window reads slowed (a host in a spell no re-take outlasts) and three attempts are allowed:
+    the first RETAKE_PROBATION disturbed measurements are taken again, none escapes, and every later
+    one is kept at its first attempt (flagged, counted as futile, said in the summary)."""
+    from dataclasses import replace
+
+    from placer.devices import make_target
+    from placer.profile import engine
+    from placer.profile.report import summary_lines
+
+    core_speed = core_speed_refs
+    ort = make_target("onnxruntime:t2")
+    core_speed.warm_core_probe(rounds=1)
+    for c in list(core_speed._best_probe_s):
+        core_speed._best_probe_s[c] = 1e-7
+    monkeypatch.delenv(engine.ATTEMPTS_ENV, raising=False)
+    monkeypatch.setattr(engine, "RETAKE_PROBATION", 3)
+    with ProfileStore(tmp_path / "p.db") as store:
+        res = profile_graph(tiny, [ort], store, timing=replace(fast_timing, contended_attempts=3), whole_model=False,
+                            progress=False, second_window=False, links=False)
+        rows = [m for m in res.results.values() if m.ok and m.kind == "op"]
+    attempts = sorted(m.meta["attempts"] for m in rows)
+    assert len(rows) > 3 and all(m.meta["contended"] for m in rows)
+    # the call-overhead row may be among the three taken again: at most three rows of three attempts
+    assert attempts.count(3) <= 3 and attempts.count(1) >= len(rows) - 3 and set(attempts) == {1, 3}
+    assert res.remeasured == 2 * 3 and res.futile == res.contended - 3
+    assert any("re-takes stopped escaping" in line and f"{res.futile} disturbed" in line for line in summary_lines(res))
 
 
 def test_a_worker_takes_the_campaigns_core_reference(core_speed_refs):
