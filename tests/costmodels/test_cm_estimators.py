@@ -97,6 +97,33 @@ def test_op_model_averages_its_seeds_in_log_space():
         OpLatencyModel(n_models=0).fit(sigs, y)
 
 
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_threads_fit_the_same_regressors_in_the_same_order(monkeypatch, threads):
+    """An op model's regressors (three seeds x roofline and affine priors, and the sibling's pair)
+    fitted on several threads are the ones fitted one after the other: the same trees, in the same
+    slots, so the same predictions."""
+    from costmodels import op_model
+
+    sigs, y = _op_xy()
+    monkeypatch.setattr(op_model, "FIT_THREADS", 1)
+    one = OpLatencyModel(n_estimators=30).fit(sigs, y)
+    sib = OpLatencyModel(n_estimators=30).fit(sigs, [2 * v for v in y])
+    one_s = OpLatencyModel(n_estimators=30).fit(sigs, y, sibling=sib)
+    monkeypatch.setattr(op_model, "FIT_THREADS", threads)
+    assert op_model.fit_threads(6) == min(threads, 6) and op_model.fit_threads(1) == 1
+    many = OpLatencyModel(n_estimators=30).fit(sigs, y)
+    many_s = OpLatencyModel(n_estimators=30).fit(sigs, y, sibling=sib)
+    for a, b in ((one, many), (one_s, many_s)):
+        for name in ("regressors_", "affine_regressors_", "sibling_regressors_", "sibling_affine_regressors_"):
+            ra, rb = getattr(a, name), getattr(b, name)
+            assert (ra is None) == (rb is None)
+            for u, v in zip(ra or [], rb or [], strict=True):
+                assert u.random_state == v.random_state
+                np.testing.assert_array_equal(u.train_score_, v.train_score_)  # stage by stage
+        np.testing.assert_array_equal(a.predict(sigs), b.predict(sigs))
+    assert one_s.sibling_regressors_ is not None and one.sibling_regressors_ is None
+
+
 def test_roofline_from_spec_needs_no_data():
     rm = RooflineModel.from_spec({"peak_gflops": 100.0, "mem_bandwidth_gbs": 10.0, "call_overhead_ms": 0.01})
     conv = conv_sig(64, 64, 56)
