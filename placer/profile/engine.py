@@ -432,10 +432,16 @@ class Engine:
 
     def _second_window(self, target, tasks: list[Task]) -> None:
         """Measure ``tasks`` (stored ok by this run) again in a fresh worker, in reverse order, so that a
-        slow spell hits other ops than the first time; keep the lower median, record both (``windows``)."""
+        slow spell hits other ops than the first time; keep the lower median, record both (``windows``).
+        Past ``hurry_after`` the rest are left out (counted in ``hurried``): the budget's hurry point
+        is checked before each, not only before the batch (session 35's main job took 114 second
+        windows, two batches begun before its hurry point, and left its search no time)."""
         worker = self._worker(target)
         try:
-            for task in reversed(tasks):
+            for i, task in enumerate(reversed(tasks)):
+                if self._hurried():
+                    self.result.hurried += len(tasks) - i  # the first windows' rows stand
+                    break
                 first = self.store.get(task.key, target)
                 if first is None or not first.ok or first.median_ms is None:
                     continue

@@ -155,6 +155,22 @@ def test_multi_thread_ops_get_a_second_window_and_keep_the_lower_median(tmp_path
     assert off.second_windows == 0 and off.measured == n_sigs + 1  # the ops and the call overhead
 
 
+def test_the_hurry_point_is_checked_before_each_second_window(tmp_path, tiny, fast_timing, monkeypatch):
+    """A campaign that reaches its hurry point in the middle of the second windows leaves the rest out
+    (their first windows stand, counted as hurried), not only a batch that begins past it. The hurry
+    point here is "two second windows taken": no wall clock decides."""
+    from placer.profile.engine import Engine
+
+    monkeypatch.setattr(Engine, "_hurried", lambda self: self.result.second_windows >= 2)
+    n_sigs = len(tiny.unique_signatures())
+    res = profile_graph(tiny, ["onnxruntime:t2"], tmp_path / "h.db", progress=False, links=False,
+                        whole_model=False, timing=fast_timing)
+    assert res.failed == 0 and n_sigs > 2
+    assert res.second_windows == 2 and res.hurried >= n_sigs - 2
+    rows = [m for m in res.results.values() if m.ok and m.kind == "op"]
+    assert sum("windows_ms" in m.meta for m in rows) == 2 and len(rows) == n_sigs
+
+
 def test_a_multi_thread_whole_model_gets_a_second_window_too(tmp_path, tiny, fast_timing):
     from placer.profile import profile_whole_model
 
