@@ -46,17 +46,23 @@ from costmodels.sibling import SiblingPrior
 
 __all__ = ["FIT_THREADS", "OpLatencyModel", "fit_threads", "op_type_of_rows"]
 
-#: threads that fit one op model's regressors (None: the CPUs this process may run on). Two on the
-#: 2-core machine fitted six Huber regressors 1.6x faster at 1,500 rows and 1.25x at 150 (the
-#: per-tree Python work holds the GIL); the trees do not change.
+#: threads that fit one op model's regressors (None: automatic, see :func:`fit_threads`)
 FIT_THREADS: int | None = None
 
+#: below this many training rows the regressors are fitted one after the other: the per-tree Python
+#: work holds the GIL, and on the main job's store (38 rows a target) two threads fitted 1.3x slower
+#: (median of four alternations, 13.8 s against 10.5); on the committed fixture (thousands of rows)
+#: 1.6-1.7x faster, on 1,500 synthetic rows 1.6x
+THREADS_MIN_ROWS = 500
 
-def fit_threads(jobs: int) -> int:
-    """Threads for ``jobs`` regressor fits: :data:`FIT_THREADS`, else the CPUs this process may use,
-    at most ``jobs``."""
+
+def fit_threads(jobs: int, rows: int) -> int:
+    """Threads for ``jobs`` regressor fits on ``rows`` training rows: :data:`FIT_THREADS` when set;
+    else 1 below :data:`THREADS_MIN_ROWS`, and the CPUs this process may use above; at most ``jobs``."""
     if FIT_THREADS is not None:
         cpus = int(FIT_THREADS)
+    elif rows < THREADS_MIN_ROWS:
+        cpus = 1
     else:
         try:
             cpus = len(os.sched_getaffinity(0))
@@ -209,8 +215,9 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
     def _fit_regressors(self, designs: list[tuple[np.ndarray, np.ndarray]], y: np.ndarray,
                         w: np.ndarray | None) -> list[list]:
         """Per design ``(D, base)``: ``n_models`` regressors of ``log(y) - base`` on ``D``, seeds
-        ``random_state + i``; all of them fitted at once on :func:`fit_threads` threads (scikit-learn's
-        tree builder releases the GIL; each regressor is seeded, so the result does not depend on it)."""
+        ``random_state + i``; all of them fitted at once on :func:`fit_threads` threads where the rows are
+        many (scikit-learn's tree builder releases the GIL; each regressor is seeded, so the result does
+        not depend on it)."""
         # seeds only differ where boosting subsamples rows (a forest averages its own trees, ridge has none)
         n = int(self.n_models) if self.regressor == "gbr" and float(self.subsample) < 1.0 else 1
         jobs = [(D, base, None if self.random_state is None else int(self.random_state) + i)
@@ -225,7 +232,7 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
             # a ridge pipeline takes no sample_weight keyword at all (None included)
             return reg.fit(D, np.log(y) - base, **({} if w is None else {"sample_weight": w}))
 
-        threads = fit_threads(len(jobs))
+        threads = fit_threads(len(jobs), len(y))
         if threads > 1:
             with ThreadPoolExecutor(max_workers=threads) as pool:
                 regressors = list(pool.map(fit_one, jobs))

@@ -110,7 +110,10 @@ def test_threads_fit_the_same_regressors_in_the_same_order(monkeypatch, threads)
     sib = OpLatencyModel(n_estimators=30).fit(sigs, [2 * v for v in y])
     one_s = OpLatencyModel(n_estimators=30).fit(sigs, y, sibling=sib)
     monkeypatch.setattr(op_model, "FIT_THREADS", threads)
-    assert op_model.fit_threads(6) == min(threads, 6) and op_model.fit_threads(1) == 1
+    assert op_model.fit_threads(6, 10) == min(threads, 6) and op_model.fit_threads(1, 10**6) == 1
+    monkeypatch.setattr(op_model, "FIT_THREADS", None)  # automatic: few rows, one thread
+    assert op_model.fit_threads(6, op_model.THREADS_MIN_ROWS - 1) == 1
+    monkeypatch.setattr(op_model, "FIT_THREADS", threads)
     many = OpLatencyModel(n_estimators=30).fit(sigs, y)
     many_s = OpLatencyModel(n_estimators=30).fit(sigs, y, sibling=sib)
     for a, b in ((one, many), (one_s, many_s)):
