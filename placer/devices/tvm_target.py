@@ -94,7 +94,9 @@ class TvmCompiled(CompiledModel):
         return t.numpy()
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {n: np.array(a, copy=True) for n, a in self.run_shared(feeds).items()}
+        # a view is copied; an output ``_host_array`` already copied (off the CPU) is the caller's as it is
+        outs = self.run_shared(feeds)
+        return {n: a if a.flags.owndata else np.array(a, copy=True) for n, a in outs.items()}
 
     def close(self) -> None:
         self.main = None

@@ -288,9 +288,6 @@ class Engine:
         for name, ts in self._again.items():
             if not ts or name in self.unavailable:
                 continue
-            if self._hurried():
-                self.result.hurried += len(ts)  # the first window's rows stand
-                continue
             t0 = time.perf_counter()
             self._second_window(targets[name], ts)
             self._totals(targets[name]).wall_s += time.perf_counter() - t0
@@ -435,13 +432,16 @@ class Engine:
         slow spell hits other ops than the first time; keep the lower median, record both (``windows``).
         Past ``hurry_after`` the rest are left out (counted in ``hurried``): the budget's hurry point
         is checked before each, not only before the batch (session 35's main job took 114 second
-        windows, two batches begun before its hurry point, and left its search no time)."""
-        worker = self._worker(target)
+        windows, two batches begun before its hurry point, and left its search no time). No worker is
+        started for a batch that begins past it."""
+        worker = None
         try:
             for i, task in enumerate(reversed(tasks)):
                 if self._hurried():
                     self.result.hurried += len(tasks) - i  # the first windows' rows stand
                     break
+                if worker is None:
+                    worker = self._worker(target)
                 first = self.store.get(task.key, target)
                 if first is None or not first.ok or first.median_ms is None:
                     continue
@@ -468,4 +468,5 @@ class Engine:
                                    p10_ms=p10, p90_ms=p90, n=n, meta=meta)
                 self.result.results[(task.key, target.name)] = m
         finally:
-            worker.stop()
+            if worker is not None:
+                worker.stop()
