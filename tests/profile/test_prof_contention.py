@@ -157,54 +157,43 @@ def test_a_row_measured_while_a_core_was_slowed_is_flagged(tmp_path, tiny, fast_
     assert res.contended >= len(rows)  # the call-overhead row too
 
 
-@pytest.mark.parametrize("cap, attempts", [("2", 2), ("", 3), ("0", 3), ("x", 3)])
-def test_the_environment_caps_the_attempts_at_a_disturbed_measurement(tmp_path, tiny, fast_timing, core_speed_refs,
-                                                                       monkeypatch, cap, attempts):
-    """Every window reads slowed (as above) and the timing allows three attempts: ``$PLACER_CONTENDED_ATTEMPTS``
-    (an integer >= 1) takes fewer; unset, 0 or not a number, the timing's count stands."""
+def _profile_tiny_allowing_three_attempts(tmp_path, tiny, fast_timing):
+    """The tiny model's ops on ONNX Runtime t2 (one window each), three attempts allowed: (result, op rows)."""
     from dataclasses import replace
 
     from placer.devices import make_target
+
+    with ProfileStore(tmp_path / "p.db") as store:
+        res = profile_graph(tiny, [make_target("onnxruntime:t2")], store, whole_model=False, progress=False,
+                            timing=replace(fast_timing, contended_attempts=3), second_window=False, links=False)
+        return res, [m for m in res.results.values() if m.ok and m.kind == "op"]
+
+
+@pytest.mark.parametrize("cap, attempts", [("2", 2), ("", 3), ("0", 3), ("x", 3)])
+def test_the_environment_caps_the_attempts_at_a_disturbed_measurement(tmp_path, tiny, fast_timing, always_slowed,
+                                                                       monkeypatch, cap, attempts):
+    """Every window reads slowed and the timing allows three attempts: ``$PLACER_CONTENDED_ATTEMPTS``
+    (an integer >= 1) takes fewer; unset, 0 or not a number, the timing's count stands."""
     from placer.profile import engine
-    from placer.profile.engine import ATTEMPTS_ENV
 
     monkeypatch.setattr(engine, "RETAKE_PROBATION", 10**6)  # re-takes never judged futile here
-    core_speed = core_speed_refs
-    ort = make_target("onnxruntime:t2")
-    core_speed.warm_core_probe(rounds=1)
-    for c in list(core_speed._best_probe_s):
-        core_speed._best_probe_s[c] = 1e-7
-    monkeypatch.setenv(ATTEMPTS_ENV, cap)
-    with ProfileStore(tmp_path / "p.db") as store:
-        res = profile_graph(tiny, [ort], store, timing=replace(fast_timing, contended_attempts=3), whole_model=False,
-                            progress=False, second_window=False, links=False)
-        rows = [m for m in res.results.values() if m.ok and m.kind == "op"]
+    monkeypatch.setenv(engine.ATTEMPTS_ENV, cap)
+    res, rows = _profile_tiny_allowing_three_attempts(tmp_path, tiny, fast_timing)
     assert rows and all(m.meta["contended"] and m.meta["attempts"] == attempts for m in rows)
     assert res.remeasured == (attempts - 1) * res.contended
 
 
-def test_re_takes_stop_once_they_no_longer_escape_the_disturbance(tmp_path, tiny, fast_timing, core_speed_refs,
+def test_re_takes_stop_once_they_no_longer_escape_the_disturbance(tmp_path, tiny, fast_timing, always_slowed,
                                                                   monkeypatch):
     """Every window reads slowed (a host in a spell no re-take outlasts) and three attempts are allowed:
     the first RETAKE_PROBATION disturbed measurements are taken again, none escapes, and every later
     one is kept at its first attempt (flagged, counted as futile, said in the summary)."""
-    from dataclasses import replace
-
-    from placer.devices import make_target
     from placer.profile import engine
     from placer.profile.report import summary_lines
 
-    core_speed = core_speed_refs
-    ort = make_target("onnxruntime:t2")
-    core_speed.warm_core_probe(rounds=1)
-    for c in list(core_speed._best_probe_s):
-        core_speed._best_probe_s[c] = 1e-7
     monkeypatch.delenv(engine.ATTEMPTS_ENV, raising=False)
     monkeypatch.setattr(engine, "RETAKE_PROBATION", 3)
-    with ProfileStore(tmp_path / "p.db") as store:
-        res = profile_graph(tiny, [ort], store, timing=replace(fast_timing, contended_attempts=3), whole_model=False,
-                            progress=False, second_window=False, links=False)
-        rows = [m for m in res.results.values() if m.ok and m.kind == "op"]
+    res, rows = _profile_tiny_allowing_three_attempts(tmp_path, tiny, fast_timing)
     attempts = sorted(m.meta["attempts"] for m in rows)
     assert len(rows) > 3 and all(m.meta["contended"] for m in rows)
     # the call-overhead row may be among the three taken again: at most three rows of three attempts
