@@ -13,8 +13,10 @@ model that ``placer tune`` fits.
 ``fit_intercept_only`` does the same arithmetic on numpy directly: the same sort, the same
 cumulative sum, the same search and the same weighted mean, so every leaf, and every prediction, is
 bit for bit the stock regressor's; it falls back to sklearn's function for inputs it does not handle
-(NaN, 2-D, other dtypes). The private names: ``GradientBoostingRegressor._get_loss``,
-``sklearn._loss.loss.HuberLoss`` (its ``closs.delta``) and ``sklearn.utils.stats._weighted_percentile``.
+(NaN, 2-D, other dtypes). Its ``_fit_stages`` also skips each tree's parameter checks (``fit``
+checked the parameters the trees are built from). The private names:
+``GradientBoostingRegressor._get_loss`` and ``._fit_stages``, ``sklearn._loss.loss.HuberLoss`` (its
+``closs.delta``) and ``sklearn.utils.stats._weighted_percentile``.
 ``tests/costmodels/test_cm_sklearn_shim.py`` compares leaves and predictions with the stock regressor
 and fails when the installed scikit-learn is not :data:`CHECKED_WITH` (re-check this module, then
 update it; pyproject.toml pins the version).
@@ -31,6 +33,7 @@ Examples
 from __future__ import annotations
 
 import numpy as np
+from sklearn import config_context
 from sklearn._loss.loss import HuberLoss
 from sklearn.ensemble import GradientBoostingRegressor
 from sklearn.utils.stats import _weighted_percentile
@@ -88,3 +91,10 @@ class HuberGradientBoosting(GradientBoostingRegressor):
         if self.loss == "huber":
             return LeanHuberLoss(sample_weight=sample_weight, quantile=self.alpha)
         return super()._get_loss(sample_weight)
+
+    def _fit_stages(self, *args, **kwargs):
+        # ``fit`` validated this regressor's parameters; each stage's tree, built from them, would be
+        # validated again (``get_params`` and the constraints, once per tree): skipped, as the public
+        # ``config_context`` allows. The trees are the same.
+        with config_context(skip_parameter_validation=True):
+            return super()._fit_stages(*args, **kwargs)

@@ -74,6 +74,11 @@ def sampled_segments(graph, per_model: int, max_len: int, seed: int) -> list[lis
     return out
 
 
+def _windows(args):
+    """``profile_graph``'s ``second_window``: "all" targets, none, or the multi-thread ones (True)."""
+    return "all" if args.all_windows else not args.one_window
+
+
 def cmd_profile(args) -> int:
     from placer.profile.campaign import profile_graph
 
@@ -89,7 +94,7 @@ def cmd_profile(args) -> int:
         graphs.append(g)
         segs = sampled_segments(g, args.segments, args.max_len, args.seed) if args.segments else None
         r = profile_graph(g, targets, args.db, progress=False, segments=segs, whole_model=not args.no_whole,
-                          links=not args.no_links, seed=args.seed, second_window=not args.one_window,
+                          links=not args.no_links, seed=args.seed, second_window=_windows(args),
                           probes=args.probes)
         print(f"{name}: {len(g.ops)} ops, {r.unique_signatures} signatures, {len(segs or [])} segments: "
               f"measured {r.measured}, cached {r.cached}, unsupported {r.unsupported}, failed {r.failed}, "
@@ -118,7 +123,7 @@ def cmd_profile(args) -> int:
         t0 = time.time()
         specs = draw(n)
         res = profile_variants(targets, args.db, specs=specs, seed=args.seed, name=name, progress=False,
-                               second_window=not args.one_window, probes=args.probes)
+                               second_window=_windows(args), probes=args.probes)
         # every draw of a bank stays listed, so an evaluation names the model of each of their rows (a
         # second draw replacing the first left the first one's rows nameless: kept in every fold, a
         # per-model bank's with them); a draw of the same seed extends (so replaces) the earlier one
@@ -300,6 +305,9 @@ def main(argv=None) -> int:
     pp.add_argument("--seed", type=int, default=0)
     pp.add_argument("--one-window", action="store_true",
                     help="measure multi-thread targets once (no second window; the code before session 10)")
+    pp.add_argument("--all-windows", action="store_true",
+                    help="a second window for one-thread targets too (session 36's experiment on a host in "
+                         "slow spells)")
     pp.set_defaults(func=cmd_profile)
     pe = sub.add_parser("eval")
     pe.add_argument("--db", required=True)

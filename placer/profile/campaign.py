@@ -147,7 +147,7 @@ def profile_graph(
     seed: int = 0,
     colocate: bool = True,
     retry_contended: bool = False,
-    second_window: bool = True,
+    second_window: bool | str = True,
     hurry_after: float | None = None,
     probes: int | None = 0,
 ) -> CampaignResult:
@@ -161,10 +161,11 @@ def profile_graph(
     ``model_timeout_s`` (default 10x) the whole-model ones. ``retry_failed`` re-measures rows
     whose status is error/timeout/crash; ``retry_contended`` rows flagged as measured while other
     processes kept the machine busy (:mod:`placer.profile.contention`). ``colocate``: each worker also imports the other
-    targets' runtimes, as the executor's process does (they slow each other's calls). ``second_window``: a
-    multi-thread target measures each op and segment again after the first pass, in a fresh worker, and keeps
-    the lower median (slow spells of seconds with no other process busy: docs/design.md, "A second window for
-    multi-thread measurements"). ``hurry_after`` (a ``time.monotonic()`` value, a caller's budget): past it
+    targets' runtimes, as the executor's process does (they slow each other's calls). ``second_window``: each
+    op, segment and whole model is measured again after the first pass and the links, in a fresh worker, and
+    the lower median kept (slow spells of seconds with no other process busy: docs/design.md, "A second window
+    for multi-thread measurements"); a one-thread target stops once its first 16 agreed with their first
+    windows (:data:`~placer.profile.engine.ONE_THREAD_PROBATION`), unless ``second_window="all"``. ``hurry_after`` (a ``time.monotonic()`` value, a caller's budget): past it
     nothing is measured twice; a disturbed row is kept flagged for a later campaign, and the second
     windows are left out (:meth:`~placer.profile.engine.Engine._hurried`; ``hurried`` counts them).
     ``probes`` > 0: each target measures again, at the start and the end of its work, the
@@ -196,10 +197,12 @@ def profile_graph(
                      retry_failed=retry_failed, result=res, colocate=[t.name for t in tlist] if colocate else (),
                      retry_contended=retry_contended, second_window=second_window, hurry_after=hurry_after,
                      session=res.session, probes=probe_tasks)
-        eng.run(tasks)
+        # the links before the second windows: a plan needs them, and the hurry point may cut the others
+        eng.run(tasks, second_windows=False)
         if links and len(tlist) > 1:
             _run_links(st, tlist, res, sizes=link_sizes, isolate=isolate, timeout_s=max(timeout_s, 120.0),
                        progress=progress)
+        eng.run_second_windows()
         _fill_totals(st, graph, tlist, res, whole_model)
     finally:
         res.wall_s = time.perf_counter() - t_start

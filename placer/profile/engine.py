@@ -83,16 +83,28 @@ RETAKE_MIN_ESCAPE = 0.25
 #: profiles in the zoo comparison: gpt-tiny on OpenVINO 1.05 ms profiled vs 0.64 measured later)
 _REPEATED_KINDS = ("overhead", "model")
 
-#: kinds a multi-thread target measures again in a second window, later and in a fresh worker; the lower
-#: median is kept. OpenVINO on both cores ran some ops 3-6x slow (a 1x256x56x56 Relu 1.38 ms against
-#: 0.22 ms), steadily within a measurement (p10-p90 within 5%) and with no other process busy, in bursts
-#: of seconds after some worker starts; 1-thread targets repeat within 10% for 96% of ops. The whole
+#: kinds a target measures again in a second window, later and in a fresh worker; the lower median is
+#: kept (a one-thread target on probation: ONE_THREAD_PROBATION). OpenVINO on both cores ran some ops
+#: 3-6x slow (a 1x256x56x56 Relu 1.38 ms against 0.22 ms), steadily within a measurement (p10-p90
+#: within 5%) and with no other process busy, in bursts of seconds after some worker starts. The whole
 #: model too (session 11): its three windows are consecutive, and a spell of the host slowing a core
 #: lasts up to ~15 s (squeezenet's on ONNX Runtime t2 stored at 5.33 ms, 3.74 ms in the session after)
 _SECOND_WINDOW_KINDS = ("op", "segment", "model")
 
 #: a second window this much faster than the first means the first one was slow (counted, reported)
 SLOW_FIRST_WINDOW = 1.25
+
+#: one-thread targets take second windows on probation: after ONE_THREAD_PROBATION of them, the rest
+#: are taken only if at least ONE_THREAD_MIN_DISAGREE of those disagreed with their first window by
+#: more than WINDOWS_DISAGREE. A quiet host repeats a one-thread op within 10% for 96% of ops (the AMD
+#: EPYC, session 10), so its first windows stand for the price of 16 measurements; session 36's Intel
+#: Xeon, whose host slows whole processes in spells of seconds, disagreed for 53-72% of ops, and the
+#: lower of two windows repeated within 10% from one campaign to the next for 52-63% of ops (ONNX
+#: Runtime) and 36-46% (OpenVINO) against 20-46% and 16-38% with one window (six models, three
+#: interleaved campaigns each; docs/design.md, "Second windows for one-thread targets").
+ONE_THREAD_PROBATION = 16
+ONE_THREAD_MIN_DISAGREE = 0.25
+WINDOWS_DISAGREE = 0.10
 
 #: a measurement whose compile took longer (ms) is not taken again in a second window (TVM builds each
 #: signature in about a second on this CPU; OpenVINO and ONNX Runtime in 1-20 ms)
@@ -120,7 +132,7 @@ class Engine:
 
     def __init__(self, store: ProfileStore, *, timeout_s: float, isolate: bool, progress: bool,
                  timing: TimingConfig | None, seed: int, retry_failed: bool, result: CampaignResult,
-                 colocate: Sequence[str] = (), retry_contended: bool = False, second_window: bool = True,
+                 colocate: Sequence[str] = (), retry_contended: bool = False, second_window: bool | str = True,
                  hurry_after: float | None = None, session: str = "",
                  probes: Mapping[str, Sequence[Task]] | None = None):
         self.store = store
@@ -147,6 +159,7 @@ class Engine:
         self._skipped: Counter = Counter()
         #: target name -> tasks measured ok in this run that a second window measures again
         self._again: dict[str, list[Task]] = defaultdict(list)
+        self._targets: dict[str, object] = {}  # by name: every target a task of run() named
         #: disturbed measurements taken again, and how many of them came out undisturbed (:meth:`_futile`)
         self._retaken = self._escaped = 0
 
@@ -244,10 +257,12 @@ class Engine:
         self._skipped[task.target.name] += 1
         self._count(task, "failed", None)
 
-    def run(self, tasks: list[Task]) -> None:
-        """Run tasks (grouped by target, in order); skip those the store has."""
+    def run(self, tasks: list[Task], *, second_windows: bool = True) -> None:
+        """Run tasks (grouped by target, in order); skip those the store has. Then the second windows
+        of what it measured, unless ``second_windows`` is False: the caller runs them later
+        (:meth:`run_second_windows`), after the measurements a plan cannot do without."""
         by_target: dict[str, list[Task]] = defaultdict(list)
-        targets = {}
+        targets = self._targets
         for t in tasks:
             by_target[t.target.name].append(t)
             targets[t.target.name] = t.target
@@ -285,12 +300,23 @@ class Engine:
                 finally:
                     worker.stop()
                 self._totals(targets[name]).wall_s += time.perf_counter() - t0
+        if second_windows:
+            self.run_second_windows()
+
+    def run_second_windows(self) -> None:
+        """The second windows of the rows :meth:`run` measured (each target's in one fresh worker; a
+        one-thread target's on probation, :data:`ONE_THREAD_PROBATION`; past ``hurry_after`` the rest
+        are left out), then the targets that became unavailable put in the result's problems. A
+        refinement: a campaign that runs them after its links
+        (:func:`~placer.profile.campaign.profile_graph`) lets the hurry point cut them rather than
+        what a plan needs."""
         for name, ts in self._again.items():
             if not ts or name in self.unavailable:
                 continue
             t0 = time.perf_counter()
-            self._second_window(targets[name], ts)
-            self._totals(targets[name]).wall_s += time.perf_counter() - t0
+            self._second_window(self._targets[name], ts)
+            self._totals(self._targets[name]).wall_s += time.perf_counter() - t0
+        self._again.clear()
         for name, why in self.unavailable.items():
             self.result.problems.append(
                 f"{name} became unavailable ({why}): {self._skipped[name]} measurement(s) skipped, nothing stored "
@@ -414,7 +440,7 @@ class Engine:
                            net_ms=max(median - overhead, 0.0), p10_ms=st["p10_ms"], p90_ms=st["p90_ms"], n=st["n"],
                            meta=meta)
         self._count(task, "measured", m)
-        if (self.second_window and task.kind in _SECOND_WINDOW_KINDS and task.target.spec.threads > 1
+        if (self.second_window and task.kind in _SECOND_WINDOW_KINDS
                 and (reply.get("compile_ms") or 0.0) <= SECOND_WINDOW_MAX_COMPILE_MS):
             self._again[task.target.name].append(task)
 
@@ -433,12 +459,20 @@ class Engine:
         Past ``hurry_after`` the rest are left out (counted in ``hurried``): the budget's hurry point
         is checked before each, not only before the batch (session 35's main job took 114 second
         windows, two batches begun before its hurry point, and left its search no time). No worker is
-        started for a batch that begins past it."""
+        started for a batch that begins past it. A one-thread target stops after
+        :data:`ONE_THREAD_PROBATION` windows that mostly agreed with the first ones (``steady`` counts
+        the rest), unless ``second_window`` is ``"all"``."""
         worker = None
+        on_probation = target.spec.threads == 1 and self.second_window != "all"
+        taken = disagreed = 0
         try:
             for i, task in enumerate(reversed(tasks)):
                 if self._hurried():
                     self.result.hurried += len(tasks) - i  # the first windows' rows stand
+                    break
+                if (on_probation and taken >= ONE_THREAD_PROBATION
+                        and disagreed < ONE_THREAD_MIN_DISAGREE * taken):
+                    self.result.steady += len(tasks) - i  # the first windows agreed: they stand
                     break
                 if worker is None:
                     worker = self._worker(target)
@@ -454,6 +488,8 @@ class Engine:
                 self.result.second_windows += 1
                 st, meta = reply["stats"], dict(first.meta)
                 second = float(st["median_ms"])
+                taken += 1
+                disagreed += abs(first.median_ms / max(second, 1e-12) - 1.0) > WINDOWS_DISAGREE
                 meta["windows_ms"] = [first.median_ms, second]
                 if second * SLOW_FIRST_WINDOW < first.median_ms:
                     self.result.slow_first_windows += 1

@@ -55,8 +55,11 @@ class CampaignResult:
     problems: list[str] = field(default_factory=list)  # worker start failures and such (not stored)
     remeasured: int = 0  # measurements taken again because other processes kept the machine busy
     contended: int = 0  # rows stored although every attempt was contended (flagged; re-measured next time)
-    second_windows: int = 0  # multi-thread rows measured again in a second window (the lower median kept)
+    second_windows: int = 0  # rows measured again in a second window (the lower median kept)
     slow_first_windows: int = 0  # ... whose first window was over 1.25x the second
+    #: one-thread rows left at one window: the target's first second windows agreed with them
+    #: (:data:`placer.profile.engine.ONE_THREAD_PROBATION`)
+    steady: int = 0
     #: repeats left out past the caller's deadline (disturbed rows kept flagged; second windows)
     hurried: int = 0
     #: disturbed measurements kept at their first attempt once re-takes had stopped escaping the
@@ -76,7 +79,7 @@ class CampaignResult:
             "links_cached": self.links_cached, "store": self.store_path, "problems": list(self.problems),
             "remeasured": self.remeasured, "contended": self.contended,
             "second_windows": self.second_windows, "slow_first_windows": self.slow_first_windows,
-            "hurried": self.hurried, "futile": self.futile, "session": self.session, "probes": self.probes,
+            "steady": self.steady, "hurried": self.hurried, "futile": self.futile, "session": self.session, "probes": self.probes,
             "refreshed": self.refreshed,
             "per_target": {k: v.to_dict() for k, v in self.per_target.items()},
         }

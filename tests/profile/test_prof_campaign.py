@@ -132,27 +132,53 @@ def test_segment_key_is_structural(tiny):
     assert segment_key(tiny, ids).startswith("seg:")
 
 
-def test_multi_thread_ops_get_a_second_window_and_keep_the_lower_median(tmp_path, tiny, fast_timing):
-    """A 2-thread target measures each op again after the first pass, in a fresh worker; a 1-thread one does
-    not (its repeats agree); the row keeps the lower of the two medians and records both."""
+def test_ops_get_a_second_window_and_keep_the_lower_median(tmp_path, tiny, fast_timing):
+    """Each op is measured again after the first pass, in a fresh worker, on a 2-thread target and on a
+    1-thread one (fewer ops than its probation: all of them); the row keeps the lower of the two medians
+    and records both."""
+    from placer.profile.engine import ONE_THREAD_PROBATION
+
     db = tmp_path / "w.db"
     res = profile_graph(tiny, ["onnxruntime:t2", "onnxruntime"], db, progress=False, links=False,
                         whole_model=False, timing=fast_timing)
     n_sigs = len(tiny.unique_signatures())
-    assert res.failed == 0 and res.second_windows == n_sigs
+    assert n_sigs <= ONE_THREAD_PROBATION
+    assert res.failed == 0 and res.second_windows == 2 * n_sigs and res.steady == 0
     assert 0 <= res.slow_first_windows <= res.second_windows
     with ProfileStore(db) as st:
         for op in tiny.ops:
-            two = st.get(op.signature.hash, "onnxruntime@cpu:t2")
-            first, second = two.meta["windows_ms"]
-            assert two.median_ms == min(first, second) > 0
-            assert "windows_ms" not in st.get(op.signature.hash, "onnxruntime@cpu:t1").meta
+            for target in ("onnxruntime@cpu:t2", "onnxruntime@cpu:t1"):
+                row = st.get(op.signature.hash, target)
+                first, second = row.meta["windows_ms"]
+                assert row.median_ms == min(first, second) > 0
     again = profile_graph(tiny, ["onnxruntime:t2"], db, progress=False, links=False, whole_model=False,
                           timing=fast_timing)
     assert again.measured == 0 and again.second_windows == 0  # stored rows are not measured again
     off = profile_graph(tiny, ["onnxruntime:t2"], tmp_path / "one.db", progress=False, links=False,
                         whole_model=False, timing=fast_timing, second_window=False)
     assert off.second_windows == 0 and off.measured == n_sigs + 1  # the ops and the call overhead
+
+
+@pytest.mark.parametrize("disagree_tol, mode, steady", [(float("inf"), True, True), (-1.0, True, False),
+                                                         (float("inf"), "all", False)])
+def test_a_one_thread_target_keeps_taking_second_windows_only_while_they_disagree(
+        tmp_path, tiny, fast_timing, monkeypatch, disagree_tol, mode, steady):
+    """A one-thread target's second windows are on probation: once ``ONE_THREAD_PROBATION`` were taken
+    and under a quarter of them disagreed with their first window by more than ``WINDOWS_DISAGREE``, its
+    first windows stand (counted as ``steady``). Here the probation is two windows and the tolerance is
+    set so that every window agrees (inf) or disagrees (-1): no timing decides. ``second_window="all"``
+    takes them all whatever they say."""
+    from placer.profile import engine
+
+    monkeypatch.setattr(engine, "ONE_THREAD_PROBATION", 2)
+    monkeypatch.setattr(engine, "WINDOWS_DISAGREE", disagree_tol)
+    n_sigs = len(tiny.unique_signatures())
+    res = profile_graph(tiny, ["onnxruntime"], tmp_path / "p.db", progress=False, links=False,
+                        whole_model=False, timing=fast_timing, second_window=mode)
+    assert res.failed == 0 and n_sigs > 2
+    assert (res.second_windows, res.steady) == ((2, n_sigs - 2) if steady else (n_sigs, 0))
+    rows = [m for m in res.results.values() if m.ok and m.kind == "op"]
+    assert len(rows) == n_sigs and sum("windows_ms" in m.meta for m in rows) == res.second_windows
 
 
 def test_the_hurry_point_is_checked_before_each_second_window(tmp_path, tiny, fast_timing, monkeypatch):
@@ -171,14 +197,32 @@ def test_the_hurry_point_is_checked_before_each_second_window(tmp_path, tiny, fa
     assert sum("windows_ms" in m.meta for m in rows) == 2 and len(rows) == n_sigs
 
 
-def test_a_multi_thread_whole_model_gets_a_second_window_too(tmp_path, tiny, fast_timing):
+def test_the_links_come_before_the_second_windows_which_the_hurry_point_cuts(tmp_path, tiny, fast_timing,
+                                                                              monkeypatch):
+    """A plan needs the links; the second windows only refine rows it has. So a campaign measures its links
+    first, and a hurry point reached meanwhile leaves the second windows out, not the links (session 36's
+    main job: 114 second windows, then 16 links of 19 s past the hurry point). The hurry point here is
+    "a link measured": no wall clock decides."""
+    from placer.profile.engine import Engine
+
+    monkeypatch.setattr(Engine, "_hurried", lambda self: self.result.links_measured > 0)
+    targets = ["onnxruntime:t2", "onnxruntime"]
+    res = profile_graph(tiny, targets, tmp_path / "l.db", progress=False, whole_model=False, timing=fast_timing,
+                        link_sizes=(1 << 10,))
+    n_sigs = len(tiny.unique_signatures())
+    assert res.failed == 0 and res.links_measured == len(targets) ** 2  # both ways, and a cut on each
+    assert res.second_windows == 0 and res.hurried >= n_sigs
+    with ProfileStore(tmp_path / "l.db") as st:
+        assert st.has_link("onnxruntime@cpu:t2", "onnxruntime@cpu:t1")
+
+
+def test_a_whole_model_gets_a_second_window_too(tmp_path, tiny, fast_timing):
     from placer.profile import profile_whole_model
 
     rows = profile_whole_model(tiny, ["onnxruntime:t2", "onnxruntime"], tmp_path / "m.db", timing=fast_timing)
-    two, one = rows["onnxruntime@cpu:t2"], rows["onnxruntime@cpu:t1"]
-    first, second = two.meta["windows_ms"]
-    assert two.median_ms == min(first, second) > 0
-    assert "windows_ms" not in one.meta and one.median_ms > 0
+    for row in rows.values():
+        first, second = row.meta["windows_ms"]
+        assert row.median_ms == min(first, second) > 0
 
 
 def test_past_its_hurry_deadline_a_campaign_measures_nothing_twice(tmp_path, tiny, fast_timing):
