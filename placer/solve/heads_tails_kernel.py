@@ -17,7 +17,10 @@ start on ``d``; mirrored for tails), both over ``v``'s direct neighbours:
 
 One machine: exact (every order) for up to four items, otherwise the largest ``r0 + sum p + q0``
 over the items released at ``r0`` or later with a tail of ``q0`` or more (Jackson's value when
-all tails, or all releases, are equal, as the threshold rule has them).
+all tails, or all releases, are equal, as the threshold rule has them). An item of no processing
+time is an instantaneous op, which neither waits for its target nor occupies it (as in
+:mod:`placer.plan` and the evaluator): it counts for its own ``r + q`` only (session 36: a
+zero-cost neighbour sequenced after a busy one had put a path bound 1 ms above the optimum).
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ def _order_value(r, p, q, order, m):  # pragma: no cover - compiled
     best = -INF
     for i in range(m):
         k = order[i]
+        if p[k] <= 0.0:  # instantaneous: neither waits for the machine nor occupies it (placer.plan)
+            if r[k] + q[k] > best:
+                best = r[k] + q[k]
+            continue
         t = max(t, r[k]) + p[k]
         if t + q[k] > best:
             best = t + q[k]

@@ -184,6 +184,39 @@ def test_neighbours_that_share_another_target_run_one_at_a_time_there(monkeypatc
             assert path_bound(p, c) == pytest.approx(3.5)
 
 
+def test_an_instantaneous_neighbour_neither_waits_for_nor_holds_its_target():
+    """An op of cost 0 occupies no time on its target (placer.plan, the evaluator, CP-SAT): on one
+    machine it counts for its own release + tail, not after the busy item before it. The problem is
+    the one hypothesis found in session 36 (``test_shared_cores``): op0 on t1 feeds op1 (cost 0 on
+    t0, its input 5 ms away), op3 (7 ms on t0) and op5 (5 ms on t0); the optimum, 16, runs op1 at
+    9 inside op3's [4, 11). Sequencing op1 after op3 had put op0's tail on t1 at 13 and the path
+    bound, and with it CP-SAT's proven optimum, at 17."""
+    from placer.solve.heads_tails_kernel import one_machine
+
+    r, q = np.array([0.0, 5.0, 0.0]), np.array([5.0, 6.0, 0.0])
+    assert one_machine(r, np.array([7.0, 0.0, 5.0]), q, 3) == pytest.approx(12.0)  # was 13
+    assert one_machine(r, np.array([7.0, 1.0, 5.0]), q, 3) == pytest.approx(14.0)  # 1 ms: it waits
+    inf = np.inf
+    p = PlacementProblem(
+        ops=[f"op{i}" for i in range(6)], targets=["t0", "t1", "t2"],
+        cost_ms=np.array([[inf, 4, 3], [0, inf, 3], [5, 4, 8], [7, 9, inf], [8, 0, 9], [5, inf, inf]], float),
+        tensors=[Tensor("x0_0", "op0", ("op2", "op3", "op5"), 0), Tensor("x0_1", "op0", ("op1",), 5000),
+                 Tensor("x1_0", "op1", ("op2", "op5"), 2000), Tensor("x3_0", "op3", ("op4", "op5"), 5000),
+                 Tensor("x3_1", "op3", ("op5",), 2000), Tensor("input", None, ("op0", "op1", "op4"), 4000)],
+        link_latency_ms=np.array([[0, 2, 3], [0, 0, 2], [2, 0, 0]], float),
+        link_ms_per_byte=np.array([[0, 0, 0.001], [0.001, 0, 0.001], [0, 0, 0]]),
+        link_charge=[["sender", "receiver", "sender"], ["both", "receiver", "sender"],
+                     ["both", "receiver", "sender"]],
+        memory_cap_bytes=np.array([inf, 8.0, inf]), weight_bytes=np.array([2, 1, 0, 3, 1, 2], float))
+    for shared in ({}, {"t1": [0], "t2": [0]}):
+        q = dataclasses.replace(p, target_cores=shared)
+        opt = solve(q, "latency", "bruteforce").makespan_ms
+        assert opt == pytest.approx(16.0)
+        assert path_bound(q, Costs.of(q)) <= opt + 1e-9 and latency_bound(q) <= opt + 1e-9
+        plan = solve(q, "latency", "cpsat", time_limit=10, num_workers=1)
+        assert plan.stats.status == "OPTIMAL" and plan.makespan_ms == pytest.approx(opt)
+
+
 def test_shaved_bound_closes_on_a_chain():
     # chain x -> y -> z: y is fast on "b" (1) but x only runs on "a" and the link costs 4, so y
     # stays on "a" (3); the optimum 1 + 3 + 1 = 5 is proven by the bisection
