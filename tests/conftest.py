@@ -20,8 +20,10 @@
 * ``_no_quiet_wait`` (session, autouse): ``$PLACER_QUIET_WAIT_S`` = 0, so rounds a bench adds for
   quiet samples (:meth:`placer.run.bench.PlanBench.measure`) never wait for the cores, and
   ``$PLACER_CONTENDED_ATTEMPTS`` = 1, so a profile measurement that other processes disturbed is
-  not taken again (``placer tune`` run by a test profiles with the default timing): the suite's own
-  parallel workers keep the cores busy, and no outcome may wait on the machine's load.
+  not taken again (``placer tune`` run by a test profiles with the default timing), and
+  ``$PLACER_ONE_THREAD_WINDOWS`` = 0, so one-thread targets take no second windows (the tests of
+  them ask for them): the suite's own parallel workers keep the cores busy, and no outcome may
+  wait on the machine's load.
 """
 
 from __future__ import annotations
@@ -62,10 +64,10 @@ def _trust_key(tmp_path_factory):
 def _no_quiet_wait():
     import os
 
-    from placer.profile.engine import ATTEMPTS_ENV
+    from placer.profile.engine import ATTEMPTS_ENV, ONE_THREAD_WINDOWS_ENV
     from placer.run.bench import QUIET_WAIT_ENV
 
-    settings = {QUIET_WAIT_ENV: "0", ATTEMPTS_ENV: "1"}
+    settings = {QUIET_WAIT_ENV: "0", ATTEMPTS_ENV: "1", ONE_THREAD_WINDOWS_ENV: "0"}
     old = {k: os.environ.get(k) for k in settings}
     os.environ.update(settings)
     yield

@@ -132,12 +132,13 @@ def test_segment_key_is_structural(tiny):
     assert segment_key(tiny, ids).startswith("seg:")
 
 
-def test_ops_get_a_second_window_and_keep_the_lower_median(tmp_path, tiny, fast_timing):
+def test_ops_get_a_second_window_and_keep_the_lower_median(tmp_path, tiny, fast_timing, monkeypatch):
     """Each op is measured again after the first pass, in a fresh worker, on a 2-thread target and on a
     1-thread one (fewer ops than its probation: all of them); the row keeps the lower of the two medians
     and records both."""
-    from placer.profile.engine import ONE_THREAD_PROBATION
+    from placer.profile.engine import ONE_THREAD_PROBATION, ONE_THREAD_WINDOWS_ENV
 
+    monkeypatch.delenv(ONE_THREAD_WINDOWS_ENV, raising=False)  # the suite leaves them out (conftest)
     db = tmp_path / "w.db"
     res = profile_graph(tiny, ["onnxruntime:t2", "onnxruntime"], db, progress=False, links=False,
                         whole_model=False, timing=fast_timing)
@@ -159,24 +160,32 @@ def test_ops_get_a_second_window_and_keep_the_lower_median(tmp_path, tiny, fast_
     assert off.second_windows == 0 and off.measured == n_sigs + 1  # the ops and the call overhead
 
 
-@pytest.mark.parametrize("disagree_tol, mode, steady", [(float("inf"), True, True), (-1.0, True, False),
-                                                         (float("inf"), "all", False)])
+@pytest.mark.parametrize("disagree_tol, mode, env, taken", [(float("inf"), True, None, "2"),
+                                                              (-1.0, True, None, "all"),
+                                                              (float("inf"), "all", None, "all"),
+                                                              (-1.0, True, "0", "none"),
+                                                              (float("inf"), "all", "0", "all")])
 def test_a_one_thread_target_keeps_taking_second_windows_only_while_they_disagree(
-        tmp_path, tiny, fast_timing, monkeypatch, disagree_tol, mode, steady):
+        tmp_path, tiny, fast_timing, monkeypatch, disagree_tol, mode, env, taken):
     """A one-thread target's second windows are on probation: once ``ONE_THREAD_PROBATION`` were taken
     and under a quarter of them disagreed with their first window by more than ``WINDOWS_DISAGREE``, its
     first windows stand (counted as ``steady``). Here the probation is two windows and the tolerance is
     set so that every window agrees (inf) or disagrees (-1): no timing decides. ``second_window="all"``
-    takes them all whatever they say."""
+    takes them all whatever they say; ``$PLACER_ONE_THREAD_WINDOWS=0`` leaves out the probation."""
     from placer.profile import engine
 
     monkeypatch.setattr(engine, "ONE_THREAD_PROBATION", 2)
     monkeypatch.setattr(engine, "WINDOWS_DISAGREE", disagree_tol)
+    if env is None:
+        monkeypatch.delenv(engine.ONE_THREAD_WINDOWS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(engine.ONE_THREAD_WINDOWS_ENV, env)
     n_sigs = len(tiny.unique_signatures())
     res = profile_graph(tiny, ["onnxruntime"], tmp_path / "p.db", progress=False, links=False,
                         whole_model=False, timing=fast_timing, second_window=mode)
     assert res.failed == 0 and n_sigs > 2
-    assert (res.second_windows, res.steady) == ((2, n_sigs - 2) if steady else (n_sigs, 0))
+    expected = {"2": (2, n_sigs - 2), "all": (n_sigs, 0), "none": (0, 0)}[taken]
+    assert (res.second_windows, res.steady) == expected
     rows = [m for m in res.results.values() if m.ok and m.kind == "op"]
     assert len(rows) == n_sigs and sum("windows_ms" in m.meta for m in rows) == res.second_windows
 
@@ -216,9 +225,11 @@ def test_the_links_come_before_the_second_windows_which_the_hurry_point_cuts(tmp
         assert st.has_link("onnxruntime@cpu:t2", "onnxruntime@cpu:t1")
 
 
-def test_a_whole_model_gets_a_second_window_too(tmp_path, tiny, fast_timing):
+def test_a_whole_model_gets_a_second_window_too(tmp_path, tiny, fast_timing, monkeypatch):
     from placer.profile import profile_whole_model
+    from placer.profile.engine import ONE_THREAD_WINDOWS_ENV
 
+    monkeypatch.delenv(ONE_THREAD_WINDOWS_ENV, raising=False)  # the suite leaves them out (conftest)
     rows = profile_whole_model(tiny, ["onnxruntime:t2", "onnxruntime"], tmp_path / "m.db", timing=fast_timing)
     for row in rows.values():
         first, second = row.meta["windows_ms"]
