@@ -167,9 +167,12 @@ def asked_trial(study, on_ask: Callable[[Any], None] = lambda trial: None):
     try:
         with deferred():
             trial = ask(study)
-            on_ask(trial)
+            # the first heartbeat before anything else: a trial that never got one is never counted
+            # stale, so a worker killed before it (the test suite froze one between marking its trial
+            # and its first beat) left the trial RUNNING for good
             heartbeat = trial_heartbeat(study, trial)
             heartbeat.__enter__()
+            on_ask(trial)
         raise_if_stopped()
         yield trial
     except BaseException:

@@ -48,3 +48,27 @@ def test_a_running_trial_stays_alive_only_while_its_heartbeat_runs(tmp_path, bea
         time.sleep(3.0)
         assert fail_stale(study) == 1
         assert study.trials[0].state == optuna.trial.TrialState.FAIL
+
+
+def test_a_trial_has_its_first_heartbeat_before_its_worker_marks_it(tmp_path):
+    """``asked_trial`` records the trial's first heartbeat before ``on_ask`` (which marks the trial as
+    the worker's): a trial with no heartbeat is never counted stale, so a worker killed between the two
+    left it RUNNING for good (``tests/scaleout/test_postgres_study.py`` froze one there in session 36's
+    CI run). The heartbeats are read from Optuna's own table."""
+    import sqlite3
+
+    from placer.tune.study import asked_trial
+
+    db = tmp_path / "hb.db"
+    storage = open_storage(f"sqlite:///{db}", heartbeat_interval=1, grace_period=2)
+    study = optuna.create_study(storage=storage, study_name="hb")
+    seen = []
+
+    def on_ask(trial):
+        with sqlite3.connect(db) as conn:
+            seen.append(conn.execute("SELECT COUNT(*) FROM trial_heartbeats WHERE trial_id = ?",
+                                     (trial._trial_id,)).fetchone()[0])
+
+    with asked_trial(study, on_ask) as trial:
+        study.tell(trial, 1.0)
+    assert seen == [1]
