@@ -161,11 +161,12 @@ def profile_graph(
     ``model_timeout_s`` (default 10x) the whole-model ones. ``retry_failed`` re-measures rows
     whose status is error/timeout/crash; ``retry_contended`` rows flagged as measured while other
     processes kept the machine busy (:mod:`placer.profile.contention`). ``colocate``: each worker also imports the other
-    targets' runtimes, as the executor's process does (they slow each other's calls). ``second_window``: each
-    op, segment and whole model is measured again after the first pass and the links, in a fresh worker, and
-    the lower median kept (slow spells of seconds with no other process busy: docs/design.md, "A second window
-    for multi-thread measurements"); a one-thread target stops once its first 16 agreed with their first
-    windows (:data:`~placer.profile.engine.ONE_THREAD_PROBATION`), unless ``second_window="all"``. ``hurry_after`` (a ``time.monotonic()`` value, a caller's budget): past it
+    targets' runtimes, as the executor's process does (they slow each other's calls). ``second_window``:
+    each op, segment and whole model is measured again after the first pass and the links, in a fresh
+    worker, and the lower median kept (slow spells of seconds with no other process busy: docs/design.md,
+    "A second window for multi-thread measurements"); a one-thread target takes them on probation
+    (:data:`~placer.profile.engine.ONE_THREAD_PROBATION`; ``$PLACER_ONE_THREAD_WINDOWS=0``: none) unless
+    ``second_window="all"``. ``hurry_after`` (a ``time.monotonic()`` value, a caller's budget): past it
     nothing is measured twice; a disturbed row is kept flagged for a later campaign, and the second
     windows are left out (:meth:`~placer.profile.engine.Engine._hurried`; ``hurried`` counts them).
     ``probes`` > 0: each target measures again, at the start and the end of its work, the

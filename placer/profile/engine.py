@@ -45,8 +45,8 @@ from placer.profile.store import Measurement, ProfileStore
 from placer.profile.supervisor import InProcessWorker, WorkerDied, WorkerProcess
 from placer.profile.timing import TimingConfig
 
-__all__ = ["ATTEMPTS_ENV", "CONTENDED_ATTEMPTS", "FAILED", "ONE_THREAD_WINDOWS_ENV", "Engine", "Task", "attempts_cap",
-           "one_thread_windows"]
+__all__ = ["ATTEMPTS_ENV", "CONTENDED_ATTEMPTS", "FAILED", "ONE_THREAD_WINDOWS_ENV", "Engine", "Task",
+           "attempts_cap", "one_thread_windows"]
 
 #: the statuses of a measurement that failed (re-measured with ``retry_failed``)
 FAILED = ("error", "timeout", "crash")
@@ -106,9 +106,9 @@ _SECOND_WINDOW_KINDS = ("op", "segment", "model")
 #: a second window this much faster than the first means the first one was slow (counted, reported)
 SLOW_FIRST_WINDOW = 1.25
 
-#: one-thread targets take second windows on probation: after ONE_THREAD_PROBATION of them, the rest
-#: are taken only if at least ONE_THREAD_MIN_DISAGREE of those disagreed with their first window by
-#: more than WINDOWS_DISAGREE. A quiet host repeats a one-thread op within 10% for 96% of ops (the AMD
+#: one-thread targets take second windows on probation: ONE_THREAD_PROBATION of them, then more as long
+#: as at least ONE_THREAD_MIN_DISAGREE of those taken disagreed with their first window by more than
+#: WINDOWS_DISAGREE. A quiet host repeats a one-thread op within 10% for 96% of ops (the AMD
 #: EPYC, session 10), so its first windows stand for the price of 16 measurements; session 36's Intel
 #: Xeon, whose host slows whole processes in spells of seconds, disagreed for 53-72% of ops, and the
 #: lower of two windows repeated within 10% from one campaign to the next for 52-63% of ops (ONNX
@@ -144,7 +144,8 @@ class Engine:
 
     def __init__(self, store: ProfileStore, *, timeout_s: float, isolate: bool, progress: bool,
                  timing: TimingConfig | None, seed: int, retry_failed: bool, result: CampaignResult,
-                 colocate: Sequence[str] = (), retry_contended: bool = False, second_window: bool | str = True,
+                 colocate: Sequence[str] = (), retry_contended: bool = False,
+                 second_window: bool | str = True,
                  hurry_after: float | None = None, session: str = "",
                  probes: Mapping[str, Sequence[Task]] | None = None):
         self.store = store
@@ -472,9 +473,9 @@ class Engine:
         Past ``hurry_after`` the rest are left out (counted in ``hurried``): the budget's hurry point
         is checked before each, not only before the batch (session 35's main job took 114 second
         windows, two batches begun before its hurry point, and left its search no time). No worker is
-        started for a batch that begins past it. A one-thread target stops after
-        :data:`ONE_THREAD_PROBATION` windows that mostly agreed with the first ones (``steady`` counts
-        the rest), unless ``second_window`` is ``"all"``."""
+        started for a batch that begins past it. A one-thread target stops, past
+        :data:`ONE_THREAD_PROBATION` windows, once under a quarter of those taken disagreed with their
+        first ones (``steady`` counts the rest), unless ``second_window`` is ``"all"``."""
         worker = None
         on_probation = target.spec.threads == 1 and self.second_window != "all"
         taken = disagreed = 0

@@ -79,7 +79,8 @@ class CampaignResult:
             "links_cached": self.links_cached, "store": self.store_path, "problems": list(self.problems),
             "remeasured": self.remeasured, "contended": self.contended,
             "second_windows": self.second_windows, "slow_first_windows": self.slow_first_windows,
-            "steady": self.steady, "hurried": self.hurried, "futile": self.futile, "session": self.session, "probes": self.probes,
+            "steady": self.steady, "hurried": self.hurried, "futile": self.futile, "session": self.session,
+            "probes": self.probes,
             "refreshed": self.refreshed,
             "per_target": {k: v.to_dict() for k, v in self.per_target.items()},
         }

@@ -216,8 +216,8 @@ def test_the_links_come_before_the_second_windows_which_the_hurry_point_cuts(tmp
 
     monkeypatch.setattr(Engine, "_hurried", lambda self: self.result.links_measured > 0)
     targets = ["onnxruntime:t2", "onnxruntime"]
-    res = profile_graph(tiny, targets, tmp_path / "l.db", progress=False, whole_model=False, timing=fast_timing,
-                        link_sizes=(1 << 10,))
+    res = profile_graph(tiny, targets, tmp_path / "l.db", progress=False, whole_model=False,
+                        timing=fast_timing, link_sizes=(1 << 10,))
     n_sigs = len(tiny.unique_signatures())
     assert res.failed == 0 and res.links_measured == len(targets) ** 2  # both ways, and a cut on each
     assert res.second_windows == 0 and res.hurried >= n_sigs
