@@ -75,7 +75,10 @@ def sampled_segments(graph, per_model: int, max_len: int, seed: int) -> list[lis
 
 
 def _windows(args):
-    """``profile_graph``'s ``second_window``: "all" targets, none, or the multi-thread ones (True)."""
+    """``profile_graph``'s ``second_window``: "all" (one-thread targets with no probation), none, or the
+    default (True: multi-thread targets always, one-thread ones on probation)."""
+    if args.all_windows and args.one_window:
+        raise SystemExit("--all-windows and --one-window contradict each other")
     return "all" if args.all_windows else not args.one_window
 
 
@@ -304,10 +307,11 @@ def main(argv=None) -> int:
     pp.add_argument("--no-links", action="store_true")
     pp.add_argument("--seed", type=int, default=0)
     pp.add_argument("--one-window", action="store_true",
-                    help="measure multi-thread targets once (no second window; the code before session 10)")
+                    help="measure every target once (no second window; before session 10, multi-thread "
+                         "targets were measured so)")
     pp.add_argument("--all-windows", action="store_true",
-                    help="a second window for one-thread targets too (session 36's experiment on a host in "
-                         "slow spells)")
+                    help="a second window for every one-thread measurement, with no probation (session "
+                         "36's experiment on a host in slow spells)")
     pp.set_defaults(func=cmd_profile)
     pe = sub.add_parser("eval")
     pe.add_argument("--db", required=True)

@@ -176,6 +176,8 @@ def profile_graph(
     target holds op rows of ``graph`` that another session stored :data:`RECHECK_AFTER_S` or more ago
     (:func:`auto_probes`), else none: rows stored within the hour are trusted as they are.
     """
+    if second_window not in (True, False, "all"):
+        raise ProfileError(f"second_window must be True, False or 'all', got {second_window!r}")
     t_start = time.perf_counter()
     res = CampaignResult()
     tlist = _measurable(_resolve_targets(targets), res)
@@ -409,7 +411,8 @@ def profile_segment(
     """Profile the op set ``op_ids`` as one unit (``OpGraph.subgraph_model``) on each target.
 
     Keyed by :func:`placer.profile.keys.segment_key`; cached like op rows. Returns
-    ``{target_name: Measurement}`` (net of the call overhead, which is measured if missing).
+    ``{target_name: Measurement}`` (net of the call overhead, which is measured if missing). A second
+    window on each target, as for :func:`profile_whole_model`.
     """
     tlist = _measurable(_resolve_targets(targets), CampaignResult())
     st, owned = open_store(store)
@@ -446,7 +449,8 @@ def profile_whole_model(
 ) -> dict[str, Measurement]:
     """Profile the whole model as one partition on each target -> ``{target_name: Measurement}``
     (``retry_contended``: re-measure a stored one flagged as taken on a busy machine; ``hurry_after``:
-    as :func:`profile_graph`'s)."""
+    as :func:`profile_graph`'s). Each target measures it in a second window too (one row is never
+    past a one-thread target's probation; ``$PLACER_ONE_THREAD_WINDOWS=0`` leaves those out)."""
     tlist = _measurable(_resolve_targets(targets), CampaignResult())
     st, owned = open_store(store)
     try:

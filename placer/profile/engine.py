@@ -272,8 +272,9 @@ class Engine:
 
     def run(self, tasks: list[Task], *, second_windows: bool = True) -> None:
         """Run tasks (grouped by target, in order); skip those the store has. Then the second windows
-        of what it measured, unless ``second_windows`` is False: the caller runs them later
-        (:meth:`run_second_windows`), after the measurements a plan cannot do without."""
+        of what it measured, unless ``second_windows`` is False: the caller then must call
+        :meth:`run_second_windows` (which also reports the targets that became unavailable), after the
+        measurements a plan cannot do without."""
         by_target: dict[str, list[Task]] = defaultdict(list)
         targets = self._targets
         for t in tasks:
@@ -503,7 +504,8 @@ class Engine:
                 st, meta = reply["stats"], dict(first.meta)
                 second = float(st["median_ms"])
                 taken += 1
-                disagreed += abs(first.median_ms / max(second, 1e-12) - 1.0) > WINDOWS_DISAGREE
+                lo, hi = sorted((first.median_ms, second))
+                disagreed += hi > (1.0 + WINDOWS_DISAGREE) * lo  # either way: off by more than 10%
                 meta["windows_ms"] = [first.median_ms, second]
                 if second * SLOW_FIRST_WINDOW < first.median_ms:
                     self.result.slow_first_windows += 1

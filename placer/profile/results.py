@@ -57,8 +57,8 @@ class CampaignResult:
     contended: int = 0  # rows stored although every attempt was contended (flagged; re-measured next time)
     second_windows: int = 0  # rows measured again in a second window (the lower median kept)
     slow_first_windows: int = 0  # ... whose first window was over 1.25x the second
-    #: one-thread rows left at one window: the target's first second windows agreed with them
-    #: (:data:`placer.profile.engine.ONE_THREAD_PROBATION`)
+    #: one-thread rows left at one window: the second windows the target had taken mostly agreed with
+    #: their first ones (:data:`placer.profile.engine.ONE_THREAD_PROBATION`)
     steady: int = 0
     #: repeats left out past the caller's deadline (disturbed rows kept flagged; second windows)
     hurried: int = 0

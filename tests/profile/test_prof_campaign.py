@@ -209,9 +209,9 @@ def test_the_hurry_point_is_checked_before_each_second_window(tmp_path, tiny, fa
 def test_the_links_come_before_the_second_windows_which_the_hurry_point_cuts(tmp_path, tiny, fast_timing,
                                                                               monkeypatch):
     """A plan needs the links; the second windows only refine rows it has. So a campaign measures its links
-    first, and a hurry point reached meanwhile leaves the second windows out, not the links (session 36's
-    main job: 114 second windows, then 16 links of 19 s past the hurry point). The hurry point here is
-    "a link measured": no wall clock decides."""
+    first, and a hurry point reached meanwhile leaves the second windows out, not the links (the main
+    job's profiling timed in session 36: 114 second windows, then 16 links of 19 s past the hurry
+    point). The hurry point here is "a link measured": no wall clock decides."""
     from placer.profile.engine import Engine
 
     monkeypatch.setattr(Engine, "_hurried", lambda self: self.result.links_measured > 0)
@@ -223,6 +223,15 @@ def test_the_links_come_before_the_second_windows_which_the_hurry_point_cuts(tmp
     assert res.second_windows == 0 and res.hurried >= n_sigs
     with ProfileStore(tmp_path / "l.db") as st:
         assert st.has_link("onnxruntime@cpu:t2", "onnxruntime@cpu:t1")
+
+
+@pytest.mark.parametrize("mode", ["ALL", "none", 2])
+def test_a_second_window_mode_other_than_true_false_or_all_is_refused(tmp_path, tiny, mode):
+    from placer.errors import ProfileError
+
+    with pytest.raises(ProfileError, match="second_window must be True, False or 'all'"):
+        profile_graph(tiny, ["onnxruntime"], tmp_path / "x.db", progress=False, second_window=mode)
+    assert not (tmp_path / "x.db").exists()  # refused before the store is opened
 
 
 def test_a_whole_model_gets_a_second_window_too(tmp_path, tiny, fast_timing, monkeypatch):
