@@ -29,7 +29,6 @@ Examples
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
@@ -43,6 +42,7 @@ from costmodels.features import op_type_of_rows
 from costmodels.op_affine import OpTypeAffinePrior
 from costmodels.roofline import RooflineModel
 from costmodels.sibling import SiblingPrior
+from placer.devices.cores import machine_cores
 
 __all__ = ["FIT_THREADS", "OpLatencyModel", "fit_threads", "op_type_of_rows"]
 
@@ -64,10 +64,7 @@ def fit_threads(jobs: int, rows: int) -> int:
     elif rows < THREADS_MIN_ROWS:
         cpus = 1
     else:
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except AttributeError:  # no affinity API on this platform
-            cpus = os.cpu_count() or 1
+        cpus = len(machine_cores())
     return max(1, min(cpus, jobs))
 
 

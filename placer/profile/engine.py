@@ -173,6 +173,10 @@ class Engine:
         #: target name -> tasks measured ok in this run that a second window measures again
         self._again: dict[str, list[Task]] = defaultdict(list)
         self._targets: dict[str, object] = {}  # by name: every target a task of run() named
+        #: the environment's switches, read once per campaign: one-thread second windows (on probation
+        #: unless "all"), and the cap on the attempts at a disturbed measurement
+        self._one_thread_windows = second_window == "all" or one_thread_windows()
+        self._attempts_cap = attempts_cap()
         #: disturbed measurements taken again, and how many of them came out undisturbed (:meth:`_futile`)
         self._retaken = self._escaped = 0
 
@@ -200,7 +204,7 @@ class Engine:
         best = None
         hurried = self._hurried()
         attempts = 1 if hurried else max(1, int(self.timing.contended_attempts))
-        attempts = min(attempts, attempts_cap() or attempts)
+        attempts = min(attempts, self._attempts_cap or attempts)
         futile = attempts > 1 and self._futile()
         if futile:
             attempts = 1
@@ -455,7 +459,7 @@ class Engine:
                            meta=meta)
         self._count(task, "measured", m)
         if (self.second_window and task.kind in _SECOND_WINDOW_KINDS
-                and (task.target.spec.threads > 1 or self.second_window == "all" or one_thread_windows())
+                and (task.target.spec.threads > 1 or self._one_thread_windows)
                 and (reply.get("compile_ms") or 0.0) <= SECOND_WINDOW_MAX_COMPILE_MS):
             self._again[task.target.name].append(task)
 
