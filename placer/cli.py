@@ -593,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the ``placer`` command line ``argv`` (default ``sys.argv[1:]``: the process's own command,
     whose time budgets then count from the process's start, imports included)."""
     from placer import interrupts
+    from placer.process_exit import freeze_before_exit
 
     started = process_started() if argv is None else time.monotonic()
     args = build_parser().parse_args(argv)
@@ -614,6 +615,9 @@ def main(argv: list[str] | None = None) -> int:
         resume = " (its study is kept: run the same command again to resume)" if args.command == "tune" else ""
         print(f"placer {args.command}: interrupted{resume}", file=sys.stderr)
         return 130
+    finally:
+        if argv is None:  # this process's own command: it exits next
+            freeze_before_exit()
 
 
 if __name__ == "__main__":

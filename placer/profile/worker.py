@@ -250,4 +250,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from placer.process_exit import freeze_before_exit
+
+    rc = main()
+    freeze_before_exit()  # this process exits next
+    sys.exit(rc)

@@ -298,4 +298,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from placer.process_exit import freeze_before_exit
+
+    rc = main(sys.argv[1:])
+    freeze_before_exit()  # this process exits next
+    sys.exit(rc)

@@ -4,6 +4,7 @@ the call. Nothing is tuned here: ``tune`` is replaced by a stub that records its
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 
@@ -36,5 +37,22 @@ def test_tune_s_budget_counts_from_the_call_or_the_process_start(monkeypatch):
     assert before <= seen[-1] <= time.monotonic()  # from Python: the call
     monkeypatch.setattr(sys, "argv", ["placer", "tune", "zoo:tiny", "--budget", "20s"])
     assert cli.main() == 2
+    gc.unfreeze()  # main() froze the collector, as for a process about to exit (placer.process_exit)
     # the command itself: the process's start (two reads of two clocks: equal within a clock tick)
     assert seen[-1] <= cli.IMPORTED_AT and abs(seen[-1] - cli.process_started()) < 1.0
+
+
+def test_only_the_process_s_own_command_freezes_the_collector_for_its_exit(monkeypatch):
+    """``main()`` (the process's command) leaves every object in the collector's permanent generation,
+    so the interpreter's exit does not walk them (placer.process_exit); ``main(argv)``, called by a
+    program that goes on, leaves the collector as it was."""
+    _capture_started(monkeypatch)
+    gc.unfreeze()
+    assert cli.main(["tune", "zoo:tiny", "--budget", "20s"]) == 2
+    assert gc.get_freeze_count() == 0
+    monkeypatch.setattr(sys, "argv", ["placer", "tune", "zoo:tiny", "--budget", "20s"])
+    try:
+        assert cli.main() == 2
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
