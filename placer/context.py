@@ -140,7 +140,8 @@ def prepare(
             say(futile_line(res))
         if res.hurried:
             say(f"profiling reached its share of the budget: {res.hurried} repeat(s) left out "
-                "(disturbed rows kept flagged, to be measured again next time; second windows skipped)")
+                "(disturbed rows kept flagged, to be measured again next time; second windows left for "
+                "the next run)")
         if whole_models:
             with _phase(say, f"profile the whole model on {names}"):
                 profile_whole_model(graph, real, store, timeout_s=max(timeout_s, 120.0),

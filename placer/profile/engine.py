@@ -41,7 +41,7 @@ from placer.profile.contention import (
 from placer.profile.drift import contradicts, drift_scale
 from placer.profile.progress import progress_bar
 from placer.profile.results import CampaignResult, TargetTotals
-from placer.profile.store import Measurement, ProfileStore
+from placer.profile.store import WINDOW_DUE, Measurement, ProfileStore
 from placer.profile.supervisor import InProcessWorker, WorkerDied, WorkerProcess
 from placer.profile.timing import TimingConfig
 
@@ -276,9 +276,10 @@ class Engine:
 
     def run(self, tasks: list[Task], *, second_windows: bool = True) -> None:
         """Run tasks (grouped by target, in order); skip those the store has. Then the second windows
-        of what it measured, unless ``second_windows`` is False: the caller then must call
-        :meth:`run_second_windows` (which also reports the targets that became unavailable), after the
-        measurements a plan cannot do without."""
+        of what it measured, and of stored rows an earlier campaign's hurry point left without theirs,
+        unless ``second_windows`` is False: the caller then must call :meth:`run_second_windows` (which
+        also reports the targets that became unavailable), after the measurements a plan cannot do
+        without."""
         by_target: dict[str, list[Task]] = defaultdict(list)
         targets = self._targets
         for t in tasks:
@@ -293,6 +294,9 @@ class Engine:
                 m = have.get(t.key)
                 if self._is_done(m):
                     self._count(t, "cached", m)
+                    if m.ok and m.meta.get(WINDOW_DUE) and self._takes_second_window(t, m.meta.get("compile_ms")):
+                        self._again[name].append(t)  # an earlier campaign's hurry point left it out
+                        self.result.windows_due += 1
                 elif not t.static[0]:
                     m = self.store.put(t.key, t.target, kind=t.kind, status="unsupported", reason=t.static[1],
                                        meta={"static": True})
@@ -458,10 +462,14 @@ class Engine:
                            net_ms=max(median - overhead, 0.0), p10_ms=st["p10_ms"], p90_ms=st["p90_ms"], n=st["n"],
                            meta=meta)
         self._count(task, "measured", m)
-        if (self.second_window and task.kind in _SECOND_WINDOW_KINDS
-                and (task.target.spec.threads > 1 or self._one_thread_windows)
-                and (reply.get("compile_ms") or 0.0) <= SECOND_WINDOW_MAX_COMPILE_MS):
+        if self._takes_second_window(task, reply.get("compile_ms")):
             self._again[task.target.name].append(task)
+
+    def _takes_second_window(self, task: Task, compile_ms: float | None) -> bool:
+        """Whether ``task``'s row, stored ok, is measured again in a second window."""
+        return bool(self.second_window and task.kind in _SECOND_WINDOW_KINDS
+                    and (task.target.spec.threads > 1 or self._one_thread_windows)
+                    and (compile_ms or 0.0) <= SECOND_WINDOW_MAX_COMPILE_MS)
 
     def _worker(self, target):
         """A worker for ``target``: its own process (importing the colocated runtimes) when isolated."""
@@ -475,7 +483,8 @@ class Engine:
     def _second_window(self, target, tasks: list[Task]) -> None:
         """Measure ``tasks`` (stored ok by this run) again in a fresh worker, in reverse order, so that a
         slow spell hits other ops than the first time; keep the lower median, record both (``windows``).
-        Past ``hurry_after`` the rest are left out (counted in ``hurried``): the budget's hurry point
+        Past ``hurry_after`` the rest are left out (counted in ``hurried``; their rows are marked
+        :data:`~placer.profile.store.WINDOW_DUE`, and a later campaign takes them): the budget's hurry point
         is checked before each, not only before the batch (session 35's main job took 114 second
         windows, two batches begun before its hurry point, and left its search no time). No worker is
         started for a batch that begins past it. A one-thread target stops, past
@@ -485,9 +494,11 @@ class Engine:
         on_probation = target.spec.threads == 1 and self.second_window != "all"
         taken = disagreed = 0
         try:
-            for i, task in enumerate(reversed(tasks)):
+            queue = tasks[::-1]
+            for i, task in enumerate(queue):
                 if self._hurried():
-                    self.result.hurried += len(tasks) - i  # the first windows' rows stand
+                    self.result.hurried += len(tasks) - i  # the first windows' rows stand, marked due
+                    self.store.flag_window_due([t.key for t in queue[i:]], target)
                     break
                 if (on_probation and taken >= ONE_THREAD_PROBATION
                         and disagreed < ONE_THREAD_MIN_DISAGREE * taken):
@@ -506,6 +517,7 @@ class Engine:
                     continue
                 self.result.second_windows += 1
                 st, meta = reply["stats"], dict(first.meta)
+                meta.pop(WINDOW_DUE, None)
                 second = float(st["median_ms"])
                 taken += 1
                 lo, hi = sorted((first.median_ms, second))

@@ -53,6 +53,9 @@ SCHEMA_VERSION = 1
 STATUSES = ("ok", "unsupported", "error", "timeout", "crash")
 KINDS = ("op", "segment", "model", "overhead", "partition")
 BUSY_TIMEOUT_MS = 60_000
+#: a row's meta key: the campaign that measured it left its second window out (its budget's hurry point
+#: came first), so a later campaign takes it (:mod:`placer.profile.engine`)
+WINDOW_DUE = "second_window_due"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _SCHEMA = """
@@ -440,6 +443,18 @@ class ProfileStore:
             c.execute("UPDATE measurements SET meta=? WHERE key=? AND target=?",
                       (json.dumps(meta, sort_keys=True, default=str), key, self.target_hash(target)))
         return True
+
+    def flag_window_due(self, keys: Iterable[str], target) -> int:
+        """Mark the ok rows of ``keys`` whose second window a campaign left out (:data:`WINDOW_DUE`): a
+        later campaign takes it. Their figures and timestamps are left as they are; returns how many
+        rows were marked (missing, failed and already marked rows are not)."""
+        th = self.target_hash(target)
+        todo = [(json.dumps(dict(m.meta, **{WINDOW_DUE: True}), sort_keys=True, default=str), key, th)
+                for key, m in self.get_many(keys, target).items() if m.ok and not m.meta.get(WINDOW_DUE)]
+        if todo:
+            with self._tx() as c:
+                c.executemany("UPDATE measurements SET meta=? WHERE key=? AND target=?", todo)
+        return len(todo)
 
     def get_many(self, keys: Iterable[str], target) -> dict[str, Measurement]:
         th = self.target_hash(target)

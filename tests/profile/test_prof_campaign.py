@@ -206,6 +206,36 @@ def test_the_hurry_point_is_checked_before_each_second_window(tmp_path, tiny, fa
     assert sum("windows_ms" in m.meta for m in rows) == 2 and len(rows) == n_sigs
 
 
+def test_second_windows_a_hurry_point_left_out_are_taken_by_the_next_campaign(tmp_path, tiny, fast_timing,
+                                                                              monkeypatch):
+    """The rows whose second window the hurry point left out are marked due in the store; the next
+    campaign on that store measures nothing again but takes those windows (the lower median kept,
+    the mark cleared), and the one after takes none. The hurry point is "two second windows taken"."""
+    from placer.profile.engine import Engine
+    from placer.profile.store import WINDOW_DUE
+
+    db, n_sigs = tmp_path / "d.db", len(tiny.unique_signatures())
+    kw = dict(progress=False, links=False, whole_model=False, timing=fast_timing)
+    with monkeypatch.context() as m:
+        m.setattr(Engine, "_hurried", lambda self: self.result.second_windows >= 2)
+        first = profile_graph(tiny, ["onnxruntime:t2"], db, **kw)
+    with ProfileStore(db) as st:
+        ops = [r for r in st.measurements(kind="op") if r["status"] == "ok"]
+    due = {r["key"] for r in ops if r["meta"].get(WINDOW_DUE)}
+    assert first.second_windows == 2 and len(ops) == n_sigs and len(due) == n_sigs - 2
+    assert not any(r["meta"].get(WINDOW_DUE) and "windows_ms" in r["meta"] for r in ops)
+    before = {r["key"]: r["median_ms"] for r in ops}
+    then = profile_graph(tiny, ["onnxruntime:t2"], db, **kw)
+    assert then.measured == 0 and then.windows_due == len(due) == then.second_windows
+    assert then.hurried == 0
+    rows = {k: m for (k, _), m in then.results.items() if m.kind == "op"}
+    assert all(rows[k].meta["windows_ms"][0] == before[k] for k in due)
+    assert all(rows[k].median_ms == min(rows[k].meta["windows_ms"]) for k in due)
+    assert not any(m.meta.get(WINDOW_DUE) for m in rows.values())
+    last = profile_graph(tiny, ["onnxruntime:t2"], db, **kw)
+    assert last.measured == 0 and last.windows_due == 0 and last.second_windows == 0
+
+
 def test_the_links_come_before_the_second_windows_which_the_hurry_point_cuts(tmp_path, tiny, fast_timing,
                                                                               monkeypatch):
     """A plan needs the links; the second windows only refine rows it has. So a campaign measures its links
