@@ -168,7 +168,8 @@ def profile_graph(
     (:data:`~placer.profile.engine.ONE_THREAD_PROBATION`; ``$PLACER_ONE_THREAD_WINDOWS=0``: none) unless
     ``second_window="all"``. ``hurry_after`` (a ``time.monotonic()`` value, a caller's budget): past it
     nothing is measured twice; a disturbed row is kept flagged for a later campaign, and the second
-    windows are left out (:meth:`~placer.profile.engine.Engine._hurried`; ``hurried`` counts them).
+    windows are left out (:meth:`~placer.profile.engine.Engine._hurried`; ``hurried`` counts them), their
+    rows marked due: a later campaign takes them (``windows_due`` counts those it took).
     ``probes`` > 0: each target measures again, at the start and the end of its work, the
     :mod:`~placer.profile.anchors` and up to ``probes`` ops of ``graph`` stored by other sessions, so
     that :mod:`placer.profile.drift` can put this session's rows on the scale of the others (every

@@ -170,7 +170,8 @@ class Engine:
         #: target name -> why its device became unreachable (its remaining tasks are skipped, not stored)
         self.unavailable: dict[str, str] = {}
         self._skipped: Counter = Counter()
-        #: target name -> tasks measured ok in this run that a second window measures again
+        #: target name -> tasks measured ok in this run that a second window measures again (and stored
+        #: rows marked due: an earlier campaign's hurry point left their second window out)
         self._again: dict[str, list[Task]] = defaultdict(list)
         self._targets: dict[str, object] = {}  # by name: every target a task of run() named
         #: the environment's switches, read once per campaign: one-thread second windows (on probation
@@ -294,9 +295,9 @@ class Engine:
                 m = have.get(t.key)
                 if self._is_done(m):
                     self._count(t, "cached", m)
-                    if m.ok and m.meta.get(WINDOW_DUE) and self._takes_second_window(t, m.meta.get("compile_ms")):
-                        self._again[name].append(t)  # an earlier campaign's hurry point left it out
-                        self.result.windows_due += 1
+                    due = m.ok and m.meta.get(WINDOW_DUE)  # an earlier campaign's hurry point left it out
+                    if due and self._takes_second_window(t, m.meta.get("compile_ms")):
+                        self._again[name].append(t)
                 elif not t.static[0]:
                     m = self.store.put(t.key, t.target, kind=t.kind, status="unsupported", reason=t.static[1],
                                        meta={"static": True})
@@ -326,10 +327,10 @@ class Engine:
             self.run_second_windows()
 
     def run_second_windows(self) -> None:
-        """The second windows of the rows :meth:`run` measured (each target's in one fresh worker; a
-        one-thread target's on probation, :data:`ONE_THREAD_PROBATION`; past ``hurry_after`` the rest
-        are left out), then the targets that became unavailable put in the result's problems. A
-        refinement: a campaign that runs them after its links
+        """The second windows of the rows :meth:`run` measured or found due (each target's in one fresh
+        worker; a one-thread target's on probation, :data:`ONE_THREAD_PROBATION`; past ``hurry_after``
+        the rest are left out), then the targets that became unavailable put in the result's problems.
+        A refinement: a campaign that runs them after its links
         (:func:`~placer.profile.campaign.profile_graph`) lets the hurry point cut them rather than
         what a plan needs."""
         for name, ts in self._again.items():
@@ -481,8 +482,9 @@ class Engine:
                 "timing": self.timing.to_dict(), "repeat": repeat, "alone": task.kind == "model"}
 
     def _second_window(self, target, tasks: list[Task]) -> None:
-        """Measure ``tasks`` (stored ok by this run) again in a fresh worker, in reverse order, so that a
-        slow spell hits other ops than the first time; keep the lower median, record both (``windows``).
+        """Measure ``tasks`` (stored ok by this run, or marked due by an earlier one: each key once) again in
+        a fresh worker, in reverse order, so that a slow spell hits other ops than the first time; keep the
+        lower median, record both (``windows``) and clear the mark.
         Past ``hurry_after`` the rest are left out (counted in ``hurried``; their rows are marked
         :data:`~placer.profile.store.WINDOW_DUE`, and a later campaign takes them): the budget's hurry point
         is checked before each, not only before the batch (session 35's main job took 114 second
@@ -494,15 +496,17 @@ class Engine:
         on_probation = target.spec.threads == 1 and self.second_window != "all"
         taken = disagreed = 0
         try:
-            queue = tasks[::-1]
+            seen: set[str] = set()  # a due row a probe then refreshed was queued twice
+            queue = [t for t in reversed(tasks) if not (t.key in seen or seen.add(t.key))]
             for i, task in enumerate(queue):
                 if self._hurried():
-                    self.result.hurried += len(tasks) - i  # the first windows' rows stand, marked due
+                    self.result.hurried += len(queue) - i  # the first windows' rows stand, marked due
                     self.store.flag_window_due([t.key for t in queue[i:]], target)
                     break
                 if (on_probation and taken >= ONE_THREAD_PROBATION
                         and disagreed < ONE_THREAD_MIN_DISAGREE * taken):
-                    self.result.steady += len(tasks) - i  # the first windows agreed: they stand
+                    self.result.steady += len(queue) - i  # the first windows agreed: they stand
+                    self.store.flag_window_due([t.key for t in queue[i:]], target, due=False)
                     break
                 if worker is None:
                     worker = self._worker(target)
@@ -517,7 +521,7 @@ class Engine:
                     continue
                 self.result.second_windows += 1
                 st, meta = reply["stats"], dict(first.meta)
-                meta.pop(WINDOW_DUE, None)
+                self.result.windows_due += bool(meta.pop(WINDOW_DUE, False))
                 second = float(st["median_ms"])
                 taken += 1
                 lo, hi = sorted((first.median_ms, second))

@@ -60,8 +60,8 @@ def second_window_line(res: CampaignResult) -> str:
     """What the second measurement windows found."""
     steady = (f"; {res.steady} one-thread measurement(s) kept at one window (the target's second windows "
               "had mostly agreed with the first)" if res.steady else "")
-    due = (f"; {res.windows_due} of the rows were stored by an earlier run whose budget had left their second "
-           "window out" if res.windows_due else "")
+    due = (f"; {res.windows_due} of the rows were stored by an earlier run whose budget had left their "
+           "second window out" if res.windows_due else "")
     return (f"second window: {res.second_windows} measurement(s) taken again later in a fresh worker, "
             f"the lower median kept; the first window was over {SLOW_FIRST_WINDOW:g}x slower for "
             f"{res.slow_first_windows}{steady}{due}")

@@ -63,7 +63,7 @@ class CampaignResult:
     #: repeats left out past the caller's deadline (disturbed rows kept flagged; second windows, whose
     #: rows are marked due: :data:`placer.profile.store.WINDOW_DUE`)
     hurried: int = 0
-    #: stored rows whose second window an earlier campaign left out, queued for theirs by this one
+    #: second windows taken on stored rows whose second window an earlier campaign's hurry point left out
     windows_due: int = 0
     #: disturbed measurements kept at their first attempt once re-takes had stopped escaping the
     #: disturbance (:meth:`placer.profile.engine.Engine._futile`; flagged, measured again next time)
@@ -82,8 +82,8 @@ class CampaignResult:
             "links_cached": self.links_cached, "store": self.store_path, "problems": list(self.problems),
             "remeasured": self.remeasured, "contended": self.contended,
             "second_windows": self.second_windows, "slow_first_windows": self.slow_first_windows,
-            "steady": self.steady, "hurried": self.hurried, "windows_due": self.windows_due, "futile": self.futile, "session": self.session,
-            "probes": self.probes,
+            "steady": self.steady, "hurried": self.hurried, "windows_due": self.windows_due,
+            "futile": self.futile, "session": self.session, "probes": self.probes,
             "refreshed": self.refreshed,
             "per_target": {k: v.to_dict() for k, v in self.per_target.items()},
         }

@@ -54,7 +54,9 @@ STATUSES = ("ok", "unsupported", "error", "timeout", "crash")
 KINDS = ("op", "segment", "model", "overhead", "partition")
 BUSY_TIMEOUT_MS = 60_000
 #: a row's meta key: the campaign that measured it left its second window out (its budget's hurry point
-#: came first), so a later campaign takes it (:mod:`placer.profile.engine`)
+#: came first), so a later campaign takes it (:mod:`placer.profile.engine`); a one-thread target's
+#: probation clears it on the rows it leaves at one window; a second window that fails leaves it
+#: (the next campaign tries again); a campaign that takes no second windows leaves it
 WINDOW_DUE = "second_window_due"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -444,16 +446,27 @@ class ProfileStore:
                       (json.dumps(meta, sort_keys=True, default=str), key, self.target_hash(target)))
         return True
 
-    def flag_window_due(self, keys: Iterable[str], target) -> int:
+    def flag_window_due(self, keys: Iterable[str], target, due: bool = True) -> int:
         """Mark the ok rows of ``keys`` whose second window a campaign left out (:data:`WINDOW_DUE`): a
-        later campaign takes it. Their figures and timestamps are left as they are; returns how many
-        rows were marked (missing, failed and already marked rows are not)."""
+        later campaign takes it; ``due=False`` clears the mark. Their figures and timestamps are left
+        as they are, and the rows are read in the transaction that writes them (a row another campaign
+        stores meanwhile keeps its own meta). Returns how many rows changed (missing and failed rows,
+        and rows already so, do not)."""
         th = self.target_hash(target)
-        todo = [(json.dumps(dict(m.meta, **{WINDOW_DUE: True}), sort_keys=True, default=str), key, th)
-                for key, m in self.get_many(keys, target).items() if m.ok and not m.meta.get(WINDOW_DUE)]
-        if todo:
-            with self._tx() as c:
-                c.executemany("UPDATE measurements SET meta=? WHERE key=? AND target=?", todo)
+        keys = list(dict.fromkeys(keys))
+        with self._tx() as c:
+            todo = []
+            for i in range(0, len(keys), 500):  # SQLite's limit on bound parameters
+                chunk = keys[i:i + 500]
+                rows = c.execute("SELECT key, meta FROM measurements WHERE target=? AND status='ok' AND "
+                                 f"key IN ({','.join('?' * len(chunk))})", (th, *chunk)).fetchall()
+                for key, meta_json in rows:
+                    meta = _json_column(meta_json, f"meta of {key!r}") if meta_json else {}
+                    if bool(meta.get(WINDOW_DUE)) != due:
+                        meta = dict(meta, **{WINDOW_DUE: True}) if due else {k: v for k, v in meta.items()
+                                                                            if k != WINDOW_DUE}
+                        todo.append((json.dumps(meta, sort_keys=True, default=str), key, th))
+            c.executemany("UPDATE measurements SET meta=? WHERE key=? AND target=?", todo)
         return len(todo)
 
     def get_many(self, keys: Iterable[str], target) -> dict[str, Measurement]:

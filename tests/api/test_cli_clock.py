@@ -36,8 +36,10 @@ def test_tune_s_budget_counts_from_the_call_or_the_process_start(monkeypatch):
     assert cli.main(["tune", "zoo:tiny", "--trials", "1", "--budget", "20s"]) == 2
     assert before <= seen[-1] <= time.monotonic()  # from Python: the call
     monkeypatch.setattr(sys, "argv", ["placer", "tune", "zoo:tiny", "--budget", "20s"])
-    assert cli.main() == 2
-    gc.unfreeze()  # main() froze the collector, as for a process about to exit (placer.process_exit)
+    try:
+        assert cli.main() == 2
+    finally:
+        gc.unfreeze()  # main() froze the collector, as for a process about to exit (placer.process_exit)
     # the command itself: the process's start (two reads of two clocks: equal within a clock tick)
     assert seen[-1] <= cli.IMPORTED_AT and abs(seen[-1] - cli.process_started()) < 1.0
 

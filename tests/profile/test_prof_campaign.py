@@ -236,6 +236,58 @@ def test_second_windows_a_hurry_point_left_out_are_taken_by_the_next_campaign(tm
     assert last.measured == 0 and last.windows_due == 0 and last.second_windows == 0
 
 
+def _due_keys(db) -> set[str]:
+    from placer.profile.store import WINDOW_DUE
+
+    with ProfileStore(db) as st:
+        return {r["key"] for r in st.measurements(kind="op", status="ok") if r["meta"].get(WINDOW_DUE)}
+
+
+def test_a_due_row_a_probe_refreshes_gets_one_second_window(tmp_path, tiny, fast_timing, monkeypatch):
+    """A row marked due that the next campaign's probe contradicts is measured again (a fresh first
+    window) and queued once more: it still gets one second window, not two, and is not counted as due.
+    The probes' verdict is forced ("contradicted"), the hurry point is "no window taken"."""
+    from placer.profile import engine
+
+    db, kw = tmp_path / "r.db", dict(progress=False, links=False, whole_model=False, timing=fast_timing)
+    with monkeypatch.context() as m:
+        m.setattr(engine.Engine, "_hurried", lambda self: True)
+        profile_graph(tiny, ["onnxruntime:t2"], db, **kw)
+    due = _due_keys(db)
+    assert len(due) == len(tiny.unique_signatures())
+    monkeypatch.setattr(engine, "contradicts", lambda *a, **k: True)
+    then = profile_graph(tiny, ["onnxruntime:t2"], db, probes=2, **kw)
+    assert then.refreshed >= 1 and then.measured == then.refreshed
+    assert then.second_windows == len(due) and then.windows_due == len(due) - then.refreshed
+    assert not _due_keys(db)
+    with ProfileStore(db) as st:
+        ops = [r for r in st.measurements(kind="op", status="ok") if r["key"] in due]
+    assert all(len(r["meta"]["windows_ms"]) == 2 and r["median_ms"] == min(r["meta"]["windows_ms"]) for r in ops)
+
+
+def test_a_one_thread_probation_clears_the_marks_of_the_rows_it_leaves(tmp_path, tiny, fast_timing,
+                                                                        monkeypatch):
+    """A one-thread target whose probation stops (its windows agree: the tolerance is set so) leaves the
+    rest of its due rows at one window and clears their marks: the campaign after takes none. The
+    probation is two windows; the hurry point of the first campaign is "no window taken"."""
+    from placer.profile import engine
+
+    monkeypatch.delenv(engine.ONE_THREAD_WINDOWS_ENV, raising=False)  # the suite leaves them out (conftest)
+    db, kw = tmp_path / "o.db", dict(progress=False, links=False, whole_model=False, timing=fast_timing)
+    with monkeypatch.context() as m:
+        m.setattr(engine.Engine, "_hurried", lambda self: True)
+        profile_graph(tiny, ["onnxruntime"], db, **kw)
+    n_sigs = len(tiny.unique_signatures())
+    assert len(_due_keys(db)) == n_sigs > 2
+    monkeypatch.setattr(engine, "ONE_THREAD_PROBATION", 2)
+    monkeypatch.setattr(engine, "WINDOWS_DISAGREE", float("inf"))
+    then = profile_graph(tiny, ["onnxruntime"], db, **kw)
+    assert (then.second_windows, then.windows_due, then.steady) == (2, 2, n_sigs - 2)
+    assert not _due_keys(db)
+    last = profile_graph(tiny, ["onnxruntime"], db, **kw)
+    assert last.second_windows == 0 and last.windows_due == 0
+
+
 def test_the_links_come_before_the_second_windows_which_the_hurry_point_cuts(tmp_path, tiny, fast_timing,
                                                                               monkeypatch):
     """A plan needs the links; the second windows only refine rows it has. So a campaign measures its links
