@@ -16,10 +16,18 @@ their reference cycles alive.
 from __future__ import annotations
 
 import gc
+import sys
+from typing import NoReturn
 
-__all__ = ["freeze_before_exit"]
+__all__ = ["exit_process", "freeze_before_exit"]
 
 
 def freeze_before_exit() -> None:
     """Spare the interpreter's exit its collections over everything this process imported."""
     gc.freeze()
+
+
+def exit_process(rc: int) -> NoReturn:
+    """End a worker's process with exit status ``rc`` (its ``__main__``), the collector frozen first."""
+    freeze_before_exit()
+    sys.exit(rc)

@@ -57,7 +57,6 @@ import itertools
 import json
 import os
 import socket
-import sys
 import tempfile
 import threading
 import time
@@ -641,8 +640,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from placer.process_exit import freeze_before_exit
+    from placer.process_exit import exit_process
 
-    rc = main()
-    freeze_before_exit()  # this process exits next
-    sys.exit(rc)
+    exit_process(main())

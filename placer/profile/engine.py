@@ -496,8 +496,8 @@ class Engine:
         on_probation = target.spec.threads == 1 and self.second_window != "all"
         taken = disagreed = 0
         try:
-            seen: set[str] = set()  # a due row a probe then refreshed was queued twice
-            queue = [t for t in reversed(tasks) if not (t.key in seen or seen.add(t.key))]
+            # each key once (a due row a probe then refreshed was queued twice), in reverse order
+            queue = list({t.key: t for t in reversed(tasks)}.values())
             for i, task in enumerate(queue):
                 if self._hurried():
                     self.result.hurried += len(queue) - i  # the first windows' rows stand, marked due

@@ -437,34 +437,38 @@ class ProfileStore:
     def flag_contended(self, key: str, target, why: str) -> bool:
         """Mark a row as not to be trusted (``contended``, with ``why``): the next campaign measures it
         again. Returns False if there is no such row."""
-        m = self.get(key, target)
-        if m is None:
-            return False
-        meta = dict(m.meta, contended=True, distrusted=why)
-        with self._tx() as c:
-            c.execute("UPDATE measurements SET meta=? WHERE key=? AND target=?",
-                      (json.dumps(meta, sort_keys=True, default=str), key, self.target_hash(target)))
-        return True
+        return self._edit_meta([key], target, lambda meta: dict(meta, contended=True, distrusted=why)) > 0
 
     def flag_window_due(self, keys: Iterable[str], target, due: bool = True) -> int:
         """Mark the ok rows of ``keys`` whose second window a campaign left out (:data:`WINDOW_DUE`): a
-        later campaign takes it; ``due=False`` clears the mark. Their figures and timestamps are left
-        as they are, and the rows are read in the transaction that writes them (a row another campaign
-        stores meanwhile keeps its own meta). Returns how many rows changed (missing and failed rows,
-        and rows already so, do not)."""
+        later campaign takes it; ``due=False`` clears the mark (:meth:`_edit_meta`). Returns how many
+        rows changed (missing and failed rows, and rows already so, do not)."""
+        def edit(meta: dict) -> dict | None:
+            if bool(meta.get(WINDOW_DUE)) == due:
+                return None
+            if due:
+                return dict(meta, **{WINDOW_DUE: True})
+            return {k: v for k, v in meta.items() if k != WINDOW_DUE}
+
+        return self._edit_meta(keys, target, edit, ok_only=True)
+
+    def _edit_meta(self, keys: Iterable[str], target, edit, *, ok_only: bool = False) -> int:
+        """Rewrite the meta of the rows of ``keys`` on ``target`` (``ok_only``: of the ok ones), read in the
+        transaction that writes them (a row another campaign stores meanwhile keeps its own meta):
+        ``edit(meta)`` returns the new meta, or None to leave the row. Figures and timestamps are left
+        as they are; returns how many rows changed."""
         th = self.target_hash(target)
         keys = list(dict.fromkeys(keys))
+        todo = []
         with self._tx() as c:
-            todo = []
             for i in range(0, len(keys), 500):  # SQLite's limit on bound parameters
                 chunk = keys[i:i + 500]
-                rows = c.execute("SELECT key, meta FROM measurements WHERE target=? AND status='ok' AND "
-                                 f"key IN ({','.join('?' * len(chunk))})", (th, *chunk)).fetchall()
+                rows = c.execute("SELECT key, meta FROM measurements WHERE target=? "
+                                 + ("AND status='ok' " if ok_only else "")
+                                 + f"AND key IN ({','.join('?' * len(chunk))})", (th, *chunk)).fetchall()
                 for key, meta_json in rows:
-                    meta = _json_column(meta_json, f"meta of {key!r}") if meta_json else {}
-                    if bool(meta.get(WINDOW_DUE)) != due:
-                        meta = dict(meta, **{WINDOW_DUE: True}) if due else {k: v for k, v in meta.items()
-                                                                            if k != WINDOW_DUE}
+                    meta = edit(_json_column(meta_json or "{}", f"measurement {key!r}: meta"))
+                    if meta is not None:
                         todo.append((json.dumps(meta, sort_keys=True, default=str), key, th))
             c.executemany("UPDATE measurements SET meta=? WHERE key=? AND target=?", todo)
         return len(todo)

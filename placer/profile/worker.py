@@ -250,8 +250,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from placer.process_exit import freeze_before_exit
+    from placer.process_exit import exit_process
 
-    rc = main()
-    freeze_before_exit()  # this process exits next
-    sys.exit(rc)
+    exit_process(main())

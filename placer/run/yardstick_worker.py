@@ -298,8 +298,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from placer.process_exit import freeze_before_exit
+    from placer.process_exit import exit_process
 
-    rc = main(sys.argv[1:])
-    freeze_before_exit()  # this process exits next
-    sys.exit(rc)
+    exit_process(main(sys.argv[1:]))
