@@ -23,7 +23,7 @@ from placer.run.numerics import (
     load_inputs,
     random_inputs,
 )
-from placer.run.pipeline import PipelineExecutor, PipelineStopped, StageError
+from placer.run.pipeline import PipelineExecutor, PipelineStopped, StageError, discard_outputs
 
 __all__ = [
     "DegenerateReferenceWarning",
@@ -42,6 +42,7 @@ __all__ = [
     "StageError",
     "check_against_reference",
     "compare",
+    "discard_outputs",
     "load_inputs",
     "make_executor",
     "random_inputs",

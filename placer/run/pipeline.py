@@ -19,7 +19,10 @@
   the batch (by request id) and the caller's thread waits for the batch to complete, so there is no
   collector queue either: a single-stage plan (e.g. the whole model replicated on every core) has
   no thread hand-off per request at all. Every blocking wait polls an abort flag, so nothing can
-  block forever.
+  block forever. A caller that only reduces or forwards each result passes ``run(...,
+  consume=fn)``: the last stage's workers hand each request's outputs to ``fn`` as views of the
+  runtimes' buffers, with no copy (OpenVINO's outputs are otherwise copied out of its request:
+  4 MB of logits per request on hf-llama).
 * **Order.** A stage with one worker is FIFO; a replicated stage is not (replica B may finish
   request 5 before replica A finishes request 4), so requests may reach later stages and the end
   out of order. Nothing depends on arrival order: items carry their request id, results are stored
@@ -49,7 +52,7 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -79,12 +82,15 @@ class _Aborted(Exception):
 
 
 class _Batch:
-    """The requests of one :meth:`PipelineExecutor.run` call and their results, by request id."""
+    """The requests of one :meth:`PipelineExecutor.run` call and their results, by request id
+    (``consume``: see :meth:`PipelineExecutor.run`)."""
 
-    def __init__(self, requests: Sequence[Mapping[str, np.ndarray]], output_names: Sequence[str]):
+    def __init__(self, requests: Sequence[Mapping[str, np.ndarray]], output_names: Sequence[str],
+                 consume: Callable[[int, dict[str, np.ndarray]], Any] | None = None):
         self.requests = requests
         self.n = len(requests)
         self.output_names = tuple(output_names)
+        self.consume = consume
         self.lock = threading.Lock()
         self.cursor = 0
         self.done = 0
@@ -93,6 +99,7 @@ class _Batch:
         self.errors: list[BaseException | None] = [None] * self.n
         self.t_enter = [0] * self.n
         self.t_done = [0] * self.n
+        self.completed = [False] * self.n  # its outputs delivered (a consumer may return None for them)
         if self.n == 0:
             self.finished.set()
 
@@ -107,9 +114,12 @@ class _Batch:
         return rid
 
     def deliver(self, kind: str, rid: int, payload: Any) -> None:
-        """A request leaves the last stage: its outputs, its error, or nothing (cancelled)."""
+        """A request leaves the last stage: its outputs ("req"), what a consumer made of them ("kept"),
+        its error, or nothing (cancelled)."""
         if kind == "req":
-            self.outputs[rid] = {t: payload[t] for t in self.output_names}
+            self.outputs[rid], self.completed[rid] = {t: payload[t] for t in self.output_names}, True
+        elif kind == "kept":
+            self.outputs[rid], self.completed[rid] = payload, True
         elif kind == "err":
             self.errors[rid] = payload
         self.t_done[rid] = time.perf_counter_ns()
@@ -288,9 +298,14 @@ class PipelineExecutor:
                     f"stage {i}{who} ({st.target or 'mixed'}) could not build its sessions: {_line(exc)}",
                     i, request=rid))
             else:
-                item = self._serve(i, st, compiled, rid, payload, keep)
+                # a consumer takes the last stage's outputs before this worker runs again: views of
+                # its runtimes' buffers will do (no copy of each output)
+                shared = last_stage and self._current.consume is not None
+                item = self._serve(i, st, compiled, rid, payload, keep, shared)
                 served[0] += 1
             if last_stage:
+                if item[0] == "req" and self._current.consume is not None:
+                    item = self._consumed(rid, item[2])
                 self._current.deliver(*item)
             else:
                 self._put(q_out, item)
@@ -335,13 +350,24 @@ class PipelineExecutor:
                 except Exception:  # pragma: no cover
                     pass
 
-    def _serve(self, i, st, compiled, rid, env, keep):
+    def _consumed(self, rid: int, env: Mapping[str, np.ndarray]) -> tuple:
+        """The batch's consumer on one request's outputs, in the last stage's worker: ("kept", rid,
+        what it returned), or the request failed (the error policy) if it raised."""
+        try:
+            return "kept", rid, self._current.consume(rid, {t: env[t] for t in self.output_names})
+        except Exception as exc:  # noqa: BLE001 - the caller's code: reported per request
+            self._note_failure(rid)
+            return "err", rid, PlacerError(
+                f"request {rid}: the consumer of its outputs raised {type(exc).__name__}: {_line(exc)}")
+
+    def _serve(self, i, st, compiled, rid, env, keep, shared: bool = False):
         t_stage = time.perf_counter_ns()
         p = None
         try:
             for p in st.partitions:
                 s = time.perf_counter_ns()
-                out = compiled[p.id].run({t: env[t] for t in p.inputs})
+                c = compiled[p.id]
+                out = (c.run_shared if shared else c.run)({t: env[t] for t in p.inputs})
                 self._ptimes[p.id].append((time.perf_counter_ns() - s) / 1e6)
                 env.update(out)
         except Exception as exc:
@@ -356,8 +382,8 @@ class PipelineExecutor:
         return ("req", rid, {k: v for k, v in env.items() if k in keep})
 
     # ---- running ----------------------------------------------------------------------------------
-    def _batch(self, requests: Sequence[Mapping[str, np.ndarray]]):
-        batch = _Batch(requests, self.output_names)
+    def _batch(self, requests: Sequence[Mapping[str, np.ndarray]], consume=None):
+        batch = _Batch(requests, self.output_names, consume)
         self._current = batch
         n = batch.n
         t0 = time.perf_counter()
@@ -381,17 +407,27 @@ class PipelineExecutor:
             stage = getattr(first, "stage", "?")
             for rid in range(failed_at + 1, n):
                 outputs[rid] = None
+                batch.completed[rid] = False
                 errors[rid] = PipelineStopped(
                     f"request {rid} not completed: the pipeline stopped after stage {stage} failed "
                     f"on request {failed_at}"
                 )
-        lat = [(batch.t_done[r] - batch.t_enter[r]) / 1e6 for r in range(n) if outputs[r] is not None]
+        lat = [(batch.t_done[r] - batch.t_enter[r]) / 1e6 for r in range(n) if batch.completed[r]]
         return outputs, errors, lat, wall
 
-    def run(self, requests: Sequence[Mapping[str, np.ndarray]], *, warmup: int = 2) -> RunResult:
+    def run(self, requests: Sequence[Mapping[str, np.ndarray]], *, warmup: int = 2,
+            consume: Callable[[int, dict[str, np.ndarray]], Any] | None = None) -> RunResult:
         """Push requests through the stages; outputs in request order (see the error policy above).
 
-        ``warmup`` requests (at least two per worker of the widest stage when nonzero) run first, untimed."""
+        ``warmup`` requests (at least two per worker of the widest stage when nonzero) run first, untimed.
+
+        ``consume(request_id, outputs)``: the request's outputs are handed to it in the last stage's
+        worker as they are produced, as views of the runtimes' own buffers (no copy of each output:
+        OpenVINO's are overwritten by that worker's next request, so the consumer must not keep them),
+        and ``RunResult.outputs`` holds what it returned (e.g. a class id, or None). A serving loop
+        that reduces or forwards each result this way pays no output copy, as an OpenVINO
+        ``AsyncInferQueue`` callback does not; a consumer that raises fails its request. Warm-up
+        requests go to a consumer that keeps nothing."""
         if self._closed:
             raise PlacerError("pipeline executor is closed (a stage failed earlier, or close() was called)")
         self.start()
@@ -400,7 +436,8 @@ class PipelineExecutor:
             # every replica of every stage should have made its (cold) first call before timing starts:
             # with pulled work one replica can take them all, so warm with a few requests per worker
             warmup = max(warmup, 2 * max(len(w) for w in self._workers))
-            w_out, w_err, _, _ = self._batch([requests[i % len(requests)] for i in range(warmup)])
+            w_out, w_err, _, _ = self._batch([requests[i % len(requests)] for i in range(warmup)],
+                                             None if consume is None else discard_outputs)
             if any(w_err):
                 err = next(e for e in w_err if e is not None)
                 self.close()
@@ -412,7 +449,7 @@ class PipelineExecutor:
             v.clear()
         for c in self._served.values():
             c[0] = 0
-        outputs, errors, lat, wall = self._batch(requests)
+        outputs, errors, lat, wall = self._batch(requests, consume)
         if self._failed_at is not None:
             self.close()
         parts = [p for s in self.stages for p in s.partitions]
@@ -429,6 +466,10 @@ class PipelineExecutor:
                               for s in self.stages]},
         )
         return RunResult(outputs=outputs, measurement=m, errors=errors)
+
+
+def discard_outputs(rid: int, outputs: Mapping[str, np.ndarray]) -> None:
+    """A consumer that drops every output (warm-up requests, measurement rounds)."""
 
 
 def _line(exc: BaseException) -> str:

@@ -16,7 +16,8 @@ Measuring (the machine is shared and noisy): every pipeline candidate runs enoug
 take about :data:`MEASURE_S` seconds (at least :data:`MIN_REQUESTS`), in :data:`FIRST_ROUNDS`
 rounds on one started executor; its figure is the median requests/s over the rounds. At the end
 the finalists (the best :data:`N_FINALISTS` measured candidates and the best replicated one) are
-measured again in :data:`FINAL_ROUNDS` interleaved rounds, with the baselines between them; their
+measured again in :data:`FINAL_ROUNDS` interleaved rounds (past the budget if need be; the search
+stops early to leave them their time where it can), with the baselines between them; their
 figures (and the N-core limit) become the medians over these final rounds only, and the best of
 them wins (the measured guard: a placement must beat the baselines measured beside it). A
 candidate that was not a finalist keeps its first figure and cannot win: the load on a shared
@@ -51,7 +52,7 @@ from placer.interrupts import raise_if_stopped
 from placer.materialize import materialize
 from placer.run import bench as run_bench
 from placer.run.numerics import ReferenceRunner, check_against_reference, compare, load_inputs
-from placer.run.pipeline import PipelineExecutor
+from placer.run.pipeline import PipelineExecutor, discard_outputs
 from placer.run.yardsticks import DESCRIPTIONS, YardstickSet, throughput_kinds
 from placer.solve import solve
 from placer.tune import space
@@ -70,7 +71,8 @@ FINAL_ROUNDS = 3
 
 class _PipelineRuns:
     """One candidate on a started :class:`~placer.run.pipeline.PipelineExecutor`: measurement rounds
-    over the same cycled inputs, every output checked against the reference outputs."""
+    over the same cycled inputs; each input run twice first, untimed, its outputs checked against the
+    reference outputs."""
 
     def __init__(self, mat, feeds, refs, n_requests: int, tolerance: Mapping[str, float] | None = None):
         self.mat = mat
@@ -90,15 +92,25 @@ class _PipelineRuns:
     def __exit__(self, *exc):
         self.pe.close()
 
-    def round(self, warmup: int = 0) -> float:
-        res = self.pe.run(self.reqs, warmup=warmup)
+    def check(self, warmup: int = 0) -> None:
+        """Run each input twice (after ``warmup``), untimed, and check every output against the reference."""
+        res = self.pe.run(self.reqs[:2 * len(self.refs)], warmup=warmup)
         res.raise_first()
-        if self.numerics is None:  # every output of the first round, in request order
-            report = None
-            for i, out in enumerate(res.outputs):
-                r = compare(out, self.refs[i % len(self.refs)], **self.tolerance)
-                report = r if report is None else report.merge(r)
-            self.numerics = report
+        report = None
+        for i, out in enumerate(res.outputs):
+            r = compare(out, self.refs[i % len(self.refs)], **self.tolerance)
+            report = r if report is None else report.merge(r)
+        self.numerics = report
+
+    def round(self, warmup: int = 0) -> float:
+        """One timed round (the first call checks the outputs first): the outputs are dropped where
+        they are produced, no copy made, as a serving loop's consumer takes them (and as the
+        runtimes' own throughput yardsticks leave theirs)."""
+        if self.numerics is None:
+            self.check(warmup)
+            warmup = 0
+        res = self.pe.run(self.reqs, warmup=warmup, consume=discard_outputs)
+        res.raise_first()
         m = res.measurement
         self.rps.append(m.throughput_rps)
         self.p50.append(m.latency_p50_ms)
@@ -312,18 +324,42 @@ class ThroughputSearch:
             self.study.enqueue_trial({f"core{c}": k for c, k in zip(cores, combo)} | {"boundary_ms": 0.0, "fuse": True},
                                      skip_if_exists=True)
 
+    def final_rounds_s(self) -> float:
+        """About how long the final rounds take, from the figures measured so far: per round, each
+        finalist's and yardstick's requests at its measured rate, and the baselines' turns."""
+        rates = sorted((r.throughput_rps for r in self.records if r.kind in ("trial", "replicas")
+                        and r.throughput_rps), reverse=True)[:N_FINALISTS + 1]
+        rates += [r.throughput_rps for r in self.records if r.kind == "yardstick" and r.throughput_rps]
+        per_round = sum(self.n_requests / v for v in rates)
+        per_round += sum(self.bench.per_round * r.measured_ms / 1000 for r in self.records
+                         if r.kind == "baseline" and r.measured_ms)
+        return FINAL_ROUNDS * per_round
+
     def search(self) -> None:
-        """Ask, run and tell trials until the trial count or 80 % of the budget; a stop request is
-        checked before each trial."""
+        """Ask, run and tell trials until the trial count, 80 % of the budget, or until one more trial
+        (as long as the longest so far, the solver's limit before any) would leave the final rounds
+        less than their time (:meth:`final_rounds_s`): a round cut by the budget leaves the verdict
+        one sample per candidate. A stop request is checked before each trial."""
+        durations: list[float] = []  # of this search's trials
         while True:
+            longest = max(durations, default=float(self.solver_time_limit))
             if self.n_trials is not None and self.n_done >= self.n_trials:
                 break
-            if self.budget_s is not None and time.monotonic() - self.t_start > self.budget_s * 0.8:
-                break
+            if self.budget_s is not None:
+                elapsed = time.monotonic() - self.t_start
+                final_s = self.final_rounds_s()
+                if elapsed > self.budget_s * 0.8:
+                    break
+                if elapsed + longest + final_s > self.budget_s:
+                    self.say(f"search stopped at {elapsed:.1f} s of the {self.budget_s:.0f} s budget: about "
+                             f"{final_s:.1f} s kept for {FINAL_ROUNDS} final rounds")
+                    break
             raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
             fail_stale(self.study, self.say, self.stale_after_s)
+            t0 = time.monotonic()
             with asked_trial(self.study, lambda t: shared_study.mark_worker(t, self.ctx.targets)) as trial:
                 self.n_done += int(self.run_trial(trial))
+            durations.append(time.monotonic() - t0)
 
     def run_trial(self, trial) -> bool:
         """Solve one trial's pipeline, measure it (a placement measured before is not re-run) and tell
@@ -384,8 +420,11 @@ class ThroughputSearch:
         return eligible
 
     def _interleaved_rounds(self, finalists: list[TrialRecord]) -> dict[str, _PipelineRuns]:
-        """FINAL_ROUNDS rounds (fewer once the budget is spent): the baselines, the yardsticks, then each
-        finalist still eligible (alternating order); returns the finalists' runs (closed)."""
+        """FINAL_ROUNDS rounds, past the budget if it is spent (the search keeps their time where it can:
+        :meth:`search`): the baselines, the yardsticks, then each finalist still eligible (alternating
+        order); returns the finalists' runs (closed). One round per candidate, which a spent budget used
+        to leave, picked the slower of two runtimes' replicas on 3 of 13 models on a host that swings
+        by 1.3-2x (3-5% below the other, measured over 12 rounds: session 38)."""
         budget_s, n_requests = self.budget_s, self.n_requests
         with contextlib.ExitStack() as stack:
             runs: dict[str, _PipelineRuns] = {}
@@ -396,8 +435,9 @@ class ThroughputSearch:
                 except PlacerError as exc:
                     r.error, r.throughput_rps = f"final rounds: {first_line(exc)}", None
             for rnd in range(FINAL_ROUNDS):
-                if rnd and budget_s is not None and time.monotonic() - self.t_start > budget_s:
-                    break
+                if rnd == 1 and budget_s is not None and time.monotonic() - self.t_start > budget_s:
+                    self.say(f"final rounds past the {budget_s:.0f} s budget: {FINAL_ROUNDS} rounds, "
+                             "the verdict's samples")
                 order = list(runs) if rnd % 2 == 0 else list(runs)[::-1]
                 self.bench.measure(list(self.base_names), rounds=1)
                 for y in self.yardsticks.ready.values():

@@ -243,3 +243,49 @@ def test_a_replicated_stage_that_cannot_build_its_sessions_fails_every_request()
     assert "could not build its sessions" in str(res.errors[0]) and "replica" in str(res.errors[0])
     assert all(isinstance(e, PipelineStopped) for e in res.errors[1:])
     assert not _placer_threads()
+
+
+@two_cores
+def test_a_consumer_gets_each_request_s_own_outputs_without_a_copy():
+    """``run(consume=fn)``: the last stage hands each request's outputs to ``fn`` in its worker, as
+    views of OpenVINO's own output buffers (no copy), and the result keeps what ``fn`` returned, in
+    request order: every request's outputs are its own (two replicas, distinct inputs, no result
+    overwritten by the replica's next request before its consumer read it)."""
+    g = graph_of(chain_model(6))
+    reqs = [random_inputs(g, s) for s in range(24)]
+    ref = ReferenceRunner(g.model)
+    seen: dict[int, bool] = {}
+
+    def consume(rid, outputs):
+        (y,) = outputs.values()
+        seen[rid] = y.flags.owndata  # a copy owns its data; a view of the request's buffer does not
+        return compare(outputs, ref.run(reqs[rid])).passed, float(np.sum(y))
+
+    with PipelineExecutor(_whole(g, "openvino:t1", replicas=REPLICAS)) as pe:
+        res = pe.run(reqs, warmup=2, consume=consume)
+        kept = pe.run(reqs[:2], warmup=0)  # without a consumer: arrays the caller owns, as before
+    assert res.ok and res.measurement.n_requests == 24
+    assert [ok for ok, _ in res.outputs] == [True] * 24
+    sums = [float(np.sum(next(iter(ref.run(r).values())))) for r in reqs]
+    assert [s for _, s in res.outputs] == pytest.approx(sums, rel=1e-5)
+    assert sorted(seen) == list(range(24)) and not any(seen.values())
+    assert all(next(iter(o.values())).flags.owndata for o in kept.outputs)
+
+
+def test_a_consumer_that_raises_fails_its_request_and_stops_the_later_ones():
+    g = graph_of(chain_model(2))
+    reqs = [random_inputs(g, s) for s in range(12)]
+
+    def consume(rid, outputs):
+        if rid == 5:
+            raise ValueError("no room for this one")
+        return rid
+
+    pe = PipelineExecutor(_whole(g, "onnxruntime:t1"))
+    res = pe.run(reqs, warmup=0, consume=consume)
+    assert res.outputs[:5] == [0, 1, 2, 3, 4] and all(e is None for e in res.errors[:5])
+    assert isinstance(res.errors[5], PlacerError) and "request 5" in str(res.errors[5])
+    assert "ValueError: no room for this one" in str(res.errors[5])
+    assert all(isinstance(e, PipelineStopped) for e in res.errors[6:])
+    assert res.measurement.n_failed == 7
+    assert pe.alive_threads == 0 and not _placer_threads()

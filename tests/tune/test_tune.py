@@ -91,6 +91,21 @@ def test_api_tune_latency_and_rerun_reuses_study(tmp_path, db):
     assert len(study.trials) == 3
 
 
+def test_a_spent_throughput_budget_still_gets_every_final_round(tmp_path, db):
+    """The verdict's samples: the final rounds run FINAL_ROUNDS rounds even when the budget is spent by
+    then (a 1-s budget is, by the profiling and the baselines: the search runs no trial), and say so."""
+    from placer.tune import tune
+    from placer.tune.pipeline_tuner import FINAL_ROUNDS
+
+    said: list[str] = []
+    res = tune("zoo:tiny", targets=TARGETS.split(","), db=db, out_dir=tmp_path, objective="throughput",
+               budget_s=1, progress=said.append)
+    assert not [r for r in res.records if r.kind == "trial"]
+    finals = res.extra["final_rounds"]
+    assert finals and all(len(v) == FINAL_ROUNDS for v in finals.values()), finals
+    assert any("final rounds past the 1 s budget" in m for m in said)
+
+
 def test_api_tune_throughput_pipeline(tmp_path, db):
     from placer.tune import tune
 
