@@ -11,7 +11,8 @@ pinned to f32, driven by an ``AsyncInferQueue``; one 1-thread ONNX Runtime sessi
 many threads), each in a process of its own, in ``--rounds`` interleaved rounds of about 0.5 s per
 candidate (the order alternating). Reported per model: the medians, and the median over rounds of
 the plan's req/s over each yardstick's in the same round (paired). The plan's outputs and the
-yardsticks' are checked against ONNX Runtime's reference first, at the f32 tolerance.
+yardsticks' are checked against ONNX Runtime's reference first, at the plan's precision (bf16 where a
+partition computes in bf16, as tune checked it).
 
     python -m experiments.bench_throughput --plans 'RUN/tune_tp_*' --rounds 12 --out OUT
 """
@@ -69,14 +70,14 @@ def bench_plan(plan_dir: Path, rounds: int, round_s: float = 0.5) -> dict:
                     v = pe.run(reqs, warmup=0, consume=discard_outputs).measurement.throughput_rps
                 else:
                     v = y.throughput(n)
-                if v:
-                    rps.setdefault(key, []).append(float(v))
+                rps.setdefault(key, []).append(float(v) if v else math.nan)  # one entry per round
     out["requests_per_round"] = n
     out["rounds_rps"] = rps
-    out["median_rps"] = {k: float(np.median(v)) for k, v in rps.items()}
+    out["median_rps"] = {k: float(np.nanmedian(v)) for k, v in rps.items()}
     plan = np.asarray(rps["plan"])
-    out["paired_plan_over"] = {k: float(np.median(plan[:len(v)] / np.asarray(v[:len(plan)])))
-                               for k, v in rps.items() if k != "plan"}
+    paired = {k: plan / np.asarray(v) for k, v in rps.items() if k != "plan"}  # round by round
+    out["paired_plan_over"] = {k: float(np.median(r[np.isfinite(r)])) if np.isfinite(r).any() else math.nan
+                               for k, r in paired.items()}
     return out
 
 

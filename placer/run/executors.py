@@ -56,9 +56,10 @@ class PartitionError(PlacerError):
 
 @dataclass
 class RunResult:
-    """Outputs per request (None where a request failed), errors per request, the measurement."""
+    """Outputs per request (None where a request failed; with a pipeline consumer, what it returned:
+    ``PipelineExecutor.run(consume=...)``), errors per request, the measurement."""
 
-    outputs: list[dict[str, np.ndarray] | None]
+    outputs: list[Any]
     measurement: Measurement
     errors: list[BaseException | None] = field(default_factory=list)
     numerics: Any = None

@@ -18,17 +18,19 @@
   back-pressure, no unbounded buffering. The last stage's workers write each result straight into
   the batch (by request id) and the caller's thread waits for the batch to complete, so there is no
   collector queue either: a single-stage plan (e.g. the whole model replicated on every core) has
-  no thread hand-off per request at all. Every blocking wait polls an abort flag, so nothing can
-  block forever. A caller that only reduces or forwards each result passes ``run(...,
+  no thread hand-off per request at all. Every blocking wait polls an abort flag, so nothing of
+  placer's can block forever. A caller that only reduces or forwards each result passes ``run(...,
   consume=fn)``: the last stage's workers hand each request's outputs to ``fn`` as views of the
   runtimes' buffers, with no copy (OpenVINO's outputs are otherwise copied out of its request:
-  4 MB of logits per request on hf-llama).
+  4 MB of logits per request on hf-llama). ``fn`` runs in those workers, several at once where the
+  last stage is replicated, in no set order; a consumer that hangs holds its worker.
 * **Order.** A stage with one worker is FIFO; a replicated stage is not (replica B may finish
   request 5 before replica A finishes request 4), so requests may reach later stages and the end
   out of order. Nothing depends on arrival order: items carry their request id, results are stored
   by it, and the outputs are returned in request order.
 * **Errors.** A stage that raises fails that request with a :class:`StageError` naming the stage,
-  the partition and the target. Policy (deterministic, replicas or not): requests *before* the
+  the partition and the target (a consumer that raises: the last stage, partition ``consumer``).
+  Policy (deterministic, replicas or not): requests *before* the
   first failed one (lowest request id that failed) complete normally; the failed request gets its
   StageError; every later request is failed with :class:`PipelineStopped` (not run where it had not
   been started, results discarded where it had: with replicas a later request may already have
@@ -42,8 +44,8 @@
 * **Timings.** Per-partition times (every replica's calls) and per-stage times are recorded for
   the measured batch; ``extra["replica_requests"]`` counts the requests each worker served.
 * **Latency** of a request runs from when a first-stage worker takes it to when its result is
-  stored (time waiting for a free first-stage worker is not counted; the bounded queues between
-  stages are); throughput = completed requests / wall time of the batch.
+  stored, a consumer's time included (time waiting for a free first-stage worker is not counted;
+  the bounded queues between stages are); throughput = completed requests / wall time of the batch.
 """
 
 from __future__ import annotations
@@ -352,13 +354,19 @@ class PipelineExecutor:
 
     def _consumed(self, rid: int, env: Mapping[str, np.ndarray]) -> tuple:
         """The batch's consumer on one request's outputs, in the last stage's worker: ("kept", rid,
-        what it returned), or the request failed (the error policy) if it raised."""
+        what it returned); the request failed (the error policy) if it raised; not called for a
+        request after one that failed meanwhile (its result would be discarded)."""
+        failed_at = self._failed_at
+        if failed_at is not None and rid > failed_at:
+            return "cancel", rid, None
         try:
             return "kept", rid, self._current.consume(rid, {t: env[t] for t in self.output_names})
         except Exception as exc:  # noqa: BLE001 - the caller's code: reported per request
             self._note_failure(rid)
-            return "err", rid, PlacerError(
-                f"request {rid}: the consumer of its outputs raised {type(exc).__name__}: {_line(exc)}")
+            last = len(self.stages) - 1
+            return "err", rid, StageError(
+                f"stage {last} failed on request {rid}: the consumer of its outputs raised "
+                f"{type(exc).__name__}: {_line(exc)}", last, "consumer", "", rid)
 
     def _serve(self, i, st, compiled, rid, env, keep, shared: bool = False):
         t_stage = time.perf_counter_ns()
@@ -367,7 +375,8 @@ class PipelineExecutor:
             for p in st.partitions:
                 s = time.perf_counter_ns()
                 c = compiled[p.id]
-                out = (c.run_shared if shared else c.run)({t: env[t] for t in p.inputs})
+                call = getattr(c, "run_shared", c.run) if shared else c.run  # a plug-in may lack run_shared
+                out = call({t: env[t] for t in p.inputs})
                 self._ptimes[p.id].append((time.perf_counter_ns() - s) / 1e6)
                 env.update(out)
         except Exception as exc:
@@ -424,10 +433,13 @@ class PipelineExecutor:
         ``consume(request_id, outputs)``: the request's outputs are handed to it in the last stage's
         worker as they are produced, as views of the runtimes' own buffers (no copy of each output:
         OpenVINO's are overwritten by that worker's next request, so the consumer must not keep them),
-        and ``RunResult.outputs`` holds what it returned (e.g. a class id, or None). A serving loop
-        that reduces or forwards each result this way pays no output copy, as an OpenVINO
-        ``AsyncInferQueue`` callback does not; a consumer that raises fails its request. Warm-up
-        requests go to a consumer that keeps nothing."""
+        and ``RunResult.outputs`` holds what it returned (e.g. a class id, or None: ``errors`` says
+        which requests failed). A serving loop that reduces or forwards each result this way pays no
+        output copy, as an OpenVINO ``AsyncInferQueue`` callback does not. It is called from the last
+        stage's workers, several at once where that stage is replicated, in no set order (make it
+        thread-safe); one that raises fails its request under the error policy (a StageError, partition
+        ``consumer``), and no later request reaches it once one has failed. Warm-up requests go to a
+        consumer that keeps nothing."""
         if self._closed:
             raise PlacerError("pipeline executor is closed (a stage failed earlier, or close() was called)")
         self.start()

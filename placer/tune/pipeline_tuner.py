@@ -72,7 +72,7 @@ FINAL_ROUNDS = 3
 class _PipelineRuns:
     """One candidate on a started :class:`~placer.run.pipeline.PipelineExecutor`: measurement rounds
     over the same cycled inputs; each input run twice first, untimed, its outputs checked against the
-    reference outputs."""
+    reference outputs (:meth:`check`)."""
 
     def __init__(self, mat, feeds, refs, n_requests: int, tolerance: Mapping[str, float] | None = None):
         self.mat = mat
@@ -93,12 +93,17 @@ class _PipelineRuns:
         self.pe.close()
 
     def check(self, warmup: int = 0) -> None:
-        """Run each input twice (after ``warmup``), untimed, and check every output against the reference."""
-        res = self.pe.run(self.reqs[:2 * len(self.refs)], warmup=warmup)
+        """Run each input twice and two requests per worker at least (after ``warmup``), untimed, the
+        outputs checked against the reference where they are produced: on the path the timed rounds
+        take (the runtimes' own buffers, no copy)."""
+        workers = max(len(s.workers) for s in self.mat.stage_config.stages)
+        n = max(2 * len(self.refs), 2 * workers)
+        refs, tol = self.refs, self.tolerance
+        res = self.pe.run([self.reqs[i % len(refs)] for i in range(n)], warmup=warmup,
+                          consume=lambda rid, out: compare(out, refs[rid % len(refs)], **tol))
         res.raise_first()
         report = None
-        for i, out in enumerate(res.outputs):
-            r = compare(out, self.refs[i % len(self.refs)], **self.tolerance)
+        for r in res.outputs:
             report = r if report is None else report.merge(r)
         self.numerics = report
 
@@ -125,6 +130,17 @@ class _PipelineRuns:
         rec.p10_ms, rec.p90_ms = m.latency_min_ms, m.latency_p90_ms
         rec.numerics_ok = self.numerics.passed if self.numerics is not None else None
         rec.partitions = [p.to_dict() for p in m.partitions]
+
+
+def one_thread_columns(targets) -> dict[str, int]:
+    """Per runtime kind, the index in ``targets`` of its one-thread target, else of its first one: a
+    pipeline stage owns one core, so its ops cost what they cost at one thread (the default targets
+    list each runtime on all cores first: pricing stages from them priced them at two threads)."""
+    cols: dict[str, int] = {}
+    for j, t in enumerate(targets):
+        if t.kind not in cols or (t.spec.threads == 1 and targets[cols[t.kind]].spec.threads != 1):
+            cols[t.kind] = j
+    return cols
 
 
 def retarget(problem, names: list[str], source_cols: list[int], link_fallback_ms: list[float]):
@@ -175,8 +191,11 @@ class ThroughputSearch:
         self.storage_url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
         self.seed, self.solver_time_limit, self.say = seed, solver_time_limit, say
         self.kinds = [t.kind for t in ctx.targets]
-        #: the runtimes a stage or a replica may use (untuned TVM only if nothing else is there)
+        #: the runtimes a stage or a replica may use (untuned TVM only if nothing else is there); a kind
+        #: is listed once per target of it (the study's choices, kept as they were for studies resumed)
         self.usable = [k for k in self.kinds if not k.startswith("tvm")] or self.kinds
+        #: per runtime, the problem column a per-core stage is priced from: its one-thread target's
+        self.cost_col = one_thread_columns(ctx.targets)
         self.feeds = load_inputs("seed:0", self.graph, 4)
         self.reference = ReferenceRunner(self.graph.model)
         self.refs = [self.reference.run(f) for f in self.feeds]
@@ -185,6 +204,7 @@ class ThroughputSearch:
         self.final_rps: dict[str, list[float]] = {}  # req/s of each final round per finalist
         self.ys_rps: dict[str, list[float]] = {}  # req/s of each final round per yardstick
         self.pipe_mats: dict[str, Any] = {}  # measured pipeline candidates, materialized
+        self.compile_s: dict[str, float] = {}  # seconds each one's executor took to build its sessions
         self.by_key: dict[str, TrialRecord] = {}
         self.base_names: dict[str, Any] = {}  # baseline name -> its materialized plan
         self.bench = self.yardsticks = self.study = self.fusion = None
@@ -217,7 +237,7 @@ class ThroughputSearch:
         """Check and measure each runtime alone at 1 and N threads; sets the N-core limit, the best
         single runtime and the requests per round. Returns the baselines' stats."""
         graph, bench, n_cores, say = self.graph, self.bench, self.n_cores, self.say
-        for kind in self.kinds:
+        for kind in dict.fromkeys(self.kinds):  # each runtime once (its t1 and tN targets share a kind)
             if kind.startswith("tvm"):
                 continue  # untuned TVM is 15-100x slower here; it is no throughput baseline
             for threads in (1, n_cores):
@@ -272,6 +292,7 @@ class ThroughputSearch:
         try:
             rec.n_partitions = len(mat.partitions)
             with _PipelineRuns(mat, self.feeds, self.refs, self.n_requests, self.ctx.tolerance) as runs:
+                self.compile_s[rec.key] = runs.pe.compiled_s or 0.0
                 runs.round(warmup=4)
                 for _ in range(FIRST_ROUNDS - 1):
                     runs.round()
@@ -289,7 +310,7 @@ class ThroughputSearch:
         """One replicated candidate per runtime that runs the whole model (``stats``: the baselines')."""
         graph, n_cores = self.graph, self.n_cores
         replicas = [[c] for c in self.cores]
-        for kind in self.usable:
+        for kind in dict.fromkeys(self.usable):  # each runtime's replicas once
             if f"{kind}:t1" not in self.base_names:
                 continue  # the runtime cannot run the whole model (said above)
             key = f"replicas:{kind}:t1x{n_cores}"
@@ -319,21 +340,25 @@ class ThroughputSearch:
                                 direction="maximize", stale_after_s=self.stale_after_s,
                                 seed=self.seed, shared=self.storage is not None, n_startup_trials=3)
         self.fusion = space.fusion_groups(self.graph)
-        combos = list(itertools.product(self.usable, repeat=self.n_cores))
+        combos = list(itertools.product(dict.fromkeys(self.usable), repeat=self.n_cores))
         for combo in combos[: max(1, min(len(combos), 4))]:
             self.study.enqueue_trial({f"core{c}": k for c, k in zip(cores, combo)} | {"boundary_ms": 0.0, "fuse": True},
                                      skip_if_exists=True)
 
     def final_rounds_s(self) -> float:
         """About how long the final rounds take, from the figures measured so far: per round, each
-        finalist's and yardstick's requests at its measured rate, and the baselines' turns."""
-        rates = sorted((r.throughput_rps for r in self.records if r.kind in ("trial", "replicas")
-                        and r.throughput_rps), reverse=True)[:N_FINALISTS + 1]
+        finalist's and yardstick's requests at its measured rate, and the baselines' turns; once, each
+        finalist's executor built again (as long as it took before) and its check."""
+        finalists = sorted((r for r in self.records if r.kind in ("trial", "replicas") and r.throughput_rps),
+                           key=lambda r: -r.throughput_rps)[:N_FINALISTS + 1]
+        rates = [r.throughput_rps for r in finalists]
         rates += [r.throughput_rps for r in self.records if r.kind == "yardstick" and r.throughput_rps]
         per_round = sum(self.n_requests / v for v in rates)
         per_round += sum(self.bench.per_round * r.measured_ms / 1000 for r in self.records
                          if r.kind == "baseline" and r.measured_ms)
-        return FINAL_ROUNDS * per_round
+        # each finalist's executor is built again for them (its sessions compiled, its check run)
+        setup = sum(self.compile_s.get(r.key, 0.0) + 12 / r.throughput_rps for r in finalists)
+        return FINAL_ROUNDS * per_round + setup
 
     def search(self) -> None:
         """Ask, run and tell trials until the trial count, 80 % of the budget, or until one more trial
@@ -371,7 +396,7 @@ class ThroughputSearch:
             knobs["boundary_ms"] = trial.suggest_categorical("boundary_ms", [0.0, 0.03, 0.1, 0.3])
             knobs["fuse"] = trial.suggest_categorical("fuse", [True, False])
         names = [f"{k}@cpu{c}:t1" for k, c in zip(choice, cores)]
-        cols = [self.kinds.index(k) for k in choice]
+        cols = [self.cost_col[k] for k in choice]
         overhead = [ctx.table.overhead_ms.get(ctx.targets[j].name, 0.01) for j in cols]
         problem = retarget(ctx.problem, names, cols, overhead)
         colocate = tuple(tuple(g) for g in self.fusion) if knobs["fuse"] else ()

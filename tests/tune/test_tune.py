@@ -91,6 +91,18 @@ def test_api_tune_latency_and_rerun_reuses_study(tmp_path, db):
     assert len(study.trials) == 3
 
 
+def test_per_core_stages_are_priced_from_each_runtime_s_one_thread_target():
+    """The default targets list each runtime on all cores first, then at one thread: a pipeline stage
+    owns one core, so its costs come from the one-thread column (they came from the first of the kind)."""
+    from placer.devices import make_target
+    from placer.tune.pipeline_tuner import one_thread_columns
+
+    targets = [make_target(n) for n in ("onnxruntime:t2", "openvino:t2", "onnxruntime:t1", "openvino:t1")]
+    assert one_thread_columns(targets) == {"onnxruntime": 2, "openvino": 3}
+    # a runtime without a one-thread target keeps its first one
+    assert one_thread_columns(targets[:2] + targets[3:]) == {"onnxruntime": 0, "openvino": 2}
+
+
 def test_a_spent_throughput_budget_still_gets_every_final_round(tmp_path, db):
     """The verdict's samples: the final rounds run FINAL_ROUNDS rounds even when the budget is spent by
     then (a 1-s budget is, by the profiling and the baselines: the search runs no trial), and say so."""
