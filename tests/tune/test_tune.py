@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 
 import optuna
 import pytest
@@ -143,6 +144,11 @@ def test_api_tune_throughput_pipeline(tmp_path, db):
     assert res.best in final and {r.kind for r in final} >= {"baseline", "replicas"}
     assert res.best.throughput_rps == max(r.throughput_rps for r in final)
     assert all(len(res.extra["final_rounds"][r.key]) >= 1 for r in final if r.kind != "baseline")
+    # each runtime alone on all cores is measured in the final rounds as the candidates are (pipeline
+    # rounds of the same requests), and that figure is the one it competes with
+    alone = [r for r in final if r.kind == "baseline" and r.key.endswith(f":t{n_cores}")]
+    finals = res.extra["final_rounds"]
+    assert alone and all(r.throughput_rps == pytest.approx(statistics.median(finals[r.key])) for r in alone)
     assert res.extra["core_limit_fraction"] == pytest.approx(res.best.throughput_rps / res.extra["core_limit_rps"])
     saved = json.loads((tmp_path / "trials.json").read_text())
     assert {r["key"] for r in saved if r["kind"] == "replicas"} == set(reps)
