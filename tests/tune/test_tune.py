@@ -170,7 +170,8 @@ def test_api_tune_throughput_pipeline(tmp_path, db):
 
 def test_throughput_tune_writes_a_replicated_plan_dir_when_it_wins(tmp_path, db, monkeypatch):
     """A replicated winner is saved with its replicas (stage config version 2) and runs: no study
-    trials, and the baselines made to look 100x slower, so a replicated candidate wins."""
+    trials, and the baselines made to look 100x slower (in the latency bench and in the final rounds'
+    pipeline rounds), so a replicated candidate wins."""
     from placer.run import bench as bench_mod
     from placer.tune import tune
 
@@ -184,6 +185,18 @@ def test_throughput_tune_writes_a_replicated_plan_dir_when_it_wins(tmp_path, db,
             return {k: self.stats(k) for k in keys}
 
     monkeypatch.setattr(bench_mod, "PlanBench", SlowBench)
+    # each runtime alone on all cores also runs pipeline rounds in the final rounds: those 100x slower too
+    from placer.tune import pipeline_tuner
+
+    real_round = pipeline_tuner._PipelineRuns.round
+
+    def slow_round(self, warmup=0):
+        rps = real_round(self, warmup)
+        if not any(s.replicas for s in self.mat.stage_config.stages):  # no trials here: a runtime alone
+            rps = self.rps[-1] = rps / 100
+        return rps
+
+    monkeypatch.setattr(pipeline_tuner._PipelineRuns, "round", slow_round)
     res = tune("zoo:tiny", targets=TARGETS.split(","), db=db, out_dir=tmp_path, objective="throughput", n_trials=0)
     assert res.best.kind == "replicas" and not res.fell_back
     cfg = json.loads((tmp_path / "stage_config.json").read_text())
