@@ -81,12 +81,9 @@ def bench_plan(plan_dir: Path, rounds: int, round_s: float = 0.5) -> dict:
     return out
 
 
-def _geomean(values) -> float:
-    vals = [v for v in values if v and math.isfinite(v)]
-    return math.exp(float(np.mean(np.log(vals)))) if vals else math.nan
-
-
 def report(results: dict[str, dict], meta: dict) -> str:
+    from experiments.compare import geomean
+
     keys = sorted({k for r in results.values() for k in r["paired_plan_over"]})
     lines = ["# Tuned throughput plans against the runtimes' throughput modes", "",
              f"Machine: {meta['cpu']}, {meta['cores']} cores; {meta['date']}; `{meta['command']}`.", "",
@@ -109,7 +106,7 @@ def report(results: dict[str, dict], meta: dict) -> str:
         lines.append(f"| {name} | {what} | {r['precision']} | {'ok' if r['plan_numerics_ok'] else 'fails'} | "
                      f"{r['median_rps']['plan']:.1f} | " + " | ".join(cells) + " |")
     lines += ["", "Geomean of the paired ratios: " + ", ".join(
-        f"{k} {_geomean(r['paired_plan_over'].get(k) for r in results.values()):.3f}" for k in keys)]
+        f"{k} {geomean(r['paired_plan_over'].get(k) for r in results.values()):.3f}" for k in keys)]
     passing = []
     for r in results.values():
         ok = [k for k in keys if r["yardstick_numerics_ok"].get(k) and k in r["median_rps"]]
@@ -118,7 +115,7 @@ def report(results: dict[str, dict], meta: dict) -> str:
             passing.append(r["paired_plan_over"][best])
     if passing:
         lines.append("Against the fastest yardstick passing the check at the plan's precision, per model: "
-                     f"geomean {_geomean(passing):.3f}, min {min(passing):.3f}.")
+                     f"geomean {geomean(passing):.3f}, min {min(passing):.3f}.")
     return "\n".join(lines) + "\n"
 
 

@@ -194,6 +194,7 @@ class ThroughputSearch:
         #: the runtimes a stage or a replica may use (untuned TVM only if nothing else is there); a kind
         #: is listed once per target of it (the study's choices, kept as they were for studies resumed)
         self.usable = [k for k in self.kinds if not k.startswith("tvm")] or self.kinds
+        self.runtimes = list(dict.fromkeys(self.usable))  # each usable runtime once
         #: per runtime, the problem column a per-core stage is priced from: its one-thread target's
         self.cost_col = one_thread_columns(ctx.targets)
         self.feeds = load_inputs("seed:0", self.graph, 4)
@@ -310,7 +311,7 @@ class ThroughputSearch:
         """One replicated candidate per runtime that runs the whole model (``stats``: the baselines')."""
         graph, n_cores = self.graph, self.n_cores
         replicas = [[c] for c in self.cores]
-        for kind in dict.fromkeys(self.usable):  # each runtime's replicas once
+        for kind in self.runtimes:  # each runtime's replicas once
             if f"{kind}:t1" not in self.base_names:
                 continue  # the runtime cannot run the whole model (said above)
             key = f"replicas:{kind}:t1x{n_cores}"
@@ -340,24 +341,40 @@ class ThroughputSearch:
                                 direction="maximize", stale_after_s=self.stale_after_s,
                                 seed=self.seed, shared=self.storage is not None, n_startup_trials=3)
         self.fusion = space.fusion_groups(self.graph)
-        combos = list(itertools.product(dict.fromkeys(self.usable), repeat=self.n_cores))
+        combos = list(itertools.product(self.runtimes, repeat=self.n_cores))
         for combo in combos[: max(1, min(len(combos), 4))]:
             self.study.enqueue_trial({f"core{c}": k for c, k in zip(cores, combo)} | {"boundary_ms": 0.0, "fuse": True},
                                      skip_if_exists=True)
 
+    def finalists(self) -> tuple[list[TrialRecord], list[TrialRecord]]:
+        """Who runs pipeline rounds in the final rounds, from the figures so far: the best
+        :data:`N_FINALISTS` measured candidates and the best replicated one; and each runtime alone on
+        all cores (baselines), measured there as the candidates are (a pipeline round of the same
+        requests): its figure from the latency bench, 1000 / median ms of single requests, beat
+        OpenVINO's replicas on inception_v1 and hf-distilbert where a pipeline round of it then ran
+        0.76x / 0.91x OpenVINO's THROUGHPUT f32 (session 38)."""
+        candidates = sorted((r for r in self.records if r.kind in ("trial", "replicas")
+                             and r.throughput_rps is not None), key=lambda r: -r.throughput_rps)
+        finalists = candidates[:N_FINALISTS]
+        best_rep = next((r for r in candidates if r.kind == "replicas"), None)
+        if best_rep is not None and best_rep not in finalists:
+            finalists.append(best_rep)
+        alone = [r for r in self.records if r.kind == "baseline" and r.key.endswith(f":t{self.n_cores}")]
+        return finalists, alone
+
     def final_rounds_s(self) -> float:
-        """About how long the final rounds take, from the figures measured so far: per round, each
-        finalist's and yardstick's requests at its measured rate, and the baselines' turns; once, each
-        finalist's executor built again (as long as it took before) and its check."""
-        finalists = sorted((r for r in self.records if r.kind in ("trial", "replicas") and r.throughput_rps),
-                           key=lambda r: -r.throughput_rps)[:N_FINALISTS + 1]
-        rates = [r.throughput_rps for r in finalists]
+        """About how long the final rounds take, from the figures measured so far: per round, the
+        requests of each finalist, runtime alone and yardstick at its measured rate, and the baselines'
+        turns; once, each finalist's executor built again (as long as it took before) and its check."""
+        finalists, alone = self.finalists()
+        entrants = [r for r in finalists + alone if r.throughput_rps]
+        rates = [r.throughput_rps for r in entrants]
         rates += [r.throughput_rps for r in self.records if r.kind == "yardstick" and r.throughput_rps]
         per_round = sum(self.n_requests / v for v in rates)
         per_round += sum(self.bench.per_round * r.measured_ms / 1000 for r in self.records
                          if r.kind == "baseline" and r.measured_ms)
-        # each finalist's executor is built again for them (its sessions compiled, its check run)
-        setup = sum(self.compile_s.get(r.key, 0.0) + 12 / r.throughput_rps for r in finalists)
+        # each one's executor is built again for them (its sessions compiled, its check run)
+        setup = sum(self.compile_s.get(r.key, 0.0) + 12 / r.throughput_rps for r in entrants)
         return FINAL_ROUNDS * per_round + setup
 
     def search(self) -> None:
@@ -372,9 +389,9 @@ class ThroughputSearch:
                 break
             if self.budget_s is not None:
                 elapsed = time.monotonic() - self.t_start
-                final_s = self.final_rounds_s()
                 if elapsed > self.budget_s * 0.8:
                     break
+                final_s = self.final_rounds_s()
                 if elapsed + longest + final_s > self.budget_s:
                     self.say(f"search stopped at {elapsed:.1f} s of the {self.budget_s:.0f} s budget: about "
                              f"{final_s:.1f} s kept for {FINAL_ROUNDS} final rounds")
@@ -429,20 +446,10 @@ class ThroughputSearch:
         figures (and the N-core limit) become the medians over these rounds. Returns the records
         eligible to win."""
         records = self.records
-        candidates = sorted((r for r in records if r.kind in ("trial", "replicas") and r.throughput_rps is not None),
-                            key=lambda r: -r.throughput_rps)
-        finalists = candidates[:N_FINALISTS]
-        best_rep = next((r for r in candidates if r.kind == "replicas"), None)
-        if best_rep is not None and best_rep not in finalists:
-            finalists.append(best_rep)
+        finalists, alone = self.finalists()
         if not finalists:
             return [r for r in records if r.throughput_rps is not None and r.kind != "yardstick"]
         marks = {k: len(self.bench.candidates[k].samples_ms) for k in self.base_names}
-        # each runtime alone on all cores is measured as the candidates are too (a pipeline round of the
-        # same requests): its figure from the latency bench, 1000 / median ms of single requests, beat
-        # OpenVINO's replicas on inception_v1 and hf-distilbert where a pipeline round of it then ran
-        # 0.76x / 0.91x OpenVINO's THROUGHPUT f32 (session 38)
-        alone = [r for r in records if r.kind == "baseline" and r.key.endswith(f":t{self.n_cores}")]
         for r in alone:
             self.pipe_mats.setdefault(r.key, self.base_names[r.key])
         runs = self._interleaved_rounds(finalists + alone)
