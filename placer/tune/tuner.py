@@ -49,7 +49,7 @@ from placer.run.spells import quiet_choice, spell_watches, unread_spell, wait_sp
 from placer.run.yardsticks import DESCRIPTIONS, YardstickSet, latency_kinds
 from placer.solve import solve
 from placer.tune import learned, shared_study, space
-from placer.tune.pipeline_tuner import tune_throughput
+from placer.tune.pipeline_tuner import per_core_targets, tune_throughput
 from placer.tune.records import TrialRecord, TuneResult, assignment_key, load_tune_result, write_outputs
 from placer.tune.study import (GRACE_PERIOD_S, asked_trial, fail_stale, open_study, storage_for, storage_writes,
                                tell_trial)
@@ -182,7 +182,8 @@ def tune(
     """Tune the placement of ``model``; write plan, stage config, Relax module and report to ``out_dir``.
 
     ``objective``: ``"latency"`` (minimize measured median latency, hybrid executor) or
-    ``"throughput"`` (maximize measured requests/s, pipeline executor, one stage per core).
+    ``"throughput"`` (maximize measured requests/s, pipeline executor, one stage per core; ops are
+    profiled on the one-thread targets only, :func:`placer.tune.pipeline_tuner.per_core_targets`).
     ``budget_s`` bounds the whole call (profiling counts against it; the final rounds come after);
     ``n_trials`` bounds the search. Given both, whichever comes first ends it; given neither, the
     budget is :data:`DEFAULT_BUDGET_S`. The budget counts from ``started`` (a ``time.monotonic()``
@@ -251,14 +252,21 @@ def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_t
 
     say(f"model {graph.name}: {len(graph.ops)} ops, {len(graph.unique_signatures())} unique signatures")
     hurry = None if budget_s is None else t_start + PROFILE_HURRY_SHARE * budget_s
-    ctx = context.prepare(graph, targets=targets, db=db, cost_model=cost_model, progress=False, say=say,
-                          hurry_after=hurry)
+    given = make_targets(targets)
+    # throughput: stages and replicas own one core each, priced from each runtime's one-thread profile
+    # only; each runtime on all cores is measured whole (a baseline), so it is not profiled op by op
+    profiled = per_core_targets(given) if objective == "throughput" else given
+    if len(profiled) < len(given):
+        say("throughput: ops profiled on the per-core targets " + ", ".join(t.name for t in profiled)
+            + " (each runtime on all cores is measured whole, as a baseline)")
+    ctx = context.prepare(graph, targets=[t.name for t in profiled], db=db, cost_model=cost_model,
+                          progress=False, say=say, hurry_after=hurry)
     say(f"profiling done ({time.monotonic() - t_start:.1f} s"
         + (f" of the {budget_s:.0f} s budget)" if budget_s is not None else ")"))
     if objective == "throughput":  # per-core pipeline stages, measured; the learned model is a latency-mode knob
         return tune_throughput(ctx, budget_s=budget_s, out=out, storage=storage, seed=seed, t_start=t_start,
                                solver_time_limit=solver_time_limit, say=say, n_trials=n_trials,
-                               stale_after_s=stale_after_s)
+                               stale_after_s=stale_after_s, study_targets=given)
     model_dir = learned.default_model_dir(db) if cost_model_dir is True else (cost_model_dir or None)
     if cost_model is not None and cost_model_dir is True:
         model_dir = None  # a model the caller passed is saved only where the caller says, never over the default

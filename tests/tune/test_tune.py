@@ -206,6 +206,63 @@ def test_throughput_tune_writes_a_replicated_plan_dir_when_it_wins(tmp_path, db,
     assert main(["report", str(tmp_path)]) == 0  # the saved records load back
 
 
+def test_per_core_targets_keep_each_runtime_s_one_thread_target_else_its_first():
+    from placer.devices import make_targets
+    from placer.tune.pipeline_tuner import per_core_targets
+
+    def names(ts):
+        return [t.name for t in ts]
+
+    both = make_targets(["onnxruntime:t2", "openvino:t2", "onnxruntime:t1", "openvino:t1"])
+    assert names(per_core_targets(both)) == ["onnxruntime@cpu:t1", "openvino@cpu:t1"]
+    only_all_cores = make_targets(["openvino:t2", "onnxruntime:t2", "onnxruntime:t1"])
+    assert names(per_core_targets(only_all_cores)) == ["openvino@cpu:t2", "onnxruntime@cpu:t1"]
+
+
+def test_every_runtime_s_replicas_run_in_the_final_rounds_beside_the_best_trials():
+    # lucky pipeline trials took the final places and left ONNX Runtime's replicas out (session 39)
+    import math
+
+    from placer.tune.pipeline_tuner import N_FINALISTS, ThroughputSearch
+    from placer.tune.records import TrialRecord
+
+    def rec(key, kind, rps):
+        return TrialRecord(key, key, kind, {}, None, math.nan, throughput_rps=rps)
+
+    search = ThroughputSearch.__new__(ThroughputSearch)
+    search.n_cores = 2
+    trials = [rec(f"trial {i}", "trial", 350.0 - i) for i in range(N_FINALISTS + 2)]
+    reps = [rec("replicas:openvino:t1x2", "replicas", 293.9),
+            rec("replicas:onnxruntime:t1x2", "replicas", 293.7)]
+    alone = [rec("onnxruntime:t2", "baseline", 250.0), rec("onnxruntime:t1", "baseline", 170.0)]
+    search.records = trials + reps + alone + [rec("failed", "replicas", None)]
+    finalists, runtimes_alone = search.finalists()
+    assert finalists == trials[:N_FINALISTS] + reps
+    assert runtimes_alone == alone[:1]
+
+
+def test_a_throughput_tune_profiles_ops_on_the_per_core_targets_only(tmp_path):
+    # each runtime on all cores is measured whole as a baseline; no trial reads its op costs
+    from placer.profile import ProfileStore
+    from placer.tune import tune
+    from placer.zoo import load_graph
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("the throughput objective needs 2 cores")
+    db = tmp_path / "profiles.db"
+    res = tune("zoo:tiny", targets=["onnxruntime:t2", "onnxruntime:t1"], db=db, out_dir=tmp_path / "out",
+               objective="throughput", n_trials=0)
+    graph = load_graph("zoo:tiny")
+    with ProfileStore(db, readonly=True) as st:
+        from placer.devices import make_target
+
+        t1, t2 = make_target("onnxruntime:t1"), make_target("onnxruntime:t2")
+        assert len(st.op_costs(graph, [t1], missing="skip")) == len(graph.ops)
+        assert st.op_costs(graph, [t2], missing="skip") == {}
+    baselines = {r.key: r for r in res.records if r.kind == "baseline"}
+    assert baselines["onnxruntime:t2"].throughput_rps > 0 and baselines["onnxruntime:t1"].throughput_rps > 0
+
+
 def test_tune_rejects_bad_objective_and_budget(capsys):
     assert main(["tune", "zoo:tiny", "--objective", "latency", "--budget", "soon"]) == 2
     assert "--budget" in capsys.readouterr().err
