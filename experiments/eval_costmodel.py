@@ -202,11 +202,13 @@ def cmd_eval(args) -> int:
                     print(f"session factors {t}: " + ", ".join(f"{s} {v:.3f}" for s, v in sorted(f.items())),
                           flush=True)
     if args.retest_db:
-        from costmodels.evaluate import repeatability
+        from costmodels.evaluate import held_out_against, repeatability
         from costmodels.store import training_data_from_store
 
         retest = training_data_from_store(args.retest_db, graphs=graphs, targets=targets, siblings=False)
-        res.settings["repeatability"] = repeatability(data, retest)
+        res.settings["repeatability"] = rep = repeatability(data, retest)
+        scales = {t: r["scale"] for t, r in rep.items()}
+        res.settings["held_out_vs_second"] = held_out_against(res, retest, scales)
     path = write_report(res, args.out)
     print(path.read_text())
     return 0

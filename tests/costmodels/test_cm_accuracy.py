@@ -97,6 +97,31 @@ def test_the_noise_floor_compares_two_profiles_after_one_common_scale():
     assert repeatability(first, slower, common_scale=False)["t"]["within10"] == 0.0
 
 
+def test_held_out_predictions_are_scored_against_the_second_profile_on_the_first_s_scale():
+    from costmodels.data import OpRow
+    from costmodels.evaluate import EvalResult, held_out_against, repeatability, report_markdown
+
+    res = EvalResult(settings={"targets": ["t"], "models": ["m"]})
+    first, second = TrainingData(), TrainingData()
+    for i in range(20):
+        ms = 0.1 * (i + 1)
+        pred = ms * (1.3 if i < 4 else 1.02)  # four predictions 30 % off the first profile
+        res.op_rows.append({"model": "m", "target": "t", "key": f"k{i}", "op_type": "Relu", "measured_ms": ms,
+                            "predicted_ms": pred, "ape": abs(pred / ms - 1), "flops": 0.0})
+        first.ops.append(OpRow("t", f"k{i}", ms, ("m",)))
+        # the second session 1.2x slower as a whole; it agrees with the predictions on two of the four
+        second.ops.append(OpRow("t", f"k{i}", 1.2 * (ms * 1.3 if i < 2 else ms), ("m",)))
+    rep = repeatability(first, second)
+    assert rep["t"]["scale"] == pytest.approx(1.2)
+    on_scale = held_out_against(res, second, {"t": rep["t"]["scale"]})["t"]
+    assert on_scale["n"] == 20 and on_scale["within10"] == pytest.approx(18 / 20)
+    # as stored, every row 1.2x slower: only the two predictions 30 % over the first land near it
+    assert held_out_against(res, second)["t"]["within10"] == pytest.approx(2 / 20)
+    res.settings.update(repeatability=rep, held_out_vs_second={"t": on_scale})
+    text = report_markdown(res)
+    assert "against the second profile" in text and "| t | 80.0 | 90.0 | 20 |" in text
+
+
 def test_the_gap_to_the_noise_floor_comes_with_a_sampling_interval_that_narrows_with_more_ops():
     # two shares of about 270 ops each: a standard error near 3 points, a 90% interval near +-5.5
     from costmodels.evaluate import Z90, gap_interval
