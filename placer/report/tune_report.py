@@ -88,9 +88,9 @@ def _final_comparison(doc: Document, result) -> None:
     final = result.extra.get("final_candidates")
     if result.objective == "throughput" and final:
         doc.h2("Final comparison (interleaved rounds)")
-        doc.p("Only these were measured side by side at the end (the best candidates, the best replicated one "
-              "and the baselines, in alternating order); the choice is made among them. Other candidates keep "
-              "the figure of their own, earlier rounds.")
+        doc.p("Only these were measured side by side at the end (the best candidates, every runtime's "
+              "replicated one and the baselines, in alternating order); the choice is made among them. Other "
+              "candidates keep the figure of their own, earlier rounds.")
         by_key = {r.key: r for r in result.records}
         rounds = result.extra.get("final_rounds", {})
         limit = result.extra.get("core_limit_rps") or math.nan

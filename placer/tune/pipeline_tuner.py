@@ -147,12 +147,16 @@ def one_thread_columns(targets) -> dict[str, int]:
 
 def per_core_targets(targets) -> list:
     """The targets a throughput tune profiles: each runtime's one-thread target (else its first one),
-    in the order given. A pipeline stage or a replica owns one core, so its ops are priced from that
-    column only (:func:`one_thread_columns`); each runtime on all cores is measured whole, as a
-    baseline, and never priced op by op: profiling it too spent about half of a throughput tune's
-    profiling on columns no trial reads."""
+    in the order given; untuned TVM only where no other runtime is given (no stage uses it then, as
+    :attr:`ThroughputSearch.usable` says). A pipeline stage or a replica owns one core, so its ops are
+    priced from that column only (:func:`one_thread_columns`); each runtime on all cores is measured
+    whole, as a baseline, and never priced op by op: profiling it too spent about half of a
+    throughput tune's profiling on columns no trial reads. One target per kind: of several
+    simulated devices (``sim:SPEC/DEV``) or pinned copies of a runtime, the first (none of them runs
+    in this objective's stages, which are made per core from the kind)."""
     cols = one_thread_columns(targets)
-    return [t for j, t in enumerate(targets) if j in cols.values()]
+    keep = [t for j, t in enumerate(targets) if j in cols.values()]
+    return [t for t in keep if not t.kind.startswith("tvm")] or keep
 
 
 def retarget(problem, names: list[str], source_cols: list[int], link_fallback_ms: list[float]):
@@ -206,7 +210,9 @@ class ThroughputSearch:
         self.out, self.storage, self.stale_after_s = out, storage, stale_after_s
         self.storage_url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
         self.seed, self.solver_time_limit, self.say = seed, solver_time_limit, say
-        self.kinds = [t.kind for t in ctx.targets]
+        # from the user's targets, not the profiled per-core ones: a runtime listed on all cores and at one
+        # thread is two choices of the study, as before (a resumed study keeps its distributions)
+        self.kinds = [t.kind for t in self.study_targets]
         #: the runtimes a stage or a replica may use (untuned TVM only if nothing else is there); a kind
         #: is listed once per target of it (the study's choices, kept as they were for studies resumed)
         self.usable = [k for k in self.kinds if not k.startswith("tvm")] or self.kinds
@@ -572,6 +578,7 @@ class ThroughputSearch:
                                    "final_candidates": [r.key for r in eligible],
                                    "chosen_layout": mat.summary(),
                                    "problem_provenance": dict(self.ctx.problem.provenance),
+                                   "targets_given": [t.name for t in self.study_targets],
                                    "n_partitions": len(mat.partitions)})
         write_outputs(result, self.ctx, mat)
         return result

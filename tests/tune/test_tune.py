@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import types
 
 import optuna
 import pytest
@@ -217,6 +218,9 @@ def test_per_core_targets_keep_each_runtime_s_one_thread_target_else_its_first()
     assert names(per_core_targets(both)) == ["onnxruntime@cpu:t1", "openvino@cpu:t1"]
     only_all_cores = make_targets(["openvino:t2", "onnxruntime:t2", "onnxruntime:t1"])
     assert names(per_core_targets(only_all_cores)) == ["openvino@cpu:t2", "onnxruntime@cpu:t1"]
+    # untuned TVM is no stage's runtime while another is given (ThroughputSearch.usable): not profiled
+    assert names(per_core_targets(make_targets(["tvm-llvm:t1", "onnxruntime:t1"]))) == ["onnxruntime@cpu:t1"]
+    assert names(per_core_targets(make_targets(["tvm-llvm:t1"]))) == ["tvm-llvm@cpu:t1"]
 
 
 def test_every_runtime_s_replicas_run_in_the_final_rounds_beside_the_best_trials():
@@ -242,25 +246,36 @@ def test_every_runtime_s_replicas_run_in_the_final_rounds_beside_the_best_trials
 
 
 def test_a_throughput_tune_profiles_ops_on_the_per_core_targets_only(tmp_path):
-    # each runtime on all cores is measured whole as a baseline; no trial reads its op costs
+    # each runtime on all cores is measured whole as a baseline; no trial reads its op costs. The study
+    # keeps the name, and the choices, the user's targets give it (a resumed study keeps its distributions)
+    from placer.devices import make_target, make_targets
     from placer.profile import ProfileStore
-    from placer.tune import tune
+    from placer.tune import shared_study, tune
+    from placer.tune.pipeline_tuner import ThroughputSearch, per_core_targets
     from placer.zoo import load_graph
 
-    if len(os.sched_getaffinity(0)) < 2:
+    n = len(os.sched_getaffinity(0))
+    if n < 2:
         pytest.skip("the throughput objective needs 2 cores")
-    db = tmp_path / "profiles.db"
-    res = tune("zoo:tiny", targets=["onnxruntime:t2", "onnxruntime:t1"], db=db, out_dir=tmp_path / "out",
-               objective="throughput", n_trials=0)
+    given = [f"onnxruntime:t{n}", "openvino:t1", "onnxruntime:t1"]
+    db, out = tmp_path / "profiles.db", tmp_path / "out"
+    res = tune("zoo:tiny", targets=given, db=db, out_dir=out, objective="throughput", n_trials=0)
     graph = load_graph("zoo:tiny")
     with ProfileStore(db, readonly=True) as st:
-        from placer.devices import make_target
-
-        t1, t2 = make_target("onnxruntime:t1"), make_target("onnxruntime:t2")
-        assert len(st.op_costs(graph, [t1], missing="skip")) == len(graph.ops)
-        assert st.op_costs(graph, [t2], missing="skip") == {}
+        ops = len(graph.ops)
+        for name, rows in (("onnxruntime:t1", ops), ("openvino:t1", ops), (given[0], 0)):
+            assert len(st.op_costs(graph, [make_target(name)], missing="skip")) == rows, name
     baselines = {r.key: r for r in res.records if r.kind == "baseline"}
-    assert baselines["onnxruntime:t2"].throughput_rps > 0 and baselines["onnxruntime:t1"].throughput_rps > 0
+    assert baselines[f"onnxruntime:t{n}"].throughput_rps > 0
+    assert baselines["onnxruntime:t1"].throughput_rps > 0
+    assert res.extra["targets_given"] == [t.name for t in make_targets(given)]
+    name = shared_study.study_name(graph.model_hash, make_targets(given), "throughput")
+    assert name in optuna.get_all_study_names(f"sqlite:///{out / 'study.db'}")
+    ctx = types.SimpleNamespace(graph=graph, targets=per_core_targets(make_targets(given)))
+    search = ThroughputSearch(ctx, budget_s=None, out=tmp_path, storage=None, seed=0, t_start=0.0,
+                              solver_time_limit=1.0, say=lambda m: None, n_trials=0,
+                              study_targets=make_targets(given))
+    assert search.usable == ["onnxruntime", "openvino", "onnxruntime"]
 
 
 def test_tune_rejects_bad_objective_and_budget(capsys):
