@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -53,7 +54,7 @@ from placer.errors import PlacerError, first_line
 from placer.interrupts import raise_if_stopped
 from placer.materialize import materialize
 from placer.run import bench as run_bench
-from placer.run.numerics import ReferenceRunner, check_against_reference, compare, load_inputs
+from placer.run.numerics import NumericsReport, ReferenceRunner, check_against_reference, compare, load_inputs
 from placer.run.pipeline import PipelineExecutor, discard_outputs
 from placer.run.yardsticks import DESCRIPTIONS, YardstickSet, throughput_kinds
 from placer.solve import solve
@@ -104,10 +105,7 @@ class _PipelineRuns:
         res = self.pe.run([self.reqs[i % len(refs)] for i in range(n)], warmup=warmup,
                           consume=lambda rid, out: compare(out, refs[rid % len(refs)], **tol))
         res.raise_first()
-        report = None
-        for r in res.outputs:
-            report = r if report is None else report.merge(r)
-        self.numerics = report
+        self.numerics = functools.reduce(NumericsReport.merge, res.outputs)  # worst case per output
 
     def round(self, warmup: int = 0) -> float:
         """One timed round (the first call checks the outputs first): the outputs are dropped where
@@ -156,7 +154,14 @@ def per_core_targets(targets) -> list:
     in this objective's stages, which are made per core from the kind)."""
     cols = one_thread_columns(targets)
     keep = [t for j, t in enumerate(targets) if j in cols.values()]
-    return [t for t in keep if not t.kind.startswith("tvm")] or keep
+    kinds = set(stage_kinds([t.kind for t in keep]))
+    return [t for t in keep if t.kind in kinds]
+
+
+def stage_kinds(kinds: list[str]) -> list[str]:
+    """The runtimes a pipeline stage or a replica may use, of ``kinds`` (in order, repeats kept):
+    untuned TVM only where nothing else is there (it is 15-100x slower on a CPU)."""
+    return [k for k in kinds if not k.startswith("tvm")] or list(kinds)
 
 
 def retarget(problem, names: list[str], source_cols: list[int], link_fallback_ms: list[float]):
@@ -215,7 +220,7 @@ class ThroughputSearch:
         self.kinds = [t.kind for t in self.study_targets]
         #: the runtimes a stage or a replica may use (untuned TVM only if nothing else is there); a kind
         #: is listed once per target of it (the study's choices, kept as they were for studies resumed)
-        self.usable = [k for k in self.kinds if not k.startswith("tvm")] or self.kinds
+        self.usable = stage_kinds(self.kinds)
         self.runtimes = list(dict.fromkeys(self.usable))  # each usable runtime once
         #: per runtime, the problem column a per-core stage is priced from: its one-thread target's
         self.cost_col = one_thread_columns(ctx.targets)
