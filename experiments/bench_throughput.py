@@ -14,6 +14,13 @@ the plan's req/s over each yardstick's in the same round (paired). The plan's ou
 yardsticks' are checked against ONNX Runtime's reference first, at the plan's precision (bf16 where a
 partition computes in bf16, as tune checked it).
 
+Each plan dir also runs deployed, in every round: saved and served by ``placer run PLAN_DIR
+--pipeline``'s pipeline executor in a process of its own (``YardstickSet.add_plan``), as each
+yardstick has one. The same configuration measured in the bench's process, which holds the plan's
+executor, the reference and the yardsticks' clients, and in a lean process has differed beyond its
+spread here (session 39: OpenVINO's bf16 THROUGHPUT on hf-vit 0.893x in a loaded process, 0.983x
+and 1.053x in a lean one); the yardsticks always ran in lean ones.
+
     python -m experiments.bench_throughput --plans 'RUN/tune_tp_*' --rounds 12 --out OUT
 """
 
@@ -27,6 +34,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+#: the plan dir run by the pipeline executor in a process of its own (``YardstickSet.add_plan``)
+DEPLOYED = "deployed"
 
 
 def bench_plan(plan_dir: Path, rounds: int, round_s: float = 0.5) -> dict:
@@ -54,6 +64,14 @@ def bench_plan(plan_dir: Path, rounds: int, round_s: float = 0.5) -> dict:
         check.raise_first()
         out["plan_numerics_ok"] = all(compare(o, refs[i % len(refs)], rtol=rtol, atol=atol).passed
                                       for i, o in enumerate(check.outputs))
+        # the same plan dir deployed as a user serves it: `placer run PLAN_DIR --pipeline` in a process
+        # of its own, as each yardstick has one
+        deployed = ys.add_plan(DEPLOYED, mat)
+        if not deployed.ok:
+            raise RuntimeError(f"{plan_dir}: the plan did not load in a process of its own: {deployed.error}")
+        outs = deployed.outputs(len(feeds), ys.output_names)
+        out["deployed_numerics_ok"] = outs is not None and all(
+            compare(o, refs[i], rtol=rtol, atol=atol).passed for i, o in enumerate(outs))
         out["yardstick_numerics_ok"] = {}
         for kind, y in ys.ready.items():
             rep = ys.check(kind, mat.graph.model, feeds, reference=reference, rtol=rtol, atol=atol)
@@ -61,9 +79,9 @@ def bench_plan(plan_dir: Path, rounds: int, round_s: float = 0.5) -> dict:
         first = pe.run([feeds[i % len(feeds)] for i in range(20)], warmup=0, consume=discard_outputs)
         n = int(min(4000, max(20, round_s * first.measurement.throughput_rps)))
         reqs = [feeds[i % len(feeds)] for i in range(n)]
-        for y in ys.ready.values():
+        for y in [deployed, *ys.ready.values()]:
             y.throughput(max(4, n // 4))  # warm-up at its own concurrency
-        turns = [("plan", None)] + [(label(k), y) for k, y in ys.ready.items()]
+        turns = [("plan", None), (DEPLOYED, deployed)] + [(label(k), y) for k, y in ys.ready.items()]
         for r in range(rounds):
             for key, y in (turns if r % 2 == 0 else turns[::-1]):
                 if y is None:
@@ -74,48 +92,65 @@ def bench_plan(plan_dir: Path, rounds: int, round_s: float = 0.5) -> dict:
     out["requests_per_round"] = n
     out["rounds_rps"] = rps
     out["median_rps"] = {k: float(np.nanmedian(v)) for k, v in rps.items()}
-    plan = np.asarray(rps["plan"])
-    paired = {k: plan / np.asarray(v) for k, v in rps.items() if k != "plan"}  # round by round
-    out["paired_plan_over"] = {k: float(np.median(r[np.isfinite(r)])) if np.isfinite(r).any() else math.nan
-                               for k, r in paired.items()}
+    for who in ("plan", DEPLOYED):  # round by round, over each yardstick (and over the other)
+        mine = np.asarray(rps[who])
+        paired = {k: mine / np.asarray(v) for k, v in rps.items() if k != who}
+        out[f"paired_{who}_over"] = {k: float(np.median(r[np.isfinite(r)])) if np.isfinite(r).any()
+                                     else math.nan for k, r in paired.items()}
     return out
 
 
 def report(results: dict[str, dict], meta: dict) -> str:
     from experiments.compare import geomean
 
-    keys = sorted({k for r in results.values() for k in r["paired_plan_over"]})
+    keys = sorted({k for r in results.values() for k in r["paired_plan_over"] if k != DEPLOYED})
     lines = ["# Tuned throughput plans against the runtimes' throughput modes", "",
              f"Machine: {meta['cpu']}, {meta['cores']} cores; {meta['date']}; `{meta['command']}`.", "",
-             ("Each cell: the plan's req/s over the yardstick's, the median over rounds of the two "
-              "measured in the same round (paired); in brackets the yardstick's median req/s and whether "
-              "its outputs pass the check at the plan's precision (f32, or bf16 where a partition "
-              "computes in bf16: the tolerance tune checked it at)."), "",
-             "| model | plan | precision | plan numerics | plan req/s | " + " | ".join(keys) + " |",
-             "|---|---|---|---|---:|" + "---:|" * len(keys)]
+             ("Each plan dir runs twice per round: on the pipeline executor in the bench's process "
+              "(*here*) and deployed, as `placer run PLAN_DIR --pipeline` serves it, in a process of its "
+              "own as each yardstick has (*own process*). Each yardstick cell: the plan's req/s over the "
+              "yardstick's, here / own process, the median over rounds of the two measured in the same "
+              "round (paired); in brackets the yardstick's median req/s and whether its outputs pass the "
+              "check at the plan's precision (f32, or bf16 where a partition computes in bf16: the "
+              "tolerance tune checked it at)."), "",
+             "| model | plan | precision | plan numerics (here, own process) | req/s here | own process | "
+             "own process x here | " + " | ".join(keys) + " |",
+             "|---|---|---|---|---:|---:|---:|" + "---:|" * len(keys)]
     for name, r in results.items():
         st = r["stages"]
         what = "; ".join(s["target"] + (f" x{len(s['replicas'])} replicas" if s["replicas"] else "")
                          for s in st)
+        dep = r.get("paired_deployed_over", {})
         cells = []
         for k in keys:
             ok = r["yardstick_numerics_ok"].get(k)
             tag = "" if ok is None else (" ok" if ok else " fails")
             ratio, rps = r["paired_plan_over"].get(k, math.nan), r["median_rps"].get(k, math.nan)
-            cells.append(f"{ratio:.3f} ({rps:.1f}{tag})")
-        lines.append(f"| {name} | {what} | {r['precision']} | {'ok' if r['plan_numerics_ok'] else 'fails'} | "
-                     f"{r['median_rps']['plan']:.1f} | " + " | ".join(cells) + " |")
-    lines += ["", "Geomean of the paired ratios: " + ", ".join(
-        f"{k} {geomean(r['paired_plan_over'].get(k) for r in results.values()):.3f}" for k in keys)]
-    passing = []
-    for r in results.values():
-        ok = [k for k in keys if r["yardstick_numerics_ok"].get(k) and k in r["median_rps"]]
-        if ok:
-            best = max(ok, key=lambda k: r["median_rps"][k])
-            passing.append(r["paired_plan_over"][best])
-    if passing:
-        lines.append("Against the fastest yardstick passing the check at the plan's precision, per model: "
-                     f"geomean {geomean(passing):.3f}, min {min(passing):.3f}.")
+            cells.append(f"{ratio:.3f} / {dep.get(k, math.nan):.3f} ({rps:.1f}{tag})")
+        oks = "/".join("ok" if v else ("fails" if v is not None else "-")
+                       for v in (r["plan_numerics_ok"], r.get("deployed_numerics_ok")))
+        lines.append(f"| {name} | {what} | {r['precision']} | {oks} | {r['median_rps']['plan']:.1f} | "
+                     f"{r['median_rps'].get(DEPLOYED, math.nan):.1f} | {dep.get('plan', math.nan):.3f} | "
+                     + " | ".join(cells) + " |")
+    lines.append("")
+    own = [r["paired_deployed_over"]["plan"] for r in results.values() if "paired_deployed_over" in r]
+    if own:
+        lines.append("The plan in its own process over the same plan here (paired): "
+                     f"geomean {geomean(own):.3f}, {min(own):.3f}-{max(own):.3f}.")
+    for who, what in (("plan", "here"), (DEPLOYED, "in its own process")):
+        over = [r.get(f"paired_{who}_over") for r in results.values()]
+        if not all(over):
+            continue
+        lines.append(f"The plan {what}, geomean of the paired ratios: " + ", ".join(
+            f"{k} {geomean(o.get(k) for o in over):.3f}" for k in keys) + ".")
+        passing = []
+        for r, o in zip(results.values(), over):
+            ok = [k for k in keys if r["yardstick_numerics_ok"].get(k) and k in r["median_rps"]]
+            if ok:
+                passing.append(o[max(ok, key=lambda k: r["median_rps"][k])])
+        if passing:
+            lines.append(f"The plan {what} against the fastest yardstick passing the check at the plan's "
+                         f"precision, per model: geomean {geomean(passing):.3f}, min {min(passing):.3f}.")
     return "\n".join(lines) + "\n"
 
 

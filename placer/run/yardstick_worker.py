@@ -16,9 +16,11 @@ user would (see :data:`KINDS`), then answers JSON-line commands on stdin with JS
     what the runtime reports of itself (threads, streams, precision); replies a dict.
 
 Kind :data:`PLAN_KIND` loads a placer plan instead (``MODEL.onnx`` is then a PLAN_DIR), run by
-the hybrid executor as ``placer run PLAN_DIR`` runs it: placer's result deployed in a process of
-its own, measured exactly as the runtimes it is compared with (docs/design.md, "A plan in a process
-of its own").
+the hybrid executor as ``placer run PLAN_DIR`` runs it (by the pipeline executor, as ``placer run
+PLAN_DIR --pipeline`` runs it, where the plan has several stages or replicas): placer's result
+deployed in a process of its own, measured exactly as the runtimes it is compared with
+(docs/design.md, "A plan in a process of its own", "A throughput plan served in a process of its
+own").
 
 Each yardstick has a process of its own because runtimes at their defaults keep pool threads
 spinning after a run: in one process they slow each other down (docs/design.md, "Measuring
@@ -40,6 +42,7 @@ from placer.devices.openvino_target import OvCompiled
 from placer.errors import first_line
 from placer.materialize import load_plan_dir
 from placer.run.executors import make_executor
+from placer.run.pipeline import PipelineExecutor, discard_outputs
 
 #: latency yardsticks: a runtime loaded with its defaults, and at its best latency settings
 LATENCY_KINDS = ("ort-default", "ort-parallel", "ov-default", "ov-latency")
@@ -196,6 +199,10 @@ def _ov(model_path: str, kind: str) -> _Runner:
 
 def _plan(plan_dir: str) -> _Runner:
     mat = load_plan_dir(plan_dir)
+    info = {"partitions": len(mat.partitions), "targets": sorted({p.target for p in mat.partitions}),
+            "cores": sorted(os.sched_getaffinity(0))}
+    if sum(len(s.workers) for s in mat.stage_config.stages) > 1:
+        return _pipelined_plan(mat, info)
     ex = make_executor(mat, "hybrid")
     ex.compile()
     names = list(ex.output_names)
@@ -205,9 +212,31 @@ def _plan(plan_dir: str) -> _Runner:
         out = ex.run(feeds, share_outputs=True)
         return [out[n] for n in names]
 
-    return _Runner(run_one, {"runtime": "placer hybrid executor", "partitions": len(mat.partitions),
-                             "targets": sorted({p.target for p in mat.partitions}),
-                             "cores": sorted(os.sched_getaffinity(0))})
+    return _Runner(run_one, {"runtime": "placer hybrid executor", **info})
+
+
+def _pipelined_plan(mat, info: dict[str, Any]) -> _Runner:
+    """A plan with several stages or a replicated stage (a throughput tune's): run by the pipeline
+    executor, one worker per stage or replica, as ``placer run PLAN_DIR --pipeline`` runs it; a
+    throughput batch drops each request's outputs where the last stage produces them (``consume``),
+    as an OpenVINO ``AsyncInferQueue`` callback leaves them. Only this executor is built: the process
+    holds what a server of the plan holds."""
+    pe = PipelineExecutor(mat)
+    pe.start()  # its worker threads are daemons: they end with the process
+    names = list(pe.output_names)
+
+    def run_one(feeds: dict) -> list:
+        res = pe.run([feeds], warmup=0)
+        res.raise_first()
+        return [res.outputs[0][n] for n in names]
+
+    def throughput(feeds: list[dict], n: int) -> float:
+        res = pe.run([feeds[i % len(feeds)] for i in range(n)], warmup=0, consume=discard_outputs)
+        res.raise_first()
+        return res.measurement.wall_s
+
+    workers = [len(s.workers) for s in mat.stage_config.stages]
+    return _Runner(run_one, {"runtime": "placer pipeline executor", "workers": workers, **info}, throughput)
 
 
 def load(kind: str, model_path: str) -> _Runner:

@@ -245,7 +245,9 @@ class YardstickSet:
     def add_plan(self, key: str, mat) -> Yardstick:
         """``mat`` (a :class:`~placer.materialize.Materialized`) saved as a PLAN_DIR and run by the hybrid
         executor in a process of its own, on the set's inputs: placer's result as a user deploys it
-        (``placer run PLAN_DIR``), measured as the yardsticks are. Keyed ``key`` in a bench; not a
+        (``placer run PLAN_DIR``; a plan with several stages or replicas by the pipeline executor, as
+        ``placer run PLAN_DIR --pipeline``, its ``throughput`` the pipeline's), measured as the
+        yardsticks are. Keyed ``key`` in a bench; not a
         yardstick (``self.all`` does not list it). Check ``.ok``: a plan that fails to load says why."""
         if key in self.plans:
             return self.plans[key]

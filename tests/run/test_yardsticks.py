@@ -133,3 +133,31 @@ def test_a_plan_that_cannot_load_in_its_process_says_why():
         mat.submodels[mat.partitions[0].id].graph.node[0].op_type = "NoSuchOp"  # saved as it is: refused
         deployed = ys.add_plan("broken", mat)
         assert not deployed.ok and "p0" in deployed.error and deployed.run_batch(2) == []
+
+
+def test_a_plan_with_stages_is_served_in_its_own_process_by_the_pipeline_executor():
+    """A throughput tune's plan (several stages, or replicas) deployed as ``placer run PLAN_DIR
+    --pipeline`` serves it: the pipeline executor, one worker per stage, alone in its process; its
+    outputs are the in-process pipeline's, and its throughput batches are the pipeline's."""
+    from mz_models import diamond_model, graph_of
+
+    from placer.run.pipeline import PipelineExecutor
+
+    g = graph_of(diamond_model())
+    asg = {"a": "onnxruntime", "b": "onnxruntime", "c": "onnxruntime", "d": "openvino", "e": "openvino",
+           "f": "openvino"}
+    mat = materialize(g, asg, stage_of={o: int(t == "openvino") for o, t in asg.items()})
+    feeds = [random_inputs(g, seed=s) for s in range(3)]
+    with YardstickSet(g.model, feeds, ()) as ys, PipelineExecutor(mat) as pe:
+        deployed = ys.add_plan("deployed", mat)
+        assert deployed.ok, deployed.error
+        assert deployed.info["runtime"] == "placer pipeline executor" and deployed.info["workers"] == [1, 1]
+        here = pe.run(feeds, warmup=0)
+        here.raise_first()
+        there = deployed.outputs(len(feeds), ys.output_names)
+        assert there is not None
+        for h, t in zip(here.outputs, there):
+            for name in ys.output_names:
+                np.testing.assert_allclose(t[name], h[name], rtol=1e-5, atol=1e-6)
+        assert (deployed.throughput(12) or 0) > 0
+    assert deployed.proc is None
