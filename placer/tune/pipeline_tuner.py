@@ -532,6 +532,7 @@ class ThroughputSearch:
         for r in finalists:
             if r.key in runs and runs[r.key].rps:
                 runs[r.key].fill(r)  # medians over the final rounds only
+                r.final = True
                 if r.numerics_ok is False:
                     r.error, r.throughput_rps = "numerics check failed (final rounds)", None
                     continue
@@ -549,7 +550,7 @@ class ThroughputSearch:
                 if len(smp):
                     rec.measured_ms = float(np.median(smp))
                     rec.p10_ms, rec.p90_ms = float(np.percentile(smp, 10)), float(np.percentile(smp, 90))
-                    rec.throughput_rps = 1000 / rec.measured_ms
+                    rec.throughput_rps, rec.final = 1000 / rec.measured_ms, True
                     say(f"final: single:{rec.key} {rec.throughput_rps:.1f} req/s")
         self.single_thread_best = max((r.throughput_rps for r in records
                                        if r.kind == "baseline" and r.key.endswith(":t1")), default=math.nan)

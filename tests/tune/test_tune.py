@@ -145,6 +145,9 @@ def test_api_tune_throughput_pipeline(tmp_path, db):
     assert res.best in final and {r.kind for r in final} >= {"baseline", "replicas"}
     assert res.best.throughput_rps == max(r.throughput_rps for r in final)
     assert all(len(res.extra["final_rounds"][r.key]) >= 1 for r in final if r.kind != "baseline")
+    # their figures are the final rounds', and the report says so (it labelled them "measured in its
+    # trial, not in the final rounds")
+    assert all(r.final for r in final)
     # each runtime alone on all cores is measured in the final rounds as the candidates are (pipeline
     # rounds of the same requests), and that figure is the one it competes with
     alone = [r for r in final if r.kind == "baseline" and r.key.endswith(f":t{n_cores}")]
