@@ -15,8 +15,9 @@ yardsticks' are checked against ONNX Runtime's reference first, at the plan's pr
 partition computes in bf16, as tune checked it).
 
 Each plan dir also runs deployed, in every round: saved and served by ``placer run PLAN_DIR
---pipeline``'s pipeline executor in a process of its own (``YardstickSet.add_plan``), as each
-yardstick has one. The same configuration measured in the bench's process, which holds the plan's
+--pipeline``'s pipeline executor in a process of its own (``YardstickSet.add_plan(...,
+pipeline=True)``), as each yardstick has one; one that fails there is reported (``deployed_error``)
+and the bench goes on. The same configuration measured in the bench's process, which holds the plan's
 executor, the reference and the yardsticks' clients, and in a lean process has differed beyond its
 spread here (session 39: OpenVINO's bf16 THROUGHPUT on hf-vit 0.893x in a loaded process, 0.983x
 and 1.053x in a lean one); the yardsticks always ran in lean ones.
@@ -66,12 +67,11 @@ def bench_plan(plan_dir: Path, rounds: int, round_s: float = 0.5) -> dict:
                                       for i, o in enumerate(check.outputs))
         # the same plan dir deployed as a user serves it: `placer run PLAN_DIR --pipeline` in a process
         # of its own, as each yardstick has one
-        deployed = ys.add_plan(DEPLOYED, mat)
-        if not deployed.ok:
-            raise RuntimeError(f"{plan_dir}: the plan did not load in a process of its own: {deployed.error}")
-        outs = deployed.outputs(len(feeds), ys.output_names)
-        out["deployed_numerics_ok"] = outs is not None and all(
+        deployed = ys.add_plan(DEPLOYED, mat, pipeline=True)
+        outs = deployed.outputs(len(feeds), ys.output_names) if deployed.ok else None
+        out["deployed_numerics_ok"] = None if outs is None else all(
             compare(o, refs[i], rtol=rtol, atol=atol).passed for i, o in enumerate(outs))
+        out["deployed_info"] = deployed.info
         out["yardstick_numerics_ok"] = {}
         for kind, y in ys.ready.items():
             rep = ys.check(kind, mat.graph.model, feeds, reference=reference, rtol=rtol, atol=atol)
@@ -79,9 +79,11 @@ def bench_plan(plan_dir: Path, rounds: int, round_s: float = 0.5) -> dict:
         first = pe.run([feeds[i % len(feeds)] for i in range(20)], warmup=0, consume=discard_outputs)
         n = int(min(4000, max(20, round_s * first.measurement.throughput_rps)))
         reqs = [feeds[i % len(feeds)] for i in range(n)]
-        for y in [deployed, *ys.ready.values()]:
+        others = [(label(k), y) for k, y in ys.ready.items()]
+        others = ([(DEPLOYED, deployed)] if deployed.ok else []) + others
+        for _, y in others:
             y.throughput(max(4, n // 4))  # warm-up at its own concurrency
-        turns = [("plan", None), (DEPLOYED, deployed)] + [(label(k), y) for k, y in ys.ready.items()]
+        turns = [("plan", None)] + others
         for r in range(rounds):
             for key, y in (turns if r % 2 == 0 else turns[::-1]):
                 if y is None:
@@ -89,10 +91,11 @@ def bench_plan(plan_dir: Path, rounds: int, round_s: float = 0.5) -> dict:
                 else:
                     v = y.throughput(n)
                 rps.setdefault(key, []).append(float(v) if v else math.nan)  # one entry per round
+    out["deployed_error"] = deployed.error  # failed to load, or later (its rounds are then NaN)
     out["requests_per_round"] = n
     out["rounds_rps"] = rps
     out["median_rps"] = {k: float(np.nanmedian(v)) for k, v in rps.items()}
-    for who in ("plan", DEPLOYED):  # round by round, over each yardstick (and over the other)
+    for who in [w for w in ("plan", DEPLOYED) if w in rps]:  # round by round: over each yardstick, the other
         mine = np.asarray(rps[who])
         paired = {k: mine / np.asarray(v) for k, v in rps.items() if k != who}
         out[f"paired_{who}_over"] = {k: float(np.median(r[np.isfinite(r)])) if np.isfinite(r).any()
@@ -133,6 +136,8 @@ def report(results: dict[str, dict], meta: dict) -> str:
                      f"{r['median_rps'].get(DEPLOYED, math.nan):.1f} | {dep.get('plan', math.nan):.3f} | "
                      + " | ".join(cells) + " |")
     lines.append("")
+    lines += [f"{name}: the plan served in a process of its own failed: {r['deployed_error']}."
+              for name, r in results.items() if r.get("deployed_error")]
     own = [r["paired_deployed_over"]["plan"] for r in results.values() if "paired_deployed_over" in r]
     if own:
         lines.append("The plan in its own process over the same plan here (paired): "

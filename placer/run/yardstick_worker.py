@@ -16,8 +16,8 @@ user would (see :data:`KINDS`), then answers JSON-line commands on stdin with JS
     what the runtime reports of itself (threads, streams, precision); replies a dict.
 
 Kind :data:`PLAN_KIND` loads a placer plan instead (``MODEL.onnx`` is then a PLAN_DIR), run by
-the hybrid executor as ``placer run PLAN_DIR`` runs it (by the pipeline executor, as ``placer run
-PLAN_DIR --pipeline`` runs it, where the plan has several stages or replicas): placer's result
+the hybrid executor as ``placer run PLAN_DIR`` runs it; kind :data:`PIPELINE_PLAN_KIND` runs it by
+the pipeline executor, as ``placer run PLAN_DIR --pipeline`` serves it: placer's result
 deployed in a process of its own, measured exactly as the runtimes it is compared with
 (docs/design.md, "A plan in a process of its own", "A throughput plan served in a process of its
 own").
@@ -56,6 +56,9 @@ F32_THROUGHPUT_KINDS = ("ov-throughput-f32",)
 KINDS = LATENCY_KINDS + BF16_KINDS + THROUGHPUT_KINDS + F32_THROUGHPUT_KINDS
 #: not a yardstick: a placer plan (a PLAN_DIR) run by the hybrid executor in a process of its own
 PLAN_KIND = "placer-plan"
+#: not a yardstick: a placer plan run by the pipeline executor in a process of its own (one worker per
+#: stage or replica), as ``placer run PLAN_DIR --pipeline`` serves it
+PIPELINE_PLAN_KIND = "placer-plan-pipeline"
 
 DESCRIPTIONS = {
     "ort-default": "ONNX Runtime, InferenceSession(path) with default options",
@@ -71,13 +74,24 @@ DESCRIPTIONS = {
 
 
 class _Runner:
-    """``run_one(feeds)`` for latency; ``throughput(feed_list, n)`` for requests/s."""
+    """``run_one(feeds)`` for latency; ``throughput(feed_list, n)`` for requests/s; ``warm(feed_list)``
+    before the first command; ``close()`` before the process exits."""
 
     def __init__(self, run_one: Callable[[dict], list], info: dict[str, Any],
-                 throughput: Callable[[list, int], float] | None = None):
+                 throughput: Callable[[list, int], float] | None = None, *,
+                 warm: Callable[[list], None] | None = None, close: Callable[[], None] | None = None):
         self.run_one = run_one
         self.info = info
         self._throughput = throughput
+        self._warm = warm
+        self.close = close or (lambda: None)
+
+    def warm(self, feeds: list[dict]) -> None:
+        if self._warm is not None:
+            self._warm(feeds)
+            return
+        for f in feeds[:2]:
+            self.run_one(f)
 
     def throughput(self, feeds: list[dict], n: int) -> float:
         if self._throughput is not None:
@@ -197,11 +211,11 @@ def _ov(model_path: str, kind: str) -> _Runner:
     return _Runner(run_one, info, throughput)
 
 
-def _plan(plan_dir: str) -> _Runner:
+def _plan(plan_dir: str, pipeline: bool = False) -> _Runner:
     mat = load_plan_dir(plan_dir)
     info = {"partitions": len(mat.partitions), "targets": sorted({p.target for p in mat.partitions}),
             "cores": sorted(os.sched_getaffinity(0))}
-    if sum(len(s.workers) for s in mat.stage_config.stages) > 1:
+    if pipeline:
         return _pipelined_plan(mat, info)
     ex = make_executor(mat, "hybrid")
     ex.compile()
@@ -216,14 +230,18 @@ def _plan(plan_dir: str) -> _Runner:
 
 
 def _pipelined_plan(mat, info: dict[str, Any]) -> _Runner:
-    """A plan with several stages or a replicated stage (a throughput tune's): run by the pipeline
-    executor, one worker per stage or replica, as ``placer run PLAN_DIR --pipeline`` runs it; a
+    """The plan run by the pipeline executor, one worker per stage or replica, as ``placer run PLAN_DIR
+    --pipeline`` runs it (a throughput tune's plan: replicas, or stages; any plan runs so); a
     throughput batch drops each request's outputs where the last stage produces them (``consume``),
     as an OpenVINO ``AsyncInferQueue`` callback leaves them. Only this executor is built: the process
-    holds what a server of the plan holds."""
+    holds what a server of the plan holds. The warm-up sends every worker its first requests."""
     pe = PipelineExecutor(mat)
-    pe.start()  # its worker threads are daemons: they end with the process
+    pe.start()
     names = list(pe.output_names)
+
+    def warm(feeds: list[dict]) -> None:
+        # the executor's warm-up: two requests per worker of the widest stage, so every replica ran
+        pe.run(feeds, warmup=2, consume=discard_outputs).raise_first()
 
     def run_one(feeds: dict) -> list:
         res = pe.run([feeds], warmup=0)
@@ -236,12 +254,13 @@ def _pipelined_plan(mat, info: dict[str, Any]) -> _Runner:
         return res.measurement.wall_s
 
     workers = [len(s.workers) for s in mat.stage_config.stages]
-    return _Runner(run_one, {"runtime": "placer pipeline executor", "workers": workers, **info}, throughput)
+    return _Runner(run_one, {"runtime": "placer pipeline executor", "workers": workers, **info}, throughput,
+                   warm=warm, close=pe.close)
 
 
 def load(kind: str, model_path: str) -> _Runner:
-    if kind == PLAN_KIND:
-        return _plan(model_path)
+    if kind in (PLAN_KIND, PIPELINE_PLAN_KIND):
+        return _plan(model_path, pipeline=kind == PIPELINE_PLAN_KIND)
     if kind not in KINDS:
         raise ValueError(f"unknown yardstick {kind!r}; known: {', '.join(KINDS)}")
     return _ort(model_path, kind) if kind.startswith("ort") else _ov(model_path, kind)
@@ -287,16 +306,26 @@ def main(argv: list[str]) -> int:
             i, name = k.split("__", 1)
             feeds[int(i)][name] = z[k]
     out = sys.stdout
+    runner = None
     try:
         runner = load(kind, model_path)
-        for f in feeds[:2]:  # warm-up
-            runner.run_one(f)
+        runner.warm(feeds)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which marks the yardstick failed
         out.write(json.dumps({"error": f"{type(exc).__name__}: {first_line(exc, 300)}"}) + "\n")
         out.flush()
+        if runner is not None:
+            runner.close()
         return 1
     out.write(json.dumps({"ready": True, "info": runner.info}) + "\n")
     out.flush()
+    try:
+        return _serve(runner, feeds, out)
+    finally:
+        runner.close()  # a pipeline's workers stopped before the runtimes are torn down at exit
+
+
+def _serve(runner: _Runner, feeds: list[dict[str, np.ndarray]], out) -> int:
+    """Answer the parent's commands (module docstring) until ``quit`` or the end of stdin."""
     for line in sys.stdin:
         msg = json.loads(line)
         cmd = msg.get("cmd")

@@ -41,6 +41,7 @@ from placer.run.yardstick_worker import (
     DESCRIPTIONS,
     F32_THROUGHPUT_KINDS,
     LATENCY_KINDS,
+    PIPELINE_PLAN_KIND,
     PLAN_KIND,
     THROUGHPUT_KINDS,
 )
@@ -242,19 +243,21 @@ class YardstickSet:
     def __getitem__(self, kind: str) -> Yardstick:
         return self.all[kind]
 
-    def add_plan(self, key: str, mat) -> Yardstick:
-        """``mat`` (a :class:`~placer.materialize.Materialized`) saved as a PLAN_DIR and run by the hybrid
-        executor in a process of its own, on the set's inputs: placer's result as a user deploys it
-        (``placer run PLAN_DIR``; a plan with several stages or replicas by the pipeline executor, as
-        ``placer run PLAN_DIR --pipeline``, its ``throughput`` the pipeline's), measured as the
-        yardsticks are. Keyed ``key`` in a bench; not a
-        yardstick (``self.all`` does not list it). Check ``.ok``: a plan that fails to load says why."""
+    def add_plan(self, key: str, mat, *, pipeline: bool = False) -> Yardstick:
+        """``mat`` (a :class:`~placer.materialize.Materialized`) saved as a PLAN_DIR and run in a process
+        of its own, on the set's inputs: placer's result as a user deploys it, measured as the yardsticks
+        are. Run by the hybrid executor, as ``placer run PLAN_DIR`` runs it; with ``pipeline``, by the
+        pipeline executor, as ``placer run PLAN_DIR --pipeline`` serves it (one worker per stage or
+        replica; its ``throughput`` the pipeline's, the outputs dropped where produced). Keyed ``key``
+        in a bench; not a yardstick (``self.all`` does not list it). Check ``.ok``: a plan that fails
+        to load says why."""
         if key in self.plans:
             return self.plans[key]
         name = f"plan{len(self.plans)}"
         plan_dir = self.workdir / name
         copy.copy(mat).save(plan_dir, relax=False)  # a copy: the caller's keeps its own out_dir
-        proc = Yardstick(PLAN_KIND, plan_dir, self.workdir / "feeds.npz", self.workdir, key=key, name=name)
+        kind = PIPELINE_PLAN_KIND if pipeline else PLAN_KIND
+        proc = Yardstick(kind, plan_dir, self.workdir / "feeds.npz", self.workdir, key=key, name=name)
         proc.wait_ready()
         self.plans[key] = proc
         return proc

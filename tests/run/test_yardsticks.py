@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from placer.materialize import materialize
@@ -135,23 +138,34 @@ def test_a_plan_that_cannot_load_in_its_process_says_why():
         assert not deployed.ok and "p0" in deployed.error and deployed.run_batch(2) == []
 
 
-def test_a_plan_with_stages_is_served_in_its_own_process_by_the_pipeline_executor():
-    """A throughput tune's plan (several stages, or replicas) deployed as ``placer run PLAN_DIR
-    --pipeline`` serves it: the pipeline executor, one worker per stage, alone in its process; its
-    outputs are the in-process pipeline's, and its throughput batches are the pipeline's."""
+@pytest.mark.parametrize("shape", ["stages", "replicas"])
+def test_a_plan_is_served_in_its_own_process_by_the_pipeline_executor(shape):
+    """``add_plan(..., pipeline=True)``: a throughput tune's plan (stages, or one stage of replicas)
+    deployed as ``placer run PLAN_DIR --pipeline`` serves it: the pipeline executor, one worker per
+    stage or replica, alone in its process; its outputs are the in-process pipeline's, and its
+    throughput batches run on it."""
     from mz_models import diamond_model, graph_of
 
     from placer.run.pipeline import PipelineExecutor
 
     g = graph_of(diamond_model())
-    asg = {"a": "onnxruntime", "b": "onnxruntime", "c": "onnxruntime", "d": "openvino", "e": "openvino",
-           "f": "openvino"}
-    mat = materialize(g, asg, stage_of={o: int(t == "openvino") for o, t in asg.items()})
+    if shape == "stages":
+        asg = {"a": "onnxruntime", "b": "onnxruntime", "c": "onnxruntime", "d": "openvino", "e": "openvino",
+               "f": "openvino"}
+        mat = materialize(g, asg, stage_of={o: int(t == "openvino") for o, t in asg.items()})
+        workers = [1, 1]
+    else:
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) < 2:
+            pytest.skip("one core: no replicas")
+        mat = materialize(g, {op.id: "openvino:t1" for op in g.ops}, stage_of={op.id: 0 for op in g.ops},
+                          replicas={0: [[c] for c in cores]})
+        workers = [len(cores)]
     feeds = [random_inputs(g, seed=s) for s in range(3)]
     with YardstickSet(g.model, feeds, ()) as ys, PipelineExecutor(mat) as pe:
-        deployed = ys.add_plan("deployed", mat)
+        deployed = ys.add_plan("deployed", mat, pipeline=True)
         assert deployed.ok, deployed.error
-        assert deployed.info["runtime"] == "placer pipeline executor" and deployed.info["workers"] == [1, 1]
+        assert deployed.info["runtime"] == "placer pipeline executor" and deployed.info["workers"] == workers
         here = pe.run(feeds, warmup=0)
         here.raise_first()
         there = deployed.outputs(len(feeds), ys.output_names)
@@ -160,4 +174,6 @@ def test_a_plan_with_stages_is_served_in_its_own_process_by_the_pipeline_executo
             for name in ys.output_names:
                 np.testing.assert_allclose(t[name], h[name], rtol=1e-5, atol=1e-6)
         assert (deployed.throughput(12) or 0) > 0
+        plain = ys.add_plan("hybrid", mat)  # as `placer run PLAN_DIR` runs it
+        assert plain.ok and plain.info["runtime"] == "placer hybrid executor"
     assert deployed.proc is None
