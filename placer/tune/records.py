@@ -138,6 +138,10 @@ class TuneResult:
                              + (f" (it computes in {prec} on this CPU)" if prec else "")
                              + "; it stays the yardstick all the same: it is what runs by default"
                              + (" (`--precision bf16` tunes at that precision)." if prec == "bf16" else "."))
+                passing = self.best_default_passing
+                if passing is not None:  # the yardstick of this run's precision: what it can match
+                    lines.append(f"vs the best runtime default that passes the check ({passing.label}, "
+                                 f"{fig(passing)}): {self.speedup_vs(passing):.2f}x")
             if self.speedup_vs(default) < 0.97:
                 lines.append(f"{default.label} was faster than every placement measured: "
                              f"use it ({default.knobs.get('what', '')}), or tune longer.")

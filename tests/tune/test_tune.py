@@ -328,6 +328,31 @@ def test_the_verdict_compares_the_final_rounds_paired_figures_not_their_medians(
     assert TrialRecord("t", "t", "trial", {}, None, 1.0, measured_ms=4.0).compare_ms == 4.0
 
 
+def test_the_verdict_also_reads_the_result_against_the_fastest_default_that_passes_the_check(tmp_path):
+    """OpenVINO's default computes in bf16 on a CPU that has it, outside the f32 tolerance: it stays
+    the yardstick, and the verdict also gives the ratio to the fastest default that passes (the main
+    job said only "0.56x the best default ... use it")."""
+    from placer.tune.records import TrialRecord, TuneResult
+
+    def rec(key, kind, ms, ok, **knobs):
+        return TrialRecord(key, key, kind, {"what": key, **knobs}, None, 1.0, measured_ms=ms, numerics_ok=ok,
+                           final=True)
+
+    best = rec("single:ort", "baseline", 3.6, True)
+    ov = rec("yardstick:ov-default", "yardstick", 2.0, False, INFERENCE_PRECISION_HINT="bf16")
+    ort = rec("yardstick:ort-default", "yardstick", 3.5, True)
+    ovl = rec("yardstick:ov-latency", "yardstick", 4.5, True)
+    result = TuneResult(best=best, best_single=best, records=[best, ov, ort, ovl], objective="latency",
+                        out_dir=tmp_path, fell_back=True, wall_s=1.0)
+    assert result.best_default is ov and result.best_default_passing is ort
+    lines = result.verdict()
+    line = next(ln for ln in lines if "passes the check" in ln)
+    assert "yardstick:ort-default" in line and "3.500 ms" in line and f"{3.5 / 3.6:.2f}x" in line
+    # where the fastest default passes, no second reading
+    ov.numerics_ok = True
+    assert not any("passes the check" in ln for ln in result.verdict())
+
+
 def test_two_final_candidates_within_the_margin_race_in_more_rounds_as_the_budget_allows():
     """``LatencySearch._race`` on a real bench: two compiled plans get more rounds when the budget
     leaves room for three, none otherwise; the choice follows their paired ratio over all rounds."""
