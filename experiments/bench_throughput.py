@@ -68,9 +68,9 @@ def bench_plan(plan_dir: Path, rounds: int, round_s: float = 0.5) -> dict:
         # the same plan dir deployed as a user serves it: `placer run PLAN_DIR --pipeline` in a process
         # of its own, as each yardstick has one
         deployed = ys.add_plan(DEPLOYED, mat, pipeline=True)
-        outs = deployed.outputs(len(feeds), ys.output_names) if deployed.ok else None
-        out["deployed_numerics_ok"] = None if outs is None else all(
-            compare(o, refs[i], rtol=rtol, atol=atol).passed for i, o in enumerate(outs))
+        rep = ys.check(DEPLOYED, mat.graph.model, feeds, reference=reference, rtol=rtol, atol=atol) \
+            if deployed.ok else None
+        out["deployed_numerics_ok"] = None if rep is None else bool(rep.passed)
         out["deployed_info"] = deployed.info
         out["yardstick_numerics_ok"] = {}
         for kind, y in ys.ready.items():

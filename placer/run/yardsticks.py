@@ -270,8 +270,9 @@ class YardstickSet:
               **tolerance) -> NumericsReport | None:
         """Yardstick ``kind``'s outputs on ``feeds`` (the set's own) checked against the reference as
         the candidates' are (``tolerance``: :func:`~placer.run.numerics.check_against_reference`'s
-        keywords); None when it gave none."""
-        outs = self.all[kind].outputs(len(feeds), self.output_names)
+        keywords); None when it gave none. ``kind`` may also be the key of a plan :meth:`add_plan`
+        started."""
+        outs = (self.all.get(kind) or self.plans[kind]).outputs(len(feeds), self.output_names)
         return None if outs is None else check_against_reference(model, feeds, outs, **tolerance)
 
     def close(self) -> None:

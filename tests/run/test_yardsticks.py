@@ -173,6 +173,7 @@ def test_a_plan_is_served_in_its_own_process_by_the_pipeline_executor(shape):
         for h, t in zip(here.outputs, there):
             for name in ys.output_names:
                 np.testing.assert_allclose(t[name], h[name], rtol=1e-5, atol=1e-6)
+        assert ys.check("deployed", g.model, feeds).passed  # a plan's key, checked as a yardstick is
         assert (deployed.throughput(12) or 0) > 0
         plain = ys.add_plan("hybrid", mat)  # as `placer run PLAN_DIR` runs it
         assert plain.ok and plain.info["runtime"] == "placer hybrid executor"
