@@ -31,6 +31,7 @@ from costmodels.data import LinkRow, OpRow, PartitionRow, TrainingData
 from costmodels.sibling import sibling_candidates
 from costmodels.transfer import link_key
 from placer.profile.drift import DriftScale, contradicts, drift_scale
+from placer.profile.pace import pace_factors
 from placer.profile.store import ProfileStore, open_store
 
 
@@ -66,7 +67,7 @@ def _signature_row(row: dict) -> dict:
 
 def training_data_from_store(store: Any, graphs: Sequence[Any] = (), targets: Iterable[str] | None = None,
                              all_fingerprints: bool = False, drift: bool = True,
-                             siblings: bool = True) -> TrainingData:
+                             siblings: bool = True, pace: bool = True) -> TrainingData:
     """Training rows of ``store`` (a ProfileStore or a path) for ``targets`` (names; default all), and
     with ``siblings`` those of each one's one-thread siblings the store has (:mod:`costmodels.sibling`:
     a multi-thread target's op model is fitted with the best of them that has rows).
@@ -78,7 +79,9 @@ def training_data_from_store(store: Any, graphs: Sequence[Any] = (), targets: It
     near-twin signatures measured in both), which puts rows measured at different times on one
     scale. Leave-one-model-out on a store of six models and banks profiled over a day, the held-out
     share within 10% rose by 1.5-5.5 points per target against the rows as stored
-    (experiments/costmodel_report_s17; docs/design.md, "Blocks and twins").
+    (experiments/costmodel_report_s17; docs/design.md, "Blocks and twins"). ``pace``: first, every
+    row measured with the host's pace beside it (:mod:`placer.profile.pace`) is divided by its pace
+    factor, which reads it at its target's usual pace (op, segment and whole-model rows alike).
     """
     if isinstance(store, (str, os.PathLike)):
         st, owned = ProfileStore(store, readonly=True), True
@@ -89,14 +92,28 @@ def training_data_from_store(store: Any, graphs: Sequence[Any] = (), targets: It
         if keep is not None and siblings:
             names = [t["name"] for t in st.targets()]
             keep |= {s for t in keep for s in sibling_candidates(t, names)}  # the fit picks one with rows
-        return _read(st, list(graphs), keep, all_fingerprints, drift)
+        return _read(st, list(graphs), keep, all_fingerprints, drift, pace)
     finally:
         if owned:
             st.close()
 
 
+def _at_pace(rows: list[dict]) -> list[dict]:
+    """``rows`` with the times of those measured with the host's pace divided by their pace factor
+    (:func:`placer.profile.pace.pace_factors`, over all of them); the others as they are."""
+    factors = pace_factors(rows)
+    out = []
+    for r in rows:
+        f = factors.get((r["target"], r["key"]))
+        if f is not None and r["status"] == "ok":
+            r = {**r, **{c: r[c] / f for c in ("median_ms", "net_ms", "p10_ms", "p90_ms") if r.get(c) is not None},
+                 "pace_factor": f}
+        out.append(r)
+    return out
+
+
 def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
-          drift: bool = True) -> TrainingData:
+          drift: bool = True, pace: bool = True) -> TrainingData:
     data = TrainingData()
     ok = lambda name: keep is None or name in keep  # noqa: E731
     newest: dict[str, str] = {}
@@ -106,8 +123,13 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
             newest[t["name"]] = t["hash"]
     use = None if all_fingerprints else newest
 
+    every = st.measurements()
+    if pace:
+        every = _at_pace(every)
+
     def latest(kind: str, status: str | None = None, rows=None) -> list[tuple[tuple[str, str], dict]]:
-        rows = st.measurements(kind=kind, status=status) if rows is None else rows
+        if rows is None:
+            rows = [r for r in every if r["kind"] == kind and (status is None or r["status"] == status)]
         return sorted(_latest(rows, use).items())
 
     sig_models: dict[str, set[str]] = {}
@@ -116,7 +138,7 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
             sig_models.setdefault(op.signature.hash, set()).add(g.name)
     scales: dict[str, DriftScale] = {}  # target hash -> how fast each block of its rows ran (drift)
     probes: dict[str, dict[str, list[tuple[str, float]]]] = {}  # target hash -> key -> (session, ms)
-    op_rows = st.measurements(kind="op")
+    op_rows = [r for r in every if r["kind"] == "op"]
     for (key, name), r in latest("op", rows=op_rows):
         if not ok(name) or r["signature"] is None:
             continue

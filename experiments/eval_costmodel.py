@@ -172,7 +172,8 @@ def _data(args, siblings: bool = True):
     graphs = [zoo_graph(n) for n in args.models.split(",")]
     banks = variant_bank_graphs(args.db)
     return training_data_from_store(args.db, graphs=graphs + banks, targets=_targets(args), siblings=siblings,
-                                    drift=not getattr(args, "no_drift", False)), graphs
+                                    drift=not getattr(args, "no_drift", False),
+                                    pace=not getattr(args, "no_pace", False)), graphs
 
 
 def cmd_eval(args) -> int:
@@ -205,7 +206,8 @@ def cmd_eval(args) -> int:
         from costmodels.evaluate import held_out_against, repeatability
         from costmodels.store import training_data_from_store
 
-        retest = training_data_from_store(args.retest_db, graphs=graphs, targets=targets, siblings=False)
+        retest = training_data_from_store(args.retest_db, graphs=graphs, targets=targets, siblings=False,
+                                          pace=not args.no_pace)
         res.settings["repeatability"] = rep = repeatability(data, retest)
         scales = {t: r["scale"] for t, r in rep.items()}
         res.settings["held_out_vs_second"] = held_out_against(res, retest, scales)
@@ -328,6 +330,9 @@ def main(argv=None) -> int:
     pe.add_argument("--no-drift", action="store_true",
                     help="read rows as stored, without dividing them by their block's factor (a session "
                          "or campaign: placer.profile.drift)")
+    pe.add_argument("--no-pace", action="store_true",
+                    help="read rows without dividing them by the host's pace measured beside each "
+                         "(placer.profile.pace)")
     pe.set_defaults(func=cmd_eval)
     pm = sub.add_parser("merge")
     pm.add_argument("--db", required=True, help="the store the rows are copied into")

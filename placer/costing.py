@@ -87,8 +87,8 @@ def cost_table_from_store(graph, targets: Sequence, store, cost_model=None,
         if _is_simulated(t):
             continue
         meas = store.get(model_key(graph), t)
-        if meas is not None and meas.ok:
-            whole[name] = float(meas.median_ms)
+        if meas is not None and meas.ok:  # at the target's usual pace, as the ops are read
+            whole[name] = float(meas.median_ms) / store.pace_factors(t).get(meas.key, 1.0)
     _fill_context_supported(cost, source, names, whole)
     seg_costs = _segment_costs_from_store(graph, targets, store, segments)
     return CostTable(tuple(op.id for op in graph.ops), names, cost, source, overhead, whole, seg_costs)
@@ -97,15 +97,16 @@ def cost_table_from_store(graph, targets: Sequence, store, cost_model=None,
 def _segment_costs_from_store(graph, targets: Sequence, store, segments: Iterable[Sequence[str]]):
     """``{(op ids): {target: net ms}}`` for every segment measured ok on at least one target."""
     out: dict[tuple[str, ...], dict[str, float]] = {}
+    segments = [tuple(seg) for seg in segments]
+    cost = {t.name: store.paced_cost(t) for t in targets if segments and not _is_simulated(t)}
     for seg in segments:
-        seg = tuple(seg)
         key = segment_key(graph, seg)
         for t in targets:
             if _is_simulated(t):
                 continue
             m = store.get(key, t)
-            if m is not None and m.ok:
-                out.setdefault(seg, {})[t.name] = float(m.cost_ms())
+            if m is not None and m.ok:  # at the target's usual pace, as the ops are read
+                out.setdefault(seg, {})[t.name] = float(cost[t.name](m))
     return out
 
 

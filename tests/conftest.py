@@ -22,7 +22,8 @@
   ``$PLACER_CONTENDED_ATTEMPTS`` = 1, so a profile measurement that other processes disturbed is
   not taken again (``placer tune`` run by a test profiles with the default timing), and
   ``$PLACER_ONE_THREAD_WINDOWS`` = 0, so one-thread targets take no second windows (the tests of
-  them ask for them): the suite's own parallel workers keep the cores busy, and no outcome may
+  them ask for them), and ``$PLACER_PACE`` = 0, so no pace is timed beside a measurement (the
+  tests of it turn it on): the suite's own parallel workers keep the cores busy, and no outcome may
   wait on the machine's load.
 """
 
@@ -65,9 +66,11 @@ def _no_quiet_wait():
     import os
 
     from placer.profile.engine import ATTEMPTS_ENV, ONE_THREAD_WINDOWS_ENV
+    from placer.profile.pace import PACE_ENV
     from placer.run.bench import QUIET_WAIT_ENV
 
-    settings = {QUIET_WAIT_ENV: "0", ATTEMPTS_ENV: "1", ONE_THREAD_WINDOWS_ENV: "0"}
+    # no pace timed beside the profiles (placer.profile.pace), unless a test turns it on: 8% of the suite
+    settings = {QUIET_WAIT_ENV: "0", ATTEMPTS_ENV: "1", ONE_THREAD_WINDOWS_ENV: "0", PACE_ENV: "0"}
     old = {k: os.environ.get(k) for k in settings}
     os.environ.update(settings)
     yield

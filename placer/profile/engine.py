@@ -39,6 +39,7 @@ from placer.profile.contention import (
     seed_core_reference,
 )
 from placer.profile.drift import contradicts, drift_scale
+from placer.profile.pace import row_pace
 from placer.profile.progress import progress_bar
 from placer.profile.results import CampaignResult, TargetTotals
 from placer.profile.store import WINDOW_DUE, Measurement, ProfileStore
@@ -121,6 +122,13 @@ WINDOWS_DISAGREE = 0.10
 #: a measurement whose compile took longer (ms) is not taken again in a second window (TVM builds each
 #: signature in about a second on this CPU; OpenVINO and ONNX Runtime in 1-20 ms)
 SECOND_WINDOW_MAX_COMPILE_MS = 1000.0
+
+
+def _pace_meta(reply: Mapping[str, Any]) -> dict[str, Any]:
+    """A row's pace field from a worker's reply (``pace_ms``: :mod:`placer.profile.pace`; a second
+    window that keeps the first's figure keeps its pace too); none without a pace."""
+    pace = reply.get("pace_ms")
+    return {"pace_ms": pace} if pace else {}
 
 
 @dataclass
@@ -454,6 +462,8 @@ class Engine:
             # and the worst slowdown of a core as the window opened and closed (the host's contention)
             "slowdown": reply.get("slowdown"),
             "attempts": reply.get("attempts", 1), "contended": bool(reply.get("contended")),
+            # the host's pace over the same window (placer.profile.pace: rows are read at the usual pace)
+            **_pace_meta(reply),
         }
         if self.session:
             meta["session"] = self.session
@@ -530,10 +540,16 @@ class Engine:
                 if second * SLOW_FIRST_WINDOW < first.median_ms:
                     self.result.slow_first_windows += 1
                 median, net, p10, p90, n = first.median_ms, first.net_ms, first.p10_ms, first.p90_ms, first.n
-                if second < first.median_ms:
+                # the lower of the two at one pace where both windows timed it (a window that ran in a
+                # spell the pace saw is not the lower one for that), else as measured
+                pace_first, pace_second = row_pace(first), reply.get("pace_ms")
+                paced_pair = bool(pace_first and pace_second)
+                if paced_pair:
+                    meta["windows_pace_ms"] = [pace_first, pace_second]
+                if (second / pace_second < first.median_ms / pace_first) if paced_pair else second < first.median_ms:
                     meta.update(mad_ms=st["mad_ms"], mean_ms=st["mean_ms"], contention=reply.get("contention"),
                                 loadavg=reply.get("loadavg"), slowdown=reply.get("slowdown"),
-                                contended=bool(reply.get("contended")))
+                                contended=bool(reply.get("contended")), **_pace_meta(reply))
                     median, p10, p90, n = second, st["p10_ms"], st["p90_ms"], st["n"]
                     net = max(second - float(meta.get("overhead_ms") or 0.0), 0.0)
                 m = self.store.put(task.key, target, kind=task.kind, status="ok", median_ms=median, net_ms=net,

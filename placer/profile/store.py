@@ -47,6 +47,7 @@ from placer.devices import make_target
 from placer.devices.links import LinkFit, LinkModel
 from placer.errors import PlacerError, ProfileError
 from placer.profile.keys import OVERHEAD_KEY
+from placer.profile.pace import pace_factors
 from placer.safe_io import loads
 
 SCHEMA_VERSION = 1
@@ -504,11 +505,42 @@ class ProfileStore:
             raise ProfileError(f"no call overhead measured for {_tname(target)} in {self.path!r}: run `placer profile`")
         return float(m.median_ms)
 
-    def op_costs(self, graph, targets: Iterable, *, missing: str = "error") -> dict[tuple[str, str], float]:
+    def pace_factors(self, target) -> dict[str, float]:
+        """``{key: factor}`` of ``target``'s rows measured with the host's pace beside them
+        (:func:`placer.profile.pace.pace_factors`): a row's times divided by its factor read it at
+        the target's usual pace. Rows without a pace (older stores) are not listed (factor 1)."""
+        th = self.target_hash(target)
+        q = ("SELECT key, json_extract(meta, '$.pace_ms') FROM measurements "
+             "WHERE target=? AND status='ok' AND json_valid(meta)")
+        rows = [{"target": th, "key": k, "meta": {"pace_ms": p}}
+                for k, p in self._conn.execute(q, [th]) if p is not None]
+        return {k: f for (_, k), f in pace_factors(rows).items()}
+
+    def paced_cost(self, target):
+        """``cost(m)``: the net cost of a row ``m`` of ``target`` at the target's usual pace (its
+        median over its pace factor, less the call overhead read so: ``costmodels.store`` reads the
+        rows, and a cost model prices its measured ops, the same way); a row without a pace, or
+        failed, as :meth:`Measurement.cost_ms` gives it."""
+        factors = self.pace_factors(target)
+        o = self.get(OVERHEAD_KEY, target) if factors else None
+        overhead = o.median_ms / factors.get(OVERHEAD_KEY, 1.0) if o is not None and o.ok else 0.0
+
+        def cost(m: Measurement) -> float:
+            f = factors.get(m.key)
+            if f is None or not m.ok or m.median_ms is None:
+                return m.cost_ms()
+            return max(m.median_ms / f - overhead, 0.0)
+
+        return cost
+
+    def op_costs(self, graph, targets: Iterable, *, missing: str = "error",
+                 pace: bool = True) -> dict[tuple[str, str], float]:
         """``{(op_id, target_name): net_ms | inf}`` for every op of ``graph`` on every target.
 
         Unsupported/failed ops cost ``inf``. ``missing``: ``"error"`` (ProfileError naming the
-        first unprofiled op), ``"inf"`` (treat as unsupported) or ``"skip"`` (leave out).
+        first unprofiled op), ``"inf"`` (treat as unsupported) or ``"skip"`` (leave out). ``pace``:
+        rows measured with the host's pace are read at their target's usual pace
+        (:meth:`paced_cost`), as the cost model reads them.
         """
         if missing not in ("error", "inf", "skip"):
             raise ProfileError(f"missing={missing!r}: expected 'error', 'inf' or 'skip'")
@@ -518,6 +550,7 @@ class ProfileStore:
             th = self.target_hash(t)
             name = t.name if hasattr(t, "name") else self.target_name(th)
             rows = self.get_many(keys, th)
+            cost = self.paced_cost(th) if pace else Measurement.cost_ms
             for op in graph.ops:
                 m = rows.get(op.signature.hash)
                 if m is None:
@@ -530,7 +563,7 @@ class ProfileStore:
                         continue
                     out[(op.id, name)] = math.inf
                 else:
-                    out[(op.id, name)] = m.cost_ms()
+                    out[(op.id, name)] = cost(m)
         return out
 
     def measurements(self, target=None, kind: str | None = None, status: str | None = None) -> list[dict]:

@@ -28,11 +28,14 @@ from placer.errors import ProfileError
 __all__ = ["TimingConfig", "TimingStats", "random_feeds", "stats_from_samples", "time_callable", "time_compiled"]
 
 
-def time_callable(fn: Callable[[], object], config: TimingConfig | None = None, *, prewarmed_s: float = 0.0) -> TimingStats:
+def time_callable(fn: Callable[[], object], config: TimingConfig | None = None, *, prewarmed_s: float = 0.0,
+                  between: Callable[[], object] | None = None) -> TimingStats:
     """Time ``fn()`` (one call = one sample) until its median is stable; see the module doc.
 
     ``prewarmed_s``: the caller already ran ``fn`` once and it took this long; a slow first call
     (>= ``warmup_s``) then counts as the warm-up (a 3 s whole model is not run twice for nothing).
+    ``between``: called after each batch, untimed (the profiler times the host's pace there, over the
+    same window as the samples: :mod:`placer.profile.pace`).
     """
     cfg = config or TimingConfig()
     pc = time.perf_counter_ns
@@ -71,6 +74,8 @@ def time_callable(fn: Callable[[], object], config: TimingConfig | None = None, 
                 sample_ns += dt
                 if len(samples) >= cfg.max_samples:
                     break
+            if between is not None:
+                between()
             n = len(samples)
             med = float(np.median(samples))
             sample_s = sample_ns / 1e9
@@ -93,7 +98,7 @@ def time_callable(fn: Callable[[], object], config: TimingConfig | None = None, 
 
 
 def time_compiled(compiled, feeds: Mapping[str, np.ndarray], config: TimingConfig | None = None, *,
-                  prewarmed_s: float = 0.0) -> TimingStats:
+                  prewarmed_s: float = 0.0, between: Callable[[], object] | None = None) -> TimingStats:
     """Time ``compiled.run_shared(feeds)`` (a :class:`placer.devices.CompiledModel`; outputs left in the
     runtime's buffers, as the executor hands them to the next partition), or ``run`` where a
     compiled model has no ``run_shared``.
@@ -105,7 +110,7 @@ def time_compiled(compiled, feeds: Mapping[str, np.ndarray], config: TimingConfi
     if callable(own):
         return own(feeds, config or TimingConfig())
     run = getattr(compiled, "run_shared", compiled.run)
-    return time_callable(lambda: run(feeds), config, prewarmed_s=prewarmed_s)
+    return time_callable(lambda: run(feeds), config, prewarmed_s=prewarmed_s, between=between)
 
 
 def random_feeds(model, seed: int = 0) -> dict[str, np.ndarray]:

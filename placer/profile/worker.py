@@ -15,8 +15,9 @@ Requests (header ``cmd``):
   (the campaign's other targets: the executor process has them all loaded), builds the targets,
   pins to their cores, answers the fingerprints;
 * ``measure``: ``{"target", "seed", "timing"}`` + model bytes -> compile, warm up, time
-  ``CompiledModel.run`` (see :mod:`placer.profile.timing`); answers ``status`` ``ok`` with
-  stats, ``unsupported`` (TargetError while compiling, MemoryError) or ``error`` (raised while running);
+  ``CompiledModel.run`` (see :mod:`placer.profile.timing`), the host's pace timed over the same window
+  (:mod:`placer.profile.pace`); answers ``status`` ``ok`` with stats and ``pace_ms``,
+  ``unsupported`` (TargetError while compiling, MemoryError) or ``error`` (raised while running);
 * ``link``: ``{"src", "dst", "sizes", "overhead_ms"}`` -> :func:`placer.profile.links.measure_link_points`
   (``src == dst``: :func:`placer.profile.links.measure_cut_points`);
 * ``exit``.
@@ -43,6 +44,7 @@ from placer.devices.registry import register_target
 from placer.errors import PlacerError, TargetUnavailable, first_line
 from placer.profile.contention import CpuWindow, core_reference, seed_core_reference
 from placer.profile.links import measure_cut_points, measure_link_points
+from placer.profile.pace import PaceMeter
 from placer.profile.timing import TimingConfig, random_feeds, time_compiled
 
 _HDR = struct.Struct(">I")
@@ -99,6 +101,7 @@ class WorkerCore:
 
     def __init__(self) -> None:
         self.targets: dict[str, Any] = {}
+        self.meters: dict[str, PaceMeter] = {}  # per target: the host's pace beside each measurement
 
     def init(self, names: list[str], registry: dict[str, str] | None = None, preload: list[str] | None = None) -> dict:
         for kind, path in (registry or {}).items():  # the parent's kinds (plug-ins, test targets) rule
@@ -154,12 +157,15 @@ class WorkerCore:
             t1 = time.perf_counter()
             compiled.run(feeds)  # first run apart: it may allocate / JIT
             first_ms = (time.perf_counter() - t1) * 1e3
+            meter = self.meters.setdefault(target.name, PaceMeter(target))
+            meter.start()
             with CpuWindow() as window:  # how busy other processes kept the machine meanwhile
-                stats = time_compiled(compiled, feeds, cfg, prewarmed_s=first_ms / 1e3)
+                stats = time_compiled(compiled, feeds, cfg, prewarmed_s=first_ms / 1e3, between=meter.sample)
                 for _ in range(int(header.get("repeat", 1)) - 1):  # keep the lowest median (transient noise)
-                    again = time_compiled(compiled, feeds, cfg)
+                    again = time_compiled(compiled, feeds, cfg, between=meter.sample)
                     if again.median_ms < stats.median_ms:
                         stats = again
+            pace_ms = meter.finish()
         except MemoryError:
             return {"status": "unsupported", "reason": f"{target.name}: out of memory while running"}
         except TargetUnavailable as exc:
@@ -175,7 +181,7 @@ class WorkerCore:
             gc.collect()
         return {"status": "ok", "stats": stats.to_dict(), "compile_ms": compile_ms, "first_run_ms": first_ms,
                 "contention": window.others, "loadavg": window.loadavg, "slowdown": window.slowdown,
-                "core_reference": core_reference()}
+                "core_reference": core_reference(), "pace_ms": pace_ms}
 
     def link(self, header: dict) -> dict:
         src, dst = self.targets[header["src"]], self.targets[header["dst"]]

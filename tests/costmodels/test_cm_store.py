@@ -9,6 +9,7 @@ import pytest
 
 from costmodels.cost_model import CostModel
 from costmodels.store import training_data_from_store
+from placer.profile.pace import PACE_ENV
 
 # two cheap targets (ONNX Runtime at 1 and 2 threads): the reader does not care which runtimes
 TARGETS = ["onnxruntime", "onnxruntime:t2"]
@@ -26,8 +27,10 @@ def tiny_store(tmp_path_factory):
     db = tmp_path_factory.mktemp("store") / "p.db"
     g = build_graph(load_model(zoo.tiny_branchy()))
     quick = TimingConfig(max_time_s=0.05, min_time_s=0.01, rel_tol=0.1, contended_attempts=1)
-    profile_graph(g, TARGETS, db, isolate=False, progress=False, segments=chain_segments(g, max_len=2)[:4],
-                  timing=quick, link_sizes=[1 << 10, 1 << 16, 1 << 20])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(PACE_ENV, "1")  # the pace beside each row, as by default (the suite turns it off: conftest)
+        profile_graph(g, TARGETS, db, isolate=False, progress=False, segments=chain_segments(g, max_len=2)[:4],
+                      timing=quick, link_sizes=[1 << 10, 1 << 16, 1 << 20])
     return db, g
 
 
@@ -42,13 +45,19 @@ def test_store_rows_become_training_data(tiny_store):
     assert kinds == {"segment", "model"}
     assert all(p.model == g.name for p in data.partitions)
     assert {(r.src, r.dst) for r in data.links} == {(ORT, OV), (OV, ORT)}
-    # the op rows are the store's medians, unsupported/failed ones inf
+    # the op rows are the store's medians at their target's usual pace (the campaign timed the host's
+    # pace beside each: placer.profile.pace), unsupported/failed ones inf; as stored without the pace
+    from placer.profile.pace import pace_factors
     from placer.profile.store import ProfileStore
 
+    as_stored = {(r.target, r.key): r.latency_ms for r in training_data_from_store(db, graphs=[g], pace=False).ops}
     with ProfileStore(db, readonly=True) as st:
+        factors = pace_factors(st.measurements())
+        assert {t for t, _ in factors} == {st.target_hash(ORT), st.target_hash(OV)}
         for r in data.ops:
             m = st.get(r.key, r.target)
-            assert r.latency_ms == (m.median_ms if m.ok else math.inf)
+            assert as_stored[(r.target, r.key)] == (m.median_ms if m.ok else math.inf)
+            assert r.latency_ms == pytest.approx(m.median_ms / factors[(m.target, r.key)] if m.ok else math.inf)
 
 
 def test_a_two_thread_targets_rows_come_with_its_one_thread_siblings_as_a_prior(tiny_store):
@@ -285,7 +294,7 @@ class _FakeStore:
                 {"hash": "new", "name": "x@cpu:t1", "fingerprint": {"adapter_version": 2}}]
 
     def measurements(self, target=None, kind=None, status=None):
-        return [r for r in self.rows if r["kind"] == kind and (status is None or r["status"] == status)
+        return [r for r in self.rows if kind in (None, r["kind"]) and (status is None or r["status"] == status)
                 and (target is None or r["target"] == target)]
 
     def link_rows(self):
@@ -303,3 +312,22 @@ def test_reader_uses_the_newest_fingerprint_and_prices_failures_inf():
     assert data.targets["x@cpu:t1"]["hash"] == "new"
     mixed = _read(_FakeStore(), [], None, all_fingerprints=True)
     assert {r.key: r.latency_ms for r in mixed.ops} == {"k1": 9.0, "k2": math.inf, "k3": 5.0}
+
+
+def test_rows_measured_in_a_spell_the_pace_saw_are_read_at_the_usual_pace():
+    """Two ops of the same signature family: k1 measured while the host ran 2x slow (the anchors timed
+    beside it took twice their usual time, and so did k1), the others at the usual pace. Read at pace,
+    k1 is what the quiet rows say; as stored (pace=False), it keeps its spell."""
+    from costmodels.store import _read
+
+    store = _FakeStore()
+    base = {**store.rows[1], "target_name": "x@cpu:t1", "target": "new"}
+    store.rows = [{**base, "key": f"q{i}", "median_ms": 1.0, "timestamp": float(i),
+                   "meta": {"pace_ms": 0.9}} for i in range(9)]
+    store.rows.append({**base, "key": "k1", "median_ms": 2.0, "p10_ms": 1.8, "timestamp": 60.0,
+                       "meta": {"pace_ms": 1.8}})
+    at_pace = {r.key: r for r in _read(store, [], None, all_fingerprints=False, drift=False).ops}
+    assert at_pace["k1"].latency_ms == pytest.approx(1.0) and at_pace["k1"].p10_ms == pytest.approx(0.9)
+    assert all(at_pace[f"q{i}"].latency_ms == pytest.approx(1.0) for i in range(9))
+    as_stored = {r.key: r for r in _read(store, [], None, all_fingerprints=False, drift=False, pace=False).ops}
+    assert as_stored["k1"].latency_ms == 2.0

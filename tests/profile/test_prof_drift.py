@@ -104,8 +104,9 @@ def test_a_campaign_with_probes_records_them_and_the_training_rows_take_its_sess
     assert set(factors) == {second.session} | ({first.session} if kept else set())
     assert not kept or factors[first.session] == 1.0
     assert factors[second.session] > 0
-    scaled = {r.key: r.latency_ms for r in training_data_from_store(db).ops}
-    raw = {r.key: r.latency_ms for r in training_data_from_store(db, drift=False).ops}
+    # read without the host's pace each row carries (placer.profile.pace, tested on its own): the drift alone
+    scaled = {r.key: r.latency_ms for r in training_data_from_store(db, pace=False).ops}
+    raw = {r.key: r.latency_ms for r in training_data_from_store(db, drift=False, pace=False).ops}
     assert set(scaled) == set(raw) == set(rows)
     mine = {p["key"]: p["median_ms"] for p in probes}
     for k, m in now.items():  # as stored, unless a faster probe contradicts the row (see the test below)
@@ -295,7 +296,7 @@ def test_a_probe_slower_than_its_row_leaves_the_row(tmp_path, tiny, fast_timing)
         assert st.get(fast, "onnxruntime") == before
         assert any(p["key"] == fast for p in st.probe_rows("onnxruntime"))
     assert again.measured == again.refreshed  # nothing else to measure
-    got = {r.key: r.latency_ms for r in training_data_from_store(db, drift=False).ops}
+    got = {r.key: r.latency_ms for r in training_data_from_store(db, drift=False, pace=False).ops}
     assert got[fast] == before.median_ms
 
 
