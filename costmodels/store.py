@@ -106,8 +106,8 @@ def _at_pace(rows: list[dict]) -> list[dict]:
     for r in rows:
         f = factors.get((r["target"], r["key"]))
         if f is not None and r["status"] == "ok":
-            r = {**r, **{c: r[c] / f for c in ("median_ms", "net_ms", "p10_ms", "p90_ms") if r.get(c) is not None},
-                 "pace_factor": f}
+            times = {c: r[c] / f for c in ("median_ms", "net_ms", "p10_ms", "p90_ms") if r.get(c) is not None}
+            r = {**r, **times, "pace_factor": f}
         out.append(r)
     return out
 

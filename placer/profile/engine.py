@@ -543,10 +543,11 @@ class Engine:
                 # the lower of the two at one pace where both windows timed it (a window that ran in a
                 # spell the pace saw is not the lower one for that), else as measured
                 pace_first, pace_second = row_pace(first), reply.get("pace_ms")
-                paced_pair = bool(pace_first and pace_second)
-                if paced_pair:
+                lower = second < first.median_ms
+                if pace_first and pace_second:
                     meta["windows_pace_ms"] = [pace_first, pace_second]
-                if (second / pace_second < first.median_ms / pace_first) if paced_pair else second < first.median_ms:
+                    lower = second / pace_second < first.median_ms / pace_first
+                if lower:
                     meta.update(mad_ms=st["mad_ms"], mean_ms=st["mean_ms"], contention=reply.get("contention"),
                                 loadavg=reply.get("loadavg"), slowdown=reply.get("slowdown"),
                                 contended=bool(reply.get("contended")), **_pace_meta(reply))

@@ -59,9 +59,16 @@ PACE_ENV = "PLACER_PACE"
 
 
 def paced(target: Any) -> bool:
-    """Whether measurements on ``target`` are timed with the pace model beside them (its kind is one of
-    :data:`PACED_KINDS`, and ``$PLACER_PACE`` is not "0")."""
-    return getattr(target, "kind", "") in PACED_KINDS and os.environ.get(PACE_ENV, "").strip() != "0"
+    """Whether measurements on ``target`` are timed with the pace model beside them: its kind is one of
+    :data:`PACED_KINDS`, it runs one thread, and ``$PLACER_PACE`` is not "0". One thread: what was
+    measured (session 41). On more, the anchors' own thread pool and the measured session's take turns
+    on the same cores: beside a whole model timed as a one-partition plan runs it (ONNX Runtime's pool
+    spinning between runs, ``Target.compile_alone``) the anchors ran 2-3x their usual time, which read
+    squeezenet's two-thread row at a third of what it measured. The worker also leaves out the
+    whole-model ("alone") measurements of any target."""
+    threads = getattr(getattr(target, "spec", None), "threads", 1)
+    return (getattr(target, "kind", "") in PACED_KINDS and threads == 1
+            and os.environ.get(PACE_ENV, "").strip() != "0")
 
 
 class PaceMeter:

@@ -38,7 +38,7 @@ def pace_on(monkeypatch):
     monkeypatch.setenv(PACE_ENV, "1")
 
 
-def test_the_meter_times_the_anchors_over_a_window_on_a_cpu_runtime_and_never_on_a_plug_in(pace_on, monkeypatch):
+def test_the_meter_times_the_anchors_over_a_window_on_a_one_thread_cpu_runtime_only(pace_on, monkeypatch):
     meter = PaceMeter(make_target("onnxruntime"))
     try:
         meter.start()
@@ -59,12 +59,13 @@ def test_the_meter_times_the_anchors_over_a_window_on_a_cpu_runtime_and_never_on
     never.sample()
     assert never.finish() is None and never.readings == []
     assert paced(make_target("openvino")) and paced(make_target("openvino-bf16"))
+    assert not paced(make_target("onnxruntime:t2"))  # one-thread targets only (what was measured)
     monkeypatch.setenv(PACE_ENV, "0")  # turned off: not even a CPU runtime's target times it
     assert not paced(make_target("onnxruntime")) and PaceMeter(make_target("onnxruntime")).failed
 
 
-def test_a_campaign_times_the_pace_beside_each_row_and_the_store_prices_rows_at_the_usual_pace(tmp_path, tiny,
-                                                                                            fast_timing, pace_on):
+def test_a_campaign_times_the_pace_beside_each_row_and_the_store_prices_rows_at_the_usual_pace(
+        tmp_path, tiny, fast_timing, pace_on):
     from placer.profile import ProfileStore, profile_graph
     from placer.profile.keys import OVERHEAD_KEY
 
@@ -82,4 +83,5 @@ def test_a_campaign_times_the_pace_beside_each_row_and_the_store_prices_rows_at_
         for op in tiny.ops:
             m = st.get(op.signature.hash, target)
             assert raw[(op.id, target)] == m.net_ms
-            assert paced_costs[(op.id, target)] == pytest.approx(max(m.median_ms / factors[m.key] - overhead, 0.0))
+            at_pace = max(m.median_ms / factors[m.key] - overhead, 0.0)
+            assert paced_costs[(op.id, target)] == pytest.approx(at_pace)
