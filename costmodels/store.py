@@ -80,8 +80,8 @@ def training_data_from_store(store: Any, graphs: Sequence[Any] = (), targets: It
     scale. Leave-one-model-out on a store of six models and banks profiled over a day, the held-out
     share within 10% rose by 1.5-5.5 points per target against the rows as stored
     (experiments/costmodel_report_s17; docs/design.md, "Blocks and twins"). ``pace``: first, every
-    row measured with the host's pace beside it (:mod:`placer.profile.pace`) is divided by its pace
-    factor, which reads it at its target's usual pace (op, segment and whole-model rows alike).
+    row measured with the host's pace beside it (:mod:`placer.profile.pace`: one-thread op and
+    segment rows) is divided by its pace factor, which reads it at its target's usual pace.
     """
     if isinstance(store, (str, os.PathLike)):
         st, owned = ProfileStore(store, readonly=True), True

@@ -8,8 +8,8 @@ pace of those seconds: per model, the second profile's rows ran 0.88-1.12x the f
 (session 39), an error no feature of an op explains.
 
 What does see it is a runtime's own kernels. The worker times a fixed model, the
-:mod:`~placer.profile.anchors` (nine small ops, about 1 ms at one thread), on the target over the
-window of each measurement (:class:`PaceMeter`: :data:`PACE_EDGE_CALLS` calls just before, one after
+:mod:`~placer.profile.anchors` (nine small ops, about 1 ms at one thread), on a one-thread target
+over the window of each op or segment measurement (:func:`paced`; :class:`PaceMeter`: :data:`PACE_EDGE_CALLS` calls just before, one after
 each ~20 ms batch of the measurement's samples, :data:`PACE_EDGE_CALLS` just after) and the row
 keeps the median as ``pace_ms``. Over 150 s on each one-thread target (session 41: the anchors and
 nine other ops timed in turn), the anchors' pace and each op's time correlated 0.86-0.99 over
@@ -54,7 +54,7 @@ PACED_KINDS = ("onnxruntime", "openvino", "openvino-bf16")
 
 #: ``$PLACER_PACE=0``: no pace timed beside measurements (the test suite's own: its profiles run on a
 #: machine its parallel workers keep busy, with timing windows of a few ms, where the anchors' compile
-#: and calls had added 8% to its run; the pace's own tests turn it on)
+#: and calls had added 6% to its summed test time; the pace's own tests turn it on)
 PACE_ENV = "PLACER_PACE"
 
 
