@@ -9,14 +9,14 @@ pace of those seconds: per model, the second profile's rows ran 0.88-1.12x the f
 
 What does see it is a runtime's own kernels. The worker times a fixed model, the
 :mod:`~placer.profile.anchors` (nine small ops, about 1 ms at one thread), on a one-thread target
-over the window of each op or segment measurement (:func:`paced`; :class:`PaceMeter`: :data:`PACE_EDGE_CALLS` calls just before, one after
-each ~20 ms batch of the measurement's samples, :data:`PACE_EDGE_CALLS` just after) and the row
-keeps the median as ``pace_ms``. Over 150 s on each one-thread target (session 41: the anchors and
-nine other ops timed in turn), the anchors' pace and each op's time correlated 0.86-0.99 over
-0.5-2 s windows. Between two profiles of the same ops, the ratio of an op's two times and of their
-two paces correlated 0.79-0.80 with the pace taken over the window, 0.64-0.68 with a pace read only
-before and after it, and 0.45-0.51 with the median pace of the rows measured within 3 s: the
-host's pace moves within a second, so a row is read at its own.
+over the window of each op or segment measurement (:func:`paced`; :class:`PaceMeter`:
+:data:`PACE_EDGE_CALLS` calls just before, one after each ~20 ms batch of the measurement's samples,
+:data:`PACE_EDGE_CALLS` just after) and the row keeps the median as ``pace_ms``. Over 150 s on each
+one-thread target (session 41: the anchors and nine other ops timed in turn), the anchors' pace and
+each op's time correlated 0.86-0.99 over 0.5-2 s windows. Between two profiles of the same ops, the
+ratio of an op's two times and of their two paces correlated 0.79-0.80 with the pace taken over the
+window, 0.64-0.68 with a pace read only before and after it, and 0.45-0.51 with the median pace of
+the rows measured within 3 s: the host's pace moves within a second, so a row is read at its own.
 
 Reading a row (:func:`pace_factors`): its pace over the median pace of its target's rows in the
 store; the row's times divided by that factor are its times at the target's usual pace. The cost
@@ -83,6 +83,11 @@ class PaceMeter:
         self._feeds: dict | None = None
         self.failed = not paced(target)
         self.readings: list[float] = []
+
+    @classmethod
+    def off(cls) -> PaceMeter:
+        """A meter that times nothing (its :meth:`finish` gives None): a measurement timed without a pace."""
+        return cls(None)
 
     def _ready(self) -> bool:
         if self._compiled is None and not self.failed:

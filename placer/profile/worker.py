@@ -95,22 +95,6 @@ def read_msg(f) -> tuple[dict, bytes]:
 _REASON_LIMIT = 500
 
 
-class _NoPace:
-    """The pace meter of a measurement timed without one."""
-
-    def start(self) -> None:
-        pass
-
-    def sample(self) -> None:
-        pass
-
-    def finish(self) -> None:
-        return None
-
-
-_NO_PACE = _NoPace()
-
-
 # ---- the request handler (also used in-process when isolate=False) -------------------------------
 class WorkerCore:
     """Holds the targets and answers requests; no process handling here."""
@@ -175,8 +159,8 @@ class WorkerCore:
             first_ms = (time.perf_counter() - t1) * 1e3
             # the host's pace over the same window; not beside a whole model timed alone (its runtime's
             # pool spins between runs: placer.profile.pace.paced)
-            meter = _NO_PACE if header.get("alone") else self.meters.setdefault(target.name,
-                                                                                PaceMeter(target))
+            meter = PaceMeter.off() if header.get("alone") else self.meters.setdefault(target.name,
+                                                                                       PaceMeter(target))
             meter.start()
             with CpuWindow() as window:  # how busy other processes kept the machine meanwhile
                 stats = time_compiled(compiled, feeds, cfg, prewarmed_s=first_ms / 1e3, between=meter.sample)
