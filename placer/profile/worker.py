@@ -30,7 +30,6 @@ notices (EOF / timeout) and records ``crash`` / ``timeout``. The worker dies wit
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import struct
@@ -42,6 +41,7 @@ from typing import Any
 from placer.devices import make_target
 from placer.devices.registry import register_target
 from placer.errors import PlacerError, TargetUnavailable, first_line
+from placer.gc_scope import collected_after
 from placer.profile.contention import CpuWindow, core_reference, seed_core_reference
 from placer.profile.links import measure_cut_points, measure_link_points
 from placer.profile.pace import PaceMeter
@@ -133,6 +133,13 @@ class WorkerCore:
         return {"status": "ok", "pid": os.getpid(), "fingerprints": fingerprints}
 
     def measure(self, header: dict, payload: bytes) -> dict:
+        """Compile and time one model (an op, a segment, a whole model); what it made is collected
+        after it (:func:`~placer.gc_scope.collected_after`: the compiled model's cycles, not the
+        process's older objects), before the next one compiles."""
+        with collected_after():
+            return self._measure(header, payload)
+
+    def _measure(self, header: dict, payload: bytes) -> dict:
         import onnx
 
         target = self.targets[header["target"]]
@@ -181,7 +188,6 @@ class WorkerCore:
             except Exception:
                 pass
             del compiled
-            gc.collect()
         return {"status": "ok", "stats": stats.to_dict(), "compile_ms": compile_ms, "first_run_ms": first_ms,
                 "contention": window.others, "loadavg": window.loadavg, "slowdown": window.slowdown,
                 "core_reference": core_reference(), "pace_ms": pace_ms}

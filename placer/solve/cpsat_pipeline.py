@@ -167,8 +167,12 @@ class PipelineModel:
         if not self.options.get("hint", True):
             return
         share = float(self.options.get("heuristic_fraction", 0.3))
-        for name, assign, order in pipeline_candidates(p, self.K, self.contiguous,
-                                                       t0 + share * max(0.0, ctx.deadline - t0)):
+        # the span is a share of the time limit, counted from now, as latency mode's: counted from
+        # t0 it was gone whenever the ideals DP ran past it (a loaded host: no hint at all, a
+        # different search; test_solver_contract[cpsat-pipeline-rand_30x3] in session 42)
+        start = time.monotonic()
+        deadline = min(start + share * max(0.0, ctx.deadline - t0), ctx.deadline)
+        for name, assign, order in pipeline_candidates(p, self.K, self.contiguous, deadline):
             plan = make_pipeline_plan(p, assign, ctx.name, order=order, options=ctx.plan_options())
             if better(self.best_plan, plan) is plan:
                 self.best_plan, self.best_name = plan, name

@@ -139,3 +139,20 @@ def test_pipeline_hint_is_a_solution_of_the_model(case):
     m.model.minimize(m.bott)
     solver = _solve_fixed(m.model)
     assert solver.value(m.bott) == round(m.hint_key[0])
+
+
+@pytest.mark.parametrize("case", PIPELINE, ids=[c[0] for c in PIPELINE])
+def test_pipeline_heuristics_get_their_share_however_long_the_ideals_dp_ran(case):
+    # the heuristics' span counts from their own start: a solve whose earlier phase (the ideals DP)
+    # used 60% of the time limit on a loaded host builds the same candidates, so the same hint
+    _, make, overrides = case
+    p = make()
+    ctx, options = _ctx("pipeline", overrides)
+    fresh = PipelineModel(p, ctx, options)
+    fresh.run_heuristics()
+    late_ctx = dataclasses.replace(ctx, deadline=time.monotonic() + 0.4 * HANG_GUARD_S)
+    late = PipelineModel(p, late_ctx, options)
+    late.t0 = time.monotonic() - 0.6 * HANG_GUARD_S  # as if the DP had run that long
+    late.run_heuristics()
+    assert fresh.hint is not None and late.best_name == fresh.best_name
+    assert late.hint_key == fresh.hint_key
