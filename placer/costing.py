@@ -87,8 +87,8 @@ def cost_table_from_store(graph, targets: Sequence, store, cost_model=None,
         if _is_simulated(t):
             continue
         meas = store.get(model_key(graph), t)
-        if meas is not None and meas.ok:  # timed alone: no pace beside it (placer.profile.pace.paced)
-            whole[name] = float(meas.median_ms)
+        if meas is not None and meas.ok:  # at the target's usual pace, where a one-thread row carries one
+            whole[name] = float(meas.median_ms) / store.pace_factors(t).get(meas.key, 1.0)
     _fill_context_supported(cost, source, names, whole)
     seg_costs = _segment_costs_from_store(graph, targets, store, segments)
     return CostTable(tuple(op.id for op in graph.ops), names, cost, source, overhead, whole, seg_costs)

@@ -78,7 +78,9 @@ def interleaved_rounds(steps: Sequence, *, rounds_s: float, min_rounds: int, max
     samples of each step and the number of rounds."""
     pc = time.perf_counter_ns
     samples: list[list[int]] = [[] for _ in steps]
-    gc.collect()
+    # no collection first: none can start while the collector is off, and the worker collects what
+    # each request made after it (placer.gc_scope); a full one here walked the whole process (0.5 s in
+    # the test suite's workers)
     gc.disable()
     try:
         t_start = pc()

@@ -20,9 +20,9 @@ the rows measured within 3 s: the host's pace moves within a second, so a row is
 
 Reading a row (:func:`pace_factors`): its pace over the median pace of its target's rows in the
 store; the row's times divided by that factor are its times at the target's usual pace. The cost
-model's reader (``costmodels.store``) and the solver's cost table (``ProfileStore.op_costs``) read
-rows so. Rows without a pace (stored by older versions, or by targets that are not timed so:
-:func:`paced`) keep factor 1.
+model's reader (``costmodels.store``) and the solver's cost table (``ProfileStore.op_costs``, and
+the whole-model and segment rows of ``placer.costing``) read rows so. Rows without a pace (stored
+by older versions, or by targets that are not timed so: :func:`paced`) keep factor 1.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ def paced(target: Any) -> bool:
     measured (session 41). On more, the anchors' own thread pool and the measured session's take turns
     on the same cores: beside a whole model timed as a one-partition plan runs it (ONNX Runtime's pool
     spinning between runs, ``Target.compile_alone``) the anchors ran 2-3x their usual time, which read
-    squeezenet's two-thread row at a third of what it measured. The worker also leaves out the
-    whole-model ("alone") measurements of any target."""
+    squeezenet's two-thread row at a third of what it measured. A one-thread whole model timed alone
+    has no pool to spin, and carries the pace as an op does (session 42)."""
     threads = getattr(getattr(target, "spec", None), "threads", 1)
     return (getattr(target, "kind", "") in PACED_KINDS and threads == 1
             and os.environ.get(PACE_ENV, "").strip() != "0")

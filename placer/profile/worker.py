@@ -164,10 +164,9 @@ class WorkerCore:
             t1 = time.perf_counter()
             compiled.run(feeds)  # first run apart: it may allocate / JIT
             first_ms = (time.perf_counter() - t1) * 1e3
-            # the host's pace over the same window; not beside a whole model timed alone (its runtime's
-            # pool spins between runs: placer.profile.pace.paced)
-            meter = PaceMeter.off() if header.get("alone") else self.meters.setdefault(target.name,
-                                                                                       PaceMeter(target))
+            # the host's pace over the same window, on one-thread targets only (placer.profile.pace.paced):
+            # a whole model timed alone on more threads keeps its pool spinning between runs
+            meter = self.meters.setdefault(target.name, PaceMeter(target))
             meter.start()
             with CpuWindow() as window:  # how busy other processes kept the machine meanwhile
                 stats = time_compiled(compiled, feeds, cfg, prewarmed_s=first_ms / 1e3, between=meter.sample)
@@ -193,6 +192,12 @@ class WorkerCore:
                 "core_reference": core_reference(), "pace_ms": pace_ms}
 
     def link(self, header: dict) -> dict:
+        """Measure a hand-off between two targets (or the cost of a cut on one); what it made is
+        collected after it, as a measurement's is."""
+        with collected_after():
+            return self._link(header)
+
+    def _link(self, header: dict) -> dict:
         src, dst = self.targets[header["src"]], self.targets[header["dst"]]
         if src.name == dst.name:  # a target to itself: what cutting a model into partitions costs on it
             try:

@@ -85,3 +85,26 @@ def test_a_campaign_times_the_pace_beside_each_row_and_the_store_prices_rows_at_
             assert raw[(op.id, target)] == m.net_ms
             at_pace = max(m.median_ms / factors[m.key] - overhead, 0.0)
             assert paced_costs[(op.id, target)] == pytest.approx(at_pace)
+
+
+def test_a_one_thread_whole_model_carries_the_pace_and_is_priced_at_the_usual_pace(
+        tmp_path, tiny, fast_timing, pace_on):
+    # a whole model timed alone on one thread has no pool spinning beside the anchors (session 42);
+    # on two threads it would, and its row carries none
+    from placer.costing import cost_table_from_store
+    from placer.devices import make_targets
+    from placer.profile import ProfileStore, profile_graph
+    from placer.profile.keys import model_key
+
+    db = tmp_path / "p.db"
+    targets = make_targets(["onnxruntime", "onnxruntime:t2"])
+    profile_graph(tiny, targets, db, isolate=False, progress=False, links=False, timing=fast_timing,
+                  second_window=False)
+    with ProfileStore(db, readonly=True) as st:
+        one, two = (st.get(model_key(tiny), t) for t in targets)
+        assert one.ok and one.meta["pace_ms"] > 0
+        assert two.ok and "pace_ms" not in two.meta
+        table = cost_table_from_store(tiny, targets, st)
+        factor = st.pace_factors(targets[0])[one.key]
+        assert table.whole_model_ms[targets[0].name] == pytest.approx(one.median_ms / factor)
+        assert table.whole_model_ms[targets[1].name] == two.median_ms
