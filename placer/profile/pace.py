@@ -84,11 +84,6 @@ class PaceMeter:
         self.failed = not paced(target)
         self.readings: list[float] = []
 
-    @classmethod
-    def off(cls) -> PaceMeter:
-        """A meter that times nothing (its :meth:`finish` gives None): a measurement timed without a pace."""
-        return cls(None)
-
     def _ready(self) -> bool:
         if self._compiled is None and not self.failed:
             try:
