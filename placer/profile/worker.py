@@ -133,13 +133,6 @@ class WorkerCore:
         return {"status": "ok", "pid": os.getpid(), "fingerprints": fingerprints}
 
     def measure(self, header: dict, payload: bytes) -> dict:
-        """Compile and time one model (an op, a segment, a whole model); what it made is collected
-        after it (:func:`~placer.gc_scope.collected_after`: the compiled model's cycles, not the
-        process's older objects), before the next one compiles."""
-        with collected_after():
-            return self._measure(header, payload)
-
-    def _measure(self, header: dict, payload: bytes) -> dict:
         import onnx
 
         target = self.targets[header["target"]]
@@ -192,12 +185,6 @@ class WorkerCore:
                 "core_reference": core_reference(), "pace_ms": pace_ms}
 
     def link(self, header: dict) -> dict:
-        """Measure a hand-off between two targets (or the cost of a cut on one); what it made is
-        collected after it, as a measurement's is."""
-        with collected_after():
-            return self._link(header)
-
-    def _link(self, header: dict) -> dict:
         src, dst = self.targets[header["src"]], self.targets[header["dst"]]
         if src.name == dst.name:  # a target to itself: what cutting a model into partitions costs on it
             try:
@@ -217,10 +204,14 @@ class WorkerCore:
         try:
             if cmd == "init":
                 return self.init(header["targets"], header.get("registry"), header.get("preload"))
+            # what a measurement made (its compiled models' cycles) is collected before the next one
+            # compiles, the process's older objects left out (placer.gc_scope)
             if cmd == "measure":
-                return self.measure(header, payload)
+                with collected_after():
+                    return self.measure(header, payload)
             if cmd == "link":
-                return self.link(header)
+                with collected_after():
+                    return self.link(header)
             if cmd == "ping":
                 return {"status": "ok"}
             return {"status": "error", "reason": f"unknown worker command {cmd!r}"}

@@ -79,6 +79,12 @@ def _ctx(mode: str, overrides: dict) -> tuple[SolveContext, dict]:
     return ctx, options
 
 
+def _case(case, mode: str) -> tuple[PlacementProblem, SolveContext, dict]:
+    """A case of LATENCY / PIPELINE: its problem, and the context and options to build its model with."""
+    _, make, overrides = case
+    return (make(), *_ctx(mode, overrides))
+
+
 def _solve_fixed(model: cp_model.CpModel) -> cp_model.CpSolver:
     """CP-SAT on the model with every hinted variable fixed to its hint (no search to do)."""
     solver = cp_model.CpSolver()
@@ -97,9 +103,7 @@ def _all_hinted(model: cp_model.CpModel) -> None:
 
 @pytest.mark.parametrize("case", LATENCY, ids=[c[0] for c in LATENCY])
 def test_latency_hint_is_a_solution_of_the_model(case):
-    _, make, overrides = case
-    p = make()
-    ctx, options = _ctx("latency", overrides)
+    p, ctx, options = _case(case, "latency")
     m = LatencyModel(p, ctx, options)
     m.lower_bound()
     m.run_heuristics()
@@ -122,9 +126,7 @@ def test_latency_hint_is_a_solution_of_the_model(case):
 
 @pytest.mark.parametrize("case", PIPELINE, ids=[c[0] for c in PIPELINE])
 def test_pipeline_hint_is_a_solution_of_the_model(case):
-    _, make, overrides = case
-    p = make()
-    ctx, options = _ctx("pipeline", overrides)
+    p, ctx, options = _case(case, "pipeline")
     m = PipelineModel(p, ctx, options)
     assert not m.run_ideals()  # ideals off: no DP, so the model is built
     m.run_heuristics()
@@ -145,14 +147,16 @@ def test_pipeline_hint_is_a_solution_of_the_model(case):
 def test_pipeline_heuristics_get_their_share_however_long_the_ideals_dp_ran(case):
     # the heuristics' span counts from their own start: a solve whose earlier phase (the ideals DP)
     # used 60% of the time limit on a loaded host builds the same candidates, so the same hint
-    _, make, overrides = case
-    p = make()
-    ctx, options = _ctx("pipeline", overrides)
+    p, ctx, options = _case(case, "pipeline")
     fresh = PipelineModel(p, ctx, options)
     fresh.run_heuristics()
-    late_ctx = dataclasses.replace(ctx, deadline=time.monotonic() + 0.4 * HANG_GUARD_S)
-    late = PipelineModel(p, late_ctx, options)
-    late.t0 = time.monotonic() - 0.6 * HANG_GUARD_S  # as if the DP had run that long
+    late = PipelineModel(p, ctx, options)
+    # its clock set back: 60% of a time limit of HANG_GUARD_S gone before the heuristics start (the
+    # ideals DP on a loaded host), no new reading of the clock; what is left (24 min) and the
+    # heuristics' span (18 min) are hang guards for milliseconds of work, counted from the start
+    # they now count from, and long past if counted from the solve's
+    late.t0 -= 0.6 * HANG_GUARD_S
+    late.ctx = dataclasses.replace(ctx, deadline=late.t0 + HANG_GUARD_S)
     late.run_heuristics()
     assert fresh.hint is not None and late.best_name == fresh.best_name
     assert late.hint_key == fresh.hint_key
