@@ -76,7 +76,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     from placer import api
     from placer.costing import segment_ratio_stats
     from placer.materialize import materialize
-    from placer.materialize.in_context import priced_as_run
+    from placer.materialize.in_context import priced_as_run, priced_assignment
     from placer.report import gantt
     from placer.run.bench import PlanBench
     from placer.run.numerics import check_against_reference, load_inputs
@@ -235,13 +235,28 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
             s = stats.get(row.get("key"))
             if s is not None:
                 row.update(measured_ms=s.median_ms, p10_ms=s.p10_ms, p90_ms=s.p90_ms, n=s.n,
-                           n_slowed=s.n_slowed, paired_ms=paired.get(row["key"], s.median_ms))
+                           n_slowed=s.n_slowed, slowed_share=s.slowed_share,
+                           paired_ms=paired.get(row["key"], s.median_ms))
             if row.get("key") in priced:  # each partition: predicted (sum of its ops' costs) vs measured
                 plan_, problem_, mat_ = priced[row["key"]]
                 row["partition_detail"] = [
                     {k: v for k, v in d.items() if k != "ops"} | {"n_ops": len(d["ops"])}
                     for d in _partition_feedback(problem_, plan_, mat_, bench.partition_medians(row["key"]))]
     singles = [r for r in rows if r["placement"].startswith("single:") and "measured_ms" in r and "note" not in r]
+    # every other plan priced again from the single targets measured in these same rounds (each
+    # target's whole-model time: its paired figure): the host's pace over these rounds, which the plans
+    # and the single targets share (1.3-2x between spells here), is then out of the comparison, and
+    # what is left is how the plans' cuts and mixtures are priced
+    anchors = {r["placement"].split(":", 1)[1]: paired[r["key"]] for r in singles if r["key"] in paired}
+    if anchors:
+        anchored = api.recalibrate(ctx, anchors).problem
+        for row in rows:
+            if row.get("assignment") and row.get("key") in paired and row["key"] not in {
+                    r["key"] for r in singles}:
+                try:
+                    row["anchored_predicted_ms"] = priced_assignment(anchored, graph, row["assignment"]).makespan_ms
+                except KeyError as exc:  # a plan of another variant of the model: not priced on this one
+                    row["anchored_error"] = f"not priced: {first_line(exc, 120)}"
     best_single = min(singles, key=lambda r: r["paired_ms"]) if singles else None
     ys = [r for r in rows if r.get("kind") == "yardstick" and r.get("measured_ms")]
     best_default = min(ys, key=lambda r: r["paired_ms"]) if ys else None
@@ -292,18 +307,20 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     return result
 
 
-def prediction_accuracy(results: list[dict], key: str = "predicted_ms") -> dict[str, dict]:
+def prediction_accuracy(results: list[dict], key: str = "predicted_ms",
+                        measured: str = "measured_ms") -> dict[str, dict]:
     """n, median and p90 of |predicted / measured - 1| over the placement rows of ``results``: all of
     them, single-partition ones, and plans cut into several partitions. ``key`` picks the prediction:
-    ``predicted_ms`` (each partition priced by the target before it) or ``solver_predicted_ms`` (the
-    solver's per-target prices)."""
+    ``predicted_ms`` (each partition priced by the target before it), ``solver_predicted_ms`` (the
+    solver's per-target prices) or ``anchored_predicted_ms`` (priced as ``predicted_ms`` from the single
+    targets measured in the same rounds, to compare with ``measured`` = ``paired_ms``)."""
     groups: dict[str, list[float]] = {"all": [], "one partition": [], "cut plans": []}
     for res in results:
         for r in res["rows"]:
-            if r.get("kind") in ("yardstick", "1-thread", "deployed") or not r.get("measured_ms") \
+            if r.get("kind") in ("yardstick", "1-thread", "deployed") or not r.get(measured) \
                     or not r.get(key):
                 continue
-            err = abs(r[key] / r["measured_ms"] - 1)
+            err = abs(r[key] / r[measured] - 1)
             groups["all"].append(err)
             groups["one partition" if (r.get("partitions") or 1) <= 1 else "cut plans"].append(err)
     return {k: {"n": len(v), "median": float(np.median(v)) if v else None,
@@ -331,11 +348,15 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
     doc = Document("placer: placements compared on the zoo")
     n_all = sum(r.get("n") or 0 for res in results for r in res["rows"])
     n_slow = sum(r.get("n_slowed") or 0 for res in results for r in res["rows"])
+    # samples taken in slowed turns, left out or not (a row with fewer than half quiet keeps them all)
+    n_in_slowed = sum(round((r.get("slowed_share") or 0) * ((r.get("n") or 0) + (r.get("n_slowed") or 0)))
+                      for res in results for r in res["rows"])
     doc.p(f"Machine: {meta['cpu']}, {meta['cores']} cores; targets {', '.join(meta['targets'])}; generated "
           f"{meta['date']} by `{meta['command']}`. Every row of a model was measured in one interleaved bench "
           "(median over rounds of requests, p10/p90 shown); numerics checked against ONNX Runtime. Requests of "
           "turns that began or ended with a core the host had slowed (a reference loop 1.3x its best) are left "
-          f"out while half of a row's requests remain: {n_slow} of {n_all + n_slow} here, the turns of "
+          f"out while half of a row's requests remain: {n_slow} of {n_all + n_slow} here ({n_in_slowed} "
+          "taken in slowed turns in all, the rest kept where fewer than half were quiet), the turns of "
           f"{sum(res.get('spell_rounds') or 0 for res in results)} rounds among them in which a runtime on "
           "all cores ran over 1.3x slower against its 1-thread time than the store has it (a spell the probe "
           "misses: the host running the cores one after the other). Every `x ...` "
@@ -416,7 +437,7 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
         rows = []
         for r in res["rows"]:
             rows.append([r["placement"], r.get("partitions"), r.get("predicted_ms"), r.get("measured_ms"),
-                         r.get("p10_ms"), r.get("p90_ms"), r.get("paired_ms"),
+                         r.get("p10_ms"), r.get("p90_ms"), r.get("paired_ms"), r.get("anchored_predicted_ms"),
                          r.get("speedup_vs_best_default"),
                          r.get("speedup_vs_ort_default"), r.get("speedup_vs_best_single"),
                          r.get("speedup_vs_best_1thread"), r.get("solve_s"), r.get("status"),
@@ -425,7 +446,7 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
                 pts.append({"label": f"{res['model']}:{r['placement']}", "predicted_ms": r["predicted_ms"],
                             "measured_ms": r["measured_ms"]})
         doc.table(["placement", "partitions", "predicted ms", "measured ms", "p10", "p90", "paired ms",
-                   "x best default",
+                   "predicted from the single targets' paired ms", "x best default",
                    "x ORT default", "x best single", "x best 1-thread", "solve s", "status", "numerics"], rows)
         if res.get("fusion_scale"):
             doc.p("Whole-model calibration (measured whole model / sum of isolated op costs): " + ", ".join(
@@ -459,6 +480,13 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
     doc.table(["plans", "n", "median |err|", "p90 |err|", "with the solver's per-target prices: median", "p90"],
               [[k, v["n"], v["median"], v["p90"], solver_acc[k]["median"], solver_acc[k]["p90"]]
                for k, v in acc.items()])
+    anchored = prediction_accuracy(results, "anchored_predicted_ms", "paired_ms")
+    doc.p("The same plans (single targets aside: they are the anchors) priced again from the single targets "
+          "measured in the same rounds, each target's whole-model time its paired figure, against their own "
+          "paired figures: the host's pace over the rounds, shared by plans and single targets, is out of "
+          "it; what is left is how cuts, hand-offs and mixtures of targets are priced.")
+    doc.table(["plans", "n", "median |err|", "p90 |err|"],
+              [[k, v["n"], v["median"], v["p90"]] for k, v in anchored.items()])
     doc.table(["model", "`placer plan` x best single", "plan partitions",
                "entry ms per input / cut scale, per target (learned from partitions timed as they ran)"],
               [[res["model"], next((r.get("speedup_vs_best_single") for r in res["rows"]

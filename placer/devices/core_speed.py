@@ -12,9 +12,14 @@ ever: in such spells ONNX Runtime at 2 threads ran squeezenet in 3.1-3.4 ms, its
 against 1.6-1.7 ms outside them (session 19; session 13 saw them and found no probe). So
 :func:`parallel_slowdown` times fixed native work (SHA-256 of a 128 KiB buffer, which releases the
 GIL) on every core at once, one pinned thread each (about 0.3 ms), against the best time this
-process has seen for it. :func:`core_slowdown`, the worse of the two, is what the profile's
-measurement windows (:mod:`placer.profile.contention`) and the plan bench
-(:mod:`placer.run.bench`), both above this layer, read.
+process has seen for it. Both run their work untimed first (:data:`_WARM_RUNS`): a core that was
+idle runs its first milliseconds slower, and the bench probes right after letting the cores go idle
+(session 44, a probe 30 ms after a sleep over the same work timed back to back just after it,
+median / p90: the loop 1.15x / 1.52x cold, 1.04x / 1.23x after one untimed loop, 1.02x / 1.10x after
+three; the parallel probe 1.20x / 2.04x cold, 1.05x / 1.34x after two untimed rounds).
+:func:`core_slowdown`, the worse of the two, is what the profile's measurement windows
+(:mod:`placer.profile.contention`) and the plan bench (:mod:`placer.run.bench`), both above this
+layer, read.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ __all__ = ["SLOWED", "core_reference", "core_slowdown", "parallel_slowdown", "pe
 SLOWED = 1.3
 #: iterations of the reference loop (about 1 ms of pure Python on the development machine)
 _PROBE_ITERATIONS = 20_000
+#: untimed runs of a probe's work before it is timed: an idle core wakes up slow (module docstring)
+_WARM_RUNS = 2
 #: the best time of the reference loop seen on each core in this process (seconds)
 _best_probe_s: dict[int, float] = {}
 _probe_lock = threading.Lock()
@@ -67,7 +74,7 @@ def per_core_slowdown(cores: frozenset[int] | None = None, repeat: int = 1) -> f
     loop than the fastest this process has seen it run there: 1.0 when every core runs at its best.
 
     The loop runs in a helper thread pinned to each core in turn (the caller's own affinity is left
-    alone), ``repeat`` times each, keeping the fastest; the first probe of a core is its reference,
+    alone), :data:`_WARM_RUNS` times untimed, then ``repeat`` times, keeping the fastest; the first probe of a core is its reference,
     so the figure means something once a quiet moment has been seen (:func:`warm_core_probe`).
     None where threads cannot be pinned."""
     cores = sorted(cores if cores is not None else process_cores())
@@ -81,6 +88,8 @@ def per_core_slowdown(cores: frozenset[int] | None = None, repeat: int = 1) -> f
                 os.sched_setaffinity(0, {c})  # 0: this (helper) thread
             except OSError:
                 continue
+            for _ in range(_WARM_RUNS):
+                _reference_loop_s()
             times[c] = min(_reference_loop_s() for _ in range(max(1, repeat)))
 
     with _probe_lock:
@@ -118,6 +127,8 @@ def _parallel_probe_s(cores: list[int]) -> float | None:
         except OSError:
             start.abort()
             return
+        for _ in range(_WARM_RUNS * _PARALLEL_REPS):
+            hashlib.sha256(_PARALLEL_BUFFER).digest()
         try:
             start.wait()
         except threading.BrokenBarrierError:

@@ -128,10 +128,13 @@ class LatencyStats:
     n: int
     #: samples left out: taken in a turn during which the host slowed a core (module docstring)
     n_slowed: int = 0
+    #: of all the samples, the share taken in slowed turns, left out or not: with ``n_slowed`` 0, 0.0
+    #: says none was slowed and 0.5 or more that too few were quiet to leave the slowed ones out
+    slowed_share: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         return {"median_ms": self.median_ms, "p10_ms": self.p10_ms, "p90_ms": self.p90_ms, "n": self.n,
-                "n_slowed": self.n_slowed}
+                "n_slowed": self.n_slowed, "slowed_share": self.slowed_share}
 
 
 @dataclass(frozen=True)
@@ -344,8 +347,9 @@ class PlanBench:
         if not s.size:
             nan = float("nan")
             return LatencyStats(nan, nan, nan, 0)
+        flags = cand.samples_slowed[:len(cand.samples_ms)]
         return LatencyStats(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)),
-                            len(s), left_out)
+                            len(s), left_out, sum(flags) / len(cand.samples_ms))
 
     def paired_ratio(self, key: str, ref: str) -> float | None:
         """How many times longer ``key``'s requests take than ``ref``'s, judged round by round: the median

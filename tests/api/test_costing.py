@@ -301,3 +301,23 @@ def test_a_cut_plan_is_priced_by_the_target_before_each_partition_and_wraps_arou
     bare = PlacementProblem(ops=ids, targets=["x", "y"], cost_ms=np.ones((len(ids), 2)),
                             tensors=graph_tensors(tiny_graph))
     assert priced_as_run(bare, tiny_graph, plan) is plan
+
+
+def test_a_plans_assignment_is_priced_again_as_run_on_a_problem_repriced_later(tiny_graph):
+    from placer.costing import graph_tensors
+    from placer.materialize.in_context import priced_assignment
+
+    ids = [op.id for op in tiny_graph.ops]
+    prov = {"pair_entry_ms": {"x>y": 0.5, "y>x": 0.25}, "pair_scale": {"x>y": 2.0, "y>x": 1.5}}
+    on_y = {"conv_a", "pool_b", "add"}
+    assignment = {o: "y" if o in on_y else "x" for o in ids}
+    for scale in (1.0, 3.0):  # the same plan on a problem whose costs were re-priced 3x
+        p = PlacementProblem(ops=ids, targets=["x", "y"], cost_ms=scale * np.ones((len(ids), 2)),
+                             tensors=graph_tensors(tiny_graph), provenance=prov)
+        priced = priced_assignment(p, tiny_graph, assignment)
+        assert priced.assignment == assignment
+        assert priced.makespan_ms == pytest.approx(scale * 2.0 + (0.5 + 3 * 2.0 * scale) + (0.25 + 3 * 1.5 * scale))
+    with pytest.raises(KeyError, match="fc"):  # an op the assignment lacks
+        priced_assignment(p, tiny_graph, {o: t for o, t in assignment.items() if o != "fc"})
+    with pytest.raises(KeyError, match="z"):  # a target the problem lacks
+        priced_assignment(p, tiny_graph, {**assignment, "fc": "z"})

@@ -33,6 +33,7 @@ def test_a_measurement_slowed_throughout_gets_its_extra_rounds_and_no_more(alway
         assert all(t[2] for t in bench.candidates["ort"].turns)  # every turn read slowed
         assert bench.mostly_slowed(["ort"])
         assert stats["ort"].n == 5 * 2 and stats["ort"].n_slowed == 0  # all count: none quiet
+        assert stats["ort"].slowed_share == 1.0  # ... which the share of slowed samples tells
         bench.measure(["ort"], until_quiet=3, deadline=time.monotonic() - 1.0)  # past the deadline
         assert bench.extra_rounds == 0 and len(bench.candidates["ort"].turns) == 7
         bench.measure(["ort"])  # without until_quiet, as before
@@ -54,6 +55,9 @@ def test_a_candidate_is_mostly_slowed_only_when_its_quiet_samples_cannot_be_used
     cand("most", [True] * 4 + [False] * 2)  # fewer quiet than slowed: every sample would count
     assert not bench.mostly_slowed(["quiet", "half"])
     assert bench.mostly_slowed(["quiet", "most"])
+    # n_slowed 0 for both "quiet" and "most": the share of samples taken slowed tells them apart
+    assert [(bench.stats(k).n_slowed, bench.stats(k).slowed_share) for k in ("quiet", "half", "most")] \
+        == [(0, 0.0), (3, 0.5), (0, 4 / 6)]
 
 
 def test_a_round_a_watch_reads_as_a_spell_counts_as_slowed_for_every_candidate():
