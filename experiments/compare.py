@@ -76,7 +76,8 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     from placer import api
     from placer.costing import segment_ratio_stats
     from placer.materialize import materialize
-    from placer.materialize.in_context import priced_as_run, priced_assignment
+    from placer.materialize.in_context import priced_as_run
+    from placer.tune.reprice import priced_assignment
     from placer.report import gantt
     from placer.run.bench import PlanBench
     from placer.run.numerics import check_against_reference, load_inputs
@@ -118,7 +119,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                              "error": f"{type(exc).__name__}: {first_line(exc, 200)}"})
         keyed = {}
         priced = {}  # key -> (plan, the problem it was priced on, its materialization): per-partition figures
-        store_priced: list[str] = []  # targets the re-pricing left at the store's whole-model time
+        slowed: list[str] = []  # targets re-priced from rounds slowed in most turns
         for strat in strategies:
             if strat == "greedy":  # re-price from the single-target runs measured in this bench
                 # all of the bench's rounds: 2-thread runs are bimodal, and three rounds once priced
@@ -132,15 +133,14 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                 # re-priced from rounds mostly in a spell (OpenVINO t2 at its 1-thread pace), had its
                 # one-partition plans predicted at 6.8-7.3 ms, measured 4.0-4.5
                 measured = bench.measure(list(keyed), until_quiet=8, deadline=time.monotonic() + 60.0)
-                # only from figures on quiet samples: session 23's squeezenet, re-priced from rounds
-                # slowed throughout, had ONNX Runtime t2 at 4.57 ms (1.94 in the rounds after); the
-                # others keep the store's price
+                # from every single target, slowed in most rounds or not, as the tuner re-prices
+                # (placer.tune.tuner, _session_whole_ms: the rounds just measured priced the later ones
+                # better than the store's quietest windows on a host slowed most of the time)
                 settled = set(bench.settled(list(singles.values())))
-                whole = {name: measured[key].median_ms for name, key in singles.items() if key in settled}
-                store_priced = sorted(set(singles) - set(whole))
-                if store_priced:
-                    say(f"{name}: re-pricing kept the store's whole-model time for {', '.join(store_priced)}"
-                        " (slowed in most rounds)")
+                whole = {name: measured[key].median_ms for name, key in singles.items()}
+                slowed = sorted(n for n, key in singles.items() if key not in settled)
+                if slowed:
+                    say(f"{name}: re-priced from rounds slowed in most turns for {', '.join(slowed)}")
                 ctx = api.recalibrate(ctx, whole)
                 problem = ctx.problem
             s0 = time.monotonic()
@@ -152,7 +152,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                    "assignment": dict(plan.assignment),  # to price it again offline
                    "status": plan.stats.status, "gap": plan.stats.gap}
             if strat == "greedy":
-                row["store_priced"] = store_priced
+                row["repriced_slowed"] = slowed
             if strat.startswith("single:") and len(set(plan.assignment.values())) > 1:
                 row["note"] = "falls back to another target for unsupported ops"
             key = assignment_key(plan)  # identical placements share one compiled candidate and one measurement
@@ -254,7 +254,8 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
             if row.get("assignment") and row.get("key") in paired and row["key"] not in {
                     r["key"] for r in singles}:
                 try:
-                    row["anchored_predicted_ms"] = priced_assignment(anchored, graph, row["assignment"]).makespan_ms
+                    priced_row = priced_assignment(anchored, graph, row["assignment"])
+                    row["anchored_predicted_ms"] = priced_row.makespan_ms
                 except KeyError as exc:  # a plan of another variant of the model: not priced on this one
                     row["anchored_error"] = f"not priced: {first_line(exc, 120)}"
     best_single = min(singles, key=lambda r: r["paired_ms"]) if singles else None

@@ -28,19 +28,9 @@ import numpy as np
 
 from placer.materialize.partition import group_ops, partition_io
 from placer.plan import latency_transfers
-from placer.semantics import assignment_indices, latency_schedule, resource_busy_ms
-from placer.solve.evaluate import make_latency_plan
+from placer.semantics import latency_schedule, resource_busy_ms
 
-__all__ = ["priced_as_run", "priced_assignment"]
-
-
-def priced_assignment(problem, graph, assignment: Mapping[str, str], solver: str = "given"):
-    """The latency plan that runs each op of ``problem`` where ``assignment`` says (a plan's, kept as
-    its op -> target map: priced again on another problem of the same model, e.g. one re-priced from
-    single targets measured later), list-scheduled and :func:`priced_as_run`. A :class:`KeyError`
-    names an op the assignment lacks or a target the problem does not have."""
-    plan = make_latency_plan(problem, assignment_indices(problem, assignment), solver)
-    return priced_as_run(problem, graph, plan)
+__all__ = ["priced_as_run"]
 
 
 def priced_as_run(problem, graph, plan):

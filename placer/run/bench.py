@@ -274,9 +274,12 @@ class PlanBench:
 
     def settled(self, keys: Sequence[str]) -> list[str]:
         """Those of ``keys`` whose figure stands on quiet samples (none slowed, or the slowed ones left
-        out): not :meth:`mostly_slowed`. A figure set by slowed turns is no price to re-price a
-        problem from (session 23: squeezenet's ONNX Runtime t2 re-priced at 4.57 ms from rounds
-        taken slowed throughout, measured 1.94 in the rounds after)."""
+        out): not :meth:`mostly_slowed`. Only such a figure checks the store's row (the tuner's
+        ``_session_whole_ms``); re-pricing takes the others too. Session 23 re-priced from settled
+        figures only (squeezenet's ONNX Runtime t2 re-priced at 4.57 ms from rounds taken slowed
+        throughout, measured 1.94 in the rounds after); on a host slowed in nearly every round
+        (session 44) the store's quietest windows then priced the later rounds twice as far off as
+        the slowed rounds did."""
         return [key for key in keys if not self.mostly_slowed([key])]
 
     def _one_round(self, keys: list[str], r: int, n_req: int, before: float) -> float:

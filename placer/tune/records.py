@@ -53,6 +53,11 @@ class TrialRecord:
     #: the final rounds' figure to compare candidates by, round by round
     #: (:meth:`placer.run.bench.PlanBench.paired_ms`); None outside the final rounds
     paired_ms: float | None = None
+    #: a final trial's plan priced again from the single targets measured in the same final rounds
+    #: (each target's whole-model time: its paired figure), the host's pace over those rounds in it:
+    #: what ``predicted_ms`` (at the store's usual pace) reads as then; None for the single targets
+    #: (the anchors), yardsticks and records outside the final rounds
+    anchored_predicted_ms: float | None = None
 
     @property
     def compare_ms(self) -> float | None:

@@ -305,7 +305,7 @@ def test_a_cut_plan_is_priced_by_the_target_before_each_partition_and_wraps_arou
 
 def test_a_plans_assignment_is_priced_again_as_run_on_a_problem_repriced_later(tiny_graph):
     from placer.costing import graph_tensors
-    from placer.materialize.in_context import priced_assignment
+    from placer.tune.reprice import priced_assignment
 
     ids = [op.id for op in tiny_graph.ops]
     prov = {"pair_entry_ms": {"x>y": 0.5, "y>x": 0.25}, "pair_scale": {"x>y": 2.0, "y>x": 1.5}}
@@ -316,7 +316,9 @@ def test_a_plans_assignment_is_priced_again_as_run_on_a_problem_repriced_later(t
                              tensors=graph_tensors(tiny_graph), provenance=prov)
         priced = priced_assignment(p, tiny_graph, assignment)
         assert priced.assignment == assignment
-        assert priced.makespan_ms == pytest.approx(scale * 2.0 + (0.5 + 3 * 2.0 * scale) + (0.25 + 3 * 1.5 * scale))
+        # x (2 ops), then y entered from x (3 ops at 2.0x), then x entered from y (3 ops at 1.5x)
+        want = 2 * scale + (0.5 + 3 * 2.0 * scale) + (0.25 + 3 * 1.5 * scale)
+        assert priced.makespan_ms == pytest.approx(want)
     with pytest.raises(KeyError, match="fc"):  # an op the assignment lacks
         priced_assignment(p, tiny_graph, {o: t for o, t in assignment.items() if o != "fc"})
     with pytest.raises(KeyError, match="z"):  # a target the problem lacks

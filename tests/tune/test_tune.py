@@ -43,6 +43,10 @@ def test_cli_tune_latency_end_to_end(tmp_path, db, capsys):
     # round by round: every final record carries its paired figure
     final = [r for r in measured if r["final"]]
     assert final and all(r["paired_ms"] is not None and r["paired_ms"] > 0 for r in final)
+    # each final trial is priced again from the single targets measured in the same rounds; the single
+    # targets (its anchors) and the yardsticks are not
+    assert all(r["anchored_predicted_ms"] > 0 for r in final if r["kind"] == "trial")
+    assert all(r["anchored_predicted_ms"] is None for r in records if r["kind"] != "trial" or not r["final"])
     plan = Plan.load(out / "plan.json")
     best = min((r for r in final if r["kind"] != "yardstick"), key=lambda r: r["paired_ms"])
     assert plan.assignment == best["plan"]["assignment"]
@@ -524,10 +528,12 @@ def test_final_rounds_wait_when_all_core_targets_ran_at_their_1_thread_pace(stor
 
 
 @pytest.mark.parametrize("stored_ratio, spell", [(0.01, True), (100.0, False)])
-def test_the_problem_is_re_priced_only_from_single_targets_measured_on_quiet_samples(stored_ratio, spell):
-    """Baselines whose rounds all read as a spell (a runtime on all cores at its 1-thread pace against
-    the store's ratio, placer.run.spells) leave the store's whole-model times standing; measured on
-    quiet rounds, they re-price the problem."""
+def test_the_problem_is_re_priced_from_every_single_target_and_the_store_checked_only_by_quiet_ones(
+        stored_ratio, spell):
+    """Every baseline re-prices the problem, its rounds slowed or not (the rounds to come run on the same
+    host); only those measured on quiet samples check the store: baselines whose rounds all read as a
+    spell (a runtime on all cores at its 1-thread pace against the store's ratio, placer.run.spells)
+    flag no store row."""
     from types import SimpleNamespace
 
     from mz_models import diamond_model, graph_of
@@ -555,12 +561,13 @@ def test_the_problem_is_re_priced_only_from_single_targets_measured_on_quiet_sam
         stats = bench.measure([r.key for r in recs])
         for r in recs:
             r.measured_ms = stats[r.key].median_ms
-        session = search._session_whole_ms(recs)
+        session, checking = search._session_whole_ms(recs)
         settled = {t.name for t, r in zip(targets, recs) if bench.settled([r.key])}
+    assert session == {t.name: r.measured_ms for t, r in zip(targets, recs)}
     if spell:
-        assert bench.spell_rounds == 3 and session == {}
-        assert any("re-pricing" in s and "onnxruntime@cpu:t2" in s for s in said)
+        assert bench.spell_rounds == 3 and checking == {}
+        assert any("re-pricing" in s and "onnxruntime@cpu:t2" in s and "slowed" in s for s in said)
     else:  # the probes may still read a round slowed; at most the targets slowed in most rounds are left
         assert bench.spell_rounds == 0
-        assert set(session) == settled
-        assert all(session[t.name] == r.measured_ms for t, r in zip(targets, recs) if t.name in session)
+        assert set(checking) == settled
+        assert all(checking[name] == session[name] for name in checking)

@@ -1,0 +1,28 @@
+"""A plan's assignment priced again on another problem of the same model.
+
+A plan keeps its op -> target map; the problem it was priced on can change after it was made: tune's
+final rounds and ``experiments.compare`` re-price the problem from the single targets measured in the
+same rounds as the plan (their paired figures as each target's whole-model time,
+``placer.context.recalibrate``), so that the plan's prediction carries the host's pace of those rounds
+(docs/design.md, session 44). :func:`priced_assignment` list-schedules the assignment on the new
+problem (:func:`placer.solve.evaluate.make_latency_plan`) and prices each partition by the target that
+runs before it (:func:`placer.materialize.in_context.priced_as_run`), as the plan was priced when made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from placer.materialize.in_context import priced_as_run
+from placer.semantics import assignment_indices
+from placer.solve.evaluate import make_latency_plan
+
+__all__ = ["priced_assignment"]
+
+
+def priced_assignment(problem, graph, assignment: Mapping[str, str], solver: str = "given"):
+    """The latency plan that runs each op of ``problem`` where ``assignment`` says, list-scheduled and
+    :func:`~placer.materialize.in_context.priced_as_run`. A :class:`KeyError` names an op the assignment
+    lacks or a target the problem does not have."""
+    plan = make_latency_plan(problem, assignment_indices(problem, assignment), solver)
+    return priced_as_run(problem, graph, plan)
