@@ -561,7 +561,11 @@ class LatencyModel:
         margin = 0.1 + 5e-5 * n  # model hand-over, CP-SAT overrunning on a loaded machine, re-timing
         size = int(p.allowed.sum())
         share = min(max(lns_share(self.options.get("lns_share", 0.0), n), 0.0), 0.95)
-        full_s = (1.0 - share) * (ctx.remaining() - margin)
+        span_s = ctx.remaining() - margin
+        full_s = (1.0 - share) * span_s
+        #: the LNS phase's span, set before the full phase runs (deterministic search: how long that
+        #: phase took on a loaded host must not decide whether the LNS phase runs)
+        self._lns_span_s = share * span_s
         solver = self.solver = make_solver(self.options, full_s, ctx.seed, size)
         status = self.status = solver.solve(model)
         solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
@@ -596,7 +600,10 @@ class LatencyModel:
         graphs x 8 targets the full portfolio spends its deterministic time without improving a
         500-op hint; LNS from the same hint does (see the option's note in :mod:`placer.solve.cpsat`)."""
         ctx, model = self.ctx, self.model
-        left = ctx.remaining() - margin - self._polish_reserve()
+        if self.options.get("deterministic", True):  # deterministic time: a span fixed beforehand
+            left = self._lns_span_s - self._polish_reserve()
+        else:
+            left = ctx.remaining() - margin - self._polish_reserve()
         if left < 0.2 or (status not in (cp_model.FEASIBLE, cp_model.UNKNOWN)):
             return full
         if status == cp_model.FEASIBLE:  # the full phase's best solution, complete, as the hint
