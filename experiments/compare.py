@@ -77,7 +77,6 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     from placer.costing import segment_ratio_stats
     from placer.materialize import materialize
     from placer.materialize.in_context import priced_as_run
-    from placer.tune.reprice import priced_assignment
     from placer.report import gantt
     from placer.run.bench import PlanBench
     from placer.run.numerics import check_against_reference, load_inputs
@@ -86,6 +85,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     from placer.solve import solve
     from placer.tune import tune
     from placer.tune.records import assignment_key
+    from placer.tune.reprice import priced_at
     from placer.tune.tuner import SKIP_BASELINE_FACTOR, _partition_feedback
 
     t0 = time.monotonic()
@@ -248,16 +248,16 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
     # and the single targets share (1.3-2x between spells here), is then out of the comparison, and
     # what is left is how the plans' cuts and mixtures are priced
     anchors = {r["placement"].split(":", 1)[1]: paired[r["key"]] for r in singles if r["key"] in paired}
-    if anchors:
-        anchored = api.recalibrate(ctx, anchors).problem
-        for row in rows:
-            if row.get("assignment") and row.get("key") in paired and row["key"] not in {
-                    r["key"] for r in singles}:
-                try:
-                    priced_row = priced_assignment(anchored, graph, row["assignment"])
-                    row["anchored_predicted_ms"] = priced_row.makespan_ms
-                except KeyError as exc:  # a plan of another variant of the model: not priced on this one
-                    row["anchored_error"] = f"not priced: {first_line(exc, 120)}"
+    anchor_keys = {r["key"] for r in singles}
+    plans = [row for row in rows if row.get("assignment") and row.get("key") in paired
+             and row["key"] not in anchor_keys]
+    if anchors and plans:
+        prices = priced_at(ctx, anchors, {row["key"]: row["assignment"] for row in plans})
+        for row in plans:
+            if prices[row["key"]] is not None:
+                row["anchored_predicted_ms"] = prices[row["key"]]
+            else:  # an assignment that does not cover this problem's ops
+                row["anchored_error"] = "not priced: the assignment does not cover the model's ops"
     best_single = min(singles, key=lambda r: r["paired_ms"]) if singles else None
     ys = [r for r in rows if r.get("kind") == "yardstick" and r.get("measured_ms")]
     best_default = min(ys, key=lambda r: r["paired_ms"]) if ys else None

@@ -51,7 +51,7 @@ from placer.solve import solve
 from placer.tune import learned, shared_study, space
 from placer.tune.pipeline_tuner import per_core_targets, tune_throughput
 from placer.tune.records import TrialRecord, TuneResult, assignment_key, load_tune_result, write_outputs
-from placer.tune.reprice import priced_assignment
+from placer.tune.reprice import priced_at
 from placer.tune.study import (GRACE_PERIOD_S, asked_trial, fail_stale, open_study, storage_for, storage_writes,
                                tell_trial)
 
@@ -627,13 +627,9 @@ class LatencySearch:
                   if r.final and r.kind == "trial" and r.plan is not None and r.plan.mode == "latency"]
         if not anchors or not trials:
             return
-        problem = context.recalibrate(self.ctx, anchors).problem
+        prices = priced_at(self.ctx, anchors, {r.key: r.plan.assignment for r in trials})
         for r in trials:
-            try:
-                priced = priced_assignment(problem, self.graph, r.plan.assignment)
-                r.anchored_predicted_ms = priced.makespan_ms
-            except KeyError:  # an assignment that does not cover this problem's ops: not priced
-                r.anchored_predicted_ms = None
+            r.anchored_predicted_ms = prices[r.key]
 
     def _final_measure(self, keys: list[str], per_round: int) -> tuple[dict, dict, float]:
         """The final rounds over ``keys``, fresh: (stats, paired figures, seconds per turn)."""
