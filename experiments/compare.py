@@ -120,6 +120,9 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
         keyed = {}
         priced = {}  # key -> (plan, the problem it was priced on, its materialization): per-partition figures
         slowed: list[str] = []  # targets re-priced from rounds slowed in most turns
+        # requests each candidate had timed when the problem was re-priced from them: a prediction is
+        # judged on the rounds after it was made (the re-pricing's own rounds would grade it on itself)
+        marks: dict[str, int] = {}
         for strat in strategies:
             if strat == "greedy":  # re-price from the single-target runs measured in this bench
                 # all of the bench's rounds: 2-thread runs are bimodal, and three rounds once priced
@@ -143,6 +146,10 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                     say(f"{name}: re-priced from rounds slowed in most turns for {', '.join(slowed)}")
                 ctx = api.recalibrate(ctx, whole)
                 problem = ctx.problem
+                marks = bench.n_samples()
+                for r in rows:  # what each single target was priced at: against its later rounds, the floor
+                    if r.get("key") in singles.values() and r["placement"].startswith("single:"):
+                        r["first_rounds_ms"] = measured[r["key"]].median_ms
             s0 = time.monotonic()
             plan = solve(problem, "latency", strat, time_limit=solver_time_limit)
             solve_s = time.monotonic() - s0
@@ -237,6 +244,8 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                 row.update(measured_ms=s.median_ms, p10_ms=s.p10_ms, p90_ms=s.p90_ms, n=s.n,
                            n_slowed=s.n_slowed, slowed_share=s.slowed_share,
                            paired_ms=paired.get(row["key"], s.median_ms))
+                later = bench.stats(row["key"], since=marks.get(row["key"], 0))
+                row["measured_after_ms"] = later.median_ms if later.n else None
             if row.get("key") in priced:  # each partition: predicted (sum of its ops' costs) vs measured
                 plan_, problem_, mat_ = priced[row["key"]]
                 row["partition_detail"] = [
@@ -309,19 +318,21 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
 
 
 def prediction_accuracy(results: list[dict], key: str = "predicted_ms",
-                        measured: str = "measured_ms") -> dict[str, dict]:
+                        measured: str = "measured_after_ms") -> dict[str, dict]:
     """n, median and p90 of |predicted / measured - 1| over the placement rows of ``results``: all of
     them, single-partition ones, and plans cut into several partitions. ``key`` picks the prediction:
     ``predicted_ms`` (each partition priced by the target before it), ``solver_predicted_ms`` (the
     solver's per-target prices) or ``anchored_predicted_ms`` (priced as ``predicted_ms`` from the single
-    targets measured in the same rounds, to compare with ``measured`` = ``paired_ms``)."""
+    targets measured in the same rounds, to compare with ``measured`` = ``paired_ms``). ``measured``
+    defaults to the median of the rounds after the re-pricing (``measured_after_ms``), so that no plan
+    is judged on the rounds it was priced from; results of older runs lack it and read ``measured_ms``."""
     groups: dict[str, list[float]] = {"all": [], "one partition": [], "cut plans": []}
     for res in results:
         for r in res["rows"]:
-            if r.get("kind") in ("yardstick", "1-thread", "deployed") or not r.get(measured) \
-                    or not r.get(key):
+            got = r.get(measured) or (r.get("measured_ms") if measured == "measured_after_ms" else None)
+            if r.get("kind") in ("yardstick", "1-thread", "deployed") or not got or not r.get(key):
                 continue
-            err = abs(r[key] / r[measured] - 1)
+            err = abs(r[key] / got - 1)
             groups["all"].append(err)
             groups["one partition" if (r.get("partitions") or 1) <= 1 else "cut plans"].append(err)
     return {k: {"n": len(v), "median": float(np.median(v)) if v else None,
@@ -438,6 +449,7 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
         rows = []
         for r in res["rows"]:
             rows.append([r["placement"], r.get("partitions"), r.get("predicted_ms"), r.get("measured_ms"),
+                         r.get("measured_after_ms"),
                          r.get("p10_ms"), r.get("p90_ms"), r.get("paired_ms"), r.get("anchored_predicted_ms"),
                          r.get("speedup_vs_best_default"),
                          r.get("speedup_vs_ort_default"), r.get("speedup_vs_best_single"),
@@ -445,8 +457,9 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
                          "yes" if r.get("numerics_ok") else r.get("error", "no")])
             if r.get("measured_ms") and r.get("predicted_ms"):
                 pts.append({"label": f"{res['model']}:{r['placement']}", "predicted_ms": r["predicted_ms"],
-                            "measured_ms": r["measured_ms"]})
-        doc.table(["placement", "partitions", "predicted ms", "measured ms", "p10", "p90", "paired ms",
+                            "measured_ms": r.get("measured_after_ms") or r["measured_ms"]})
+        doc.table(["placement", "partitions", "predicted ms", "measured ms", "after the re-pricing", "p10",
+                   "p90", "paired ms",
                    "predicted from the single targets' paired ms", "x best default",
                    "x ORT default", "x best single", "x best 1-thread", "solve s", "status", "numerics"], rows)
         if res.get("fusion_scale"):
@@ -474,13 +487,23 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
                   f"{pp['core_limit_rps']:.1f} req/s: {100 * pp['fraction_of_limit']:.0f}% of it.")
     doc.h2("Predictions: every candidate plan, predicted vs measured")
     doc.p("|predicted / measured - 1| over every placement row that has both (single targets, greedy, HEFT, "
-          "CP-SAT, `placer plan`, tuned; yardsticks and 1-thread rows are not placer's predictions). "
+          "CP-SAT, `placer plan`, tuned; yardsticks and 1-thread rows are not placer's predictions), "
+          "measured as the median of the rounds after the problem was re-priced from the single targets (a "
+          "plan is not judged on the rounds it was priced from). Single targets are priced from the profile "
+          "store, every later plan from the single targets' first rounds, the tuned plan from its own "
+          "session. "
           "Issue 15's goal: median <= 10%, p90 <= 20%; `placer plan` >= 0.95x the best single target.")
     acc = prediction_accuracy(results)
     solver_acc = prediction_accuracy(results, "solver_predicted_ms")
     doc.table(["plans", "n", "median |err|", "p90 |err|", "with the solver's per-target prices: median", "p90"],
               [[k, v["n"], v["median"], v["p90"], solver_acc[k]["median"], solver_acc[k]["p90"]]
                for k, v in acc.items()])
+    floor = prediction_accuracy(results, "first_rounds_ms")
+    if floor["all"]["n"]:
+        doc.p(f"The floor on this host: each single target's first rounds (the figure the later plans were "
+              f"priced from) against its rounds after them, the same plan measured twice in one process: "
+              f"median {100 * floor['all']['median']:.1f}%, p90 {100 * floor['all']['p90']:.1f}% over "
+              f"{floor['all']['n']} single targets.")
     anchored = prediction_accuracy(results, "anchored_predicted_ms", "paired_ms")
     doc.p("The same plans (single targets aside: they are the anchors) priced again from the single targets "
           "measured in the same rounds, each target's whole-model time its paired figure, against their own "

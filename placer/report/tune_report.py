@@ -58,8 +58,10 @@ def _candidates(doc: Document, result) -> None:
           "`x best single` compares with the best single placer target. Figures come from the final "
           "interleaved rounds unless the note says otherwise. The ratios compare `paired ms`: the chosen "
           "candidate's median, times each other's median ratio to it over the final rounds both ran in (a "
-          "machine's slow spells then hit both sides of a ratio alike). `predicted ms` is at the store's "
-          "usual pace of the host; `predicted at the final rounds' pace` prices a final trial's plan again "
+          "machine's slow spells then hit both sides of a ratio alike). `predicted ms`: every candidate "
+          "priced on the problem re-priced from the single targets' first rounds in this session (a single "
+          "target's is then those rounds' figure; `the store's price` is what the profile store said "
+          "before them); `predicted at the final rounds' pace` prices a final trial's plan again "
           "from the single targets measured in the same rounds (their `paired ms`), to read against its "
           "`paired ms`.")
     ref_default, ref_ort, ref_single = result.best_default, result.yardstick("ort-default"), result.best_single
@@ -67,12 +69,14 @@ def _candidates(doc: Document, result) -> None:
     order = {"yardstick": 0, "baseline": 1}
     for r in sorted(result.records, key=lambda r: (not r.final, order.get(r.kind, 2), r.label)):
         note = r.error or ("" if r.final or r.kind == "yardstick" else "measured in its trial, not in the final rounds")
-        rows.append([r.label, r.kind, r.n_partitions, r.predicted_ms, r.anchored_predicted_ms, r.measured_ms,
+        rows.append([r.label, r.kind, r.n_partitions, r.predicted_ms, r.store_predicted_ms,
+                     r.anchored_predicted_ms, r.measured_ms,
                      r.p10_ms, r.p90_ms, r.paired_ms, r.throughput_rps, _times(r, ref_default, tp),
                      _times(r, ref_ort, tp),
                      _times(r, ref_single, tp),
                      "yes" if r.numerics_ok else ("no" if r.numerics_ok is False else "-"), note])
-    doc.table(["candidate", "kind", "partitions", "predicted ms", "predicted at the final rounds' pace",
+    doc.table(["candidate", "kind", "partitions", "predicted ms", "the store's price",
+               "predicted at the final rounds' pace",
                "measured p50 ms", "p10", "p90", "paired ms",
                "req/s",
                "x best default", "x ORT default", "x best single", "numerics ok", "note"], rows)

@@ -344,15 +344,21 @@ class PlanBench:
                 return True
         return False
 
-    def stats(self, key: str) -> LatencyStats:
+    def stats(self, key: str, since: int = 0) -> LatencyStats:
+        """``key``'s figures over its samples from the ``since``-th on (:meth:`n_samples` taken earlier:
+        the rounds measured after that point only)."""
         cand = self.candidates[key]
-        s, left_out = quiet_samples(cand.samples_ms, cand.samples_slowed)
+        values, flags = cand.samples_ms[since:], cand.samples_slowed[since:len(cand.samples_ms)]
+        s, left_out = quiet_samples(values, flags)
         if not s.size:
             nan = float("nan")
             return LatencyStats(nan, nan, nan, 0)
-        flags = cand.samples_slowed[:len(cand.samples_ms)]
         return LatencyStats(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)),
-                            len(s), left_out, sum(flags) / len(cand.samples_ms))
+                            len(s), left_out, sum(flags) / len(values))
+
+    def n_samples(self) -> dict[str, int]:
+        """How many requests each candidate has timed so far: marks for :meth:`stats`' ``since``."""
+        return {key: len(cand.samples_ms) for key, cand in self.candidates.items()}
 
     def paired_ratio(self, key: str, ref: str) -> float | None:
         """How many times longer ``key``'s requests take than ``ref``'s, judged round by round: the median

@@ -58,6 +58,10 @@ class TrialRecord:
     #: what ``predicted_ms`` (at the store's usual pace) reads as then; None for the single targets
     #: (the anchors), yardsticks and records outside the final rounds
     anchored_predicted_ms: float | None = None
+    #: a single target's price from the profile store, before the session re-priced the problem from the
+    #: single targets' own rounds (its ``predicted_ms`` is then its price on that problem, as the trials'
+    #: are); None for the other records
+    store_predicted_ms: float | None = None
 
     @property
     def compare_ms(self) -> float | None:

@@ -18,6 +18,7 @@ _RECORD_TYPES: dict[str, tuple[type, ...]] = {
     "throughput_rps": _OPT_NUM, "n_partitions": (int,), "numerics_ok": (bool, type(None)),
     "max_abs_err": _OPT_NUM, "solve_s": _NUM, "error": (str, type(None)), "partitions": (list,),
     "final": (bool,), "paired_ms": _OPT_NUM, "anchored_predicted_ms": _OPT_NUM,
+    "store_predicted_ms": _OPT_NUM,
 }
 _REQUIRED = ("key", "label", "kind", "knobs", "plan", "predicted_ms")
 _SUMMARY_TYPES: dict[str, tuple[type, ...]] = {

@@ -56,3 +56,17 @@ def test_candidates_without_a_shared_round_have_no_paired_figure():
     paired = bench.paired_ms(["a", "b", "c"])
     assert paired == {"a": 3.0}  # the anchor only; "c" was never timed
     assert np.isnan(bench.stats("c").median_ms)
+
+
+def test_stats_since_a_mark_count_only_the_rounds_after_it():
+    # three rounds at 2 ms, then the mark, then two at 3 ms (one slowed, left out while half remain)
+    bench = _bench({"a": [(1, 2.0, False), (2, 2.0, False), (3, 2.0, False)]})
+    mark = bench.n_samples()
+    assert mark == {"a": 12}
+    cand = bench.candidates["a"]
+    cand.samples_ms += [3.0] * 4 + [9.0] * 4
+    cand.samples_slowed += [False] * 4 + [True] * 4
+    after = bench.stats("a", since=mark["a"])
+    assert (after.median_ms, after.n, after.n_slowed, after.slowed_share) == (3.0, 4, 4, 0.5)
+    assert bench.stats("a").median_ms == 2.0  # all rounds: the earlier ones are most of them
+    assert bench.stats("a", since=len(cand.samples_ms)).n == 0  # nothing after the last request

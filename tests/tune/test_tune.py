@@ -34,6 +34,13 @@ def test_cli_tune_latency_end_to_end(tmp_path, db, capsys):
     records = json.loads((out / "trials.json").read_text())
     baselines = [r for r in records if r["kind"] == "baseline"]
     assert {r["label"] for r in baselines} == {"single:onnxruntime@cpu:t1", "single:openvino@cpu:t1"}
+    # every candidate priced on the problem re-priced from the session's single targets, the measured
+    # single targets too (the store's price kept beside it); the others have no store price of their own
+    shown = ("label", "measured_ms", "predicted_ms", "store_predicted_ms", "error")
+    priced = [r for r in baselines if r["measured_ms"]]
+    assert all(r["store_predicted_ms"] > 0 and r["predicted_ms"] > 0 for r in priced), \
+        [{k: r[k] for k in shown} for r in baselines]
+    assert all(r["store_predicted_ms"] is None for r in records if r["kind"] != "baseline")
     measured = [r for r in records if r["measured_ms"] is not None]
     # every placement candidate passes the numerics check; a yardstick is what a user runs, checked
     # and reported but not required to pass (OpenVINO's default is bf16 on a CPU that has it)
