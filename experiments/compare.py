@@ -148,7 +148,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                 problem = ctx.problem
                 marks = bench.n_samples()
                 for r in rows:  # what each single target was priced at: against its later rounds, the floor
-                    if r.get("key") in singles.values() and r["placement"].startswith("single:"):
+                    if r.get("key") in singles.values():
                         r["first_rounds_ms"] = measured[r["key"]].median_ms
             s0 = time.monotonic()
             plan = solve(problem, "latency", strat, time_limit=solver_time_limit)
@@ -329,7 +329,7 @@ def prediction_accuracy(results: list[dict], key: str = "predicted_ms",
     groups: dict[str, list[float]] = {"all": [], "one partition": [], "cut plans": []}
     for res in results:
         for r in res["rows"]:
-            got = r.get(measured) or (r.get("measured_ms") if measured == "measured_after_ms" else None)
+            got = _judged_ms(r) if measured == "measured_after_ms" else r.get(measured)
             if r.get("kind") in ("yardstick", "1-thread", "deployed") or not got or not r.get(key):
                 continue
             err = abs(r[key] / got - 1)
@@ -337,6 +337,12 @@ def prediction_accuracy(results: list[dict], key: str = "predicted_ms",
             groups["one partition" if (r.get("partitions") or 1) <= 1 else "cut plans"].append(err)
     return {k: {"n": len(v), "median": float(np.median(v)) if v else None,
                 "p90": float(np.percentile(v, 90)) if v else None} for k, v in groups.items()}
+
+
+def _judged_ms(row: dict) -> float | None:
+    """What a row's prediction is judged against: the rounds after the re-pricing, or all of them in
+    the results of runs before session 45 (they lack ``measured_after_ms``)."""
+    return row.get("measured_after_ms") or row.get("measured_ms")
 
 
 def _pred(d: dict) -> float:
@@ -457,7 +463,7 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
                          "yes" if r.get("numerics_ok") else r.get("error", "no")])
             if r.get("measured_ms") and r.get("predicted_ms"):
                 pts.append({"label": f"{res['model']}:{r['placement']}", "predicted_ms": r["predicted_ms"],
-                            "measured_ms": r.get("measured_after_ms") or r["measured_ms"]})
+                            "measured_ms": _judged_ms(r)})
         doc.table(["placement", "partitions", "predicted ms", "measured ms", "after the re-pricing", "p10",
                    "p90", "paired ms",
                    "predicted from the single targets' paired ms", "x best default",

@@ -41,16 +41,16 @@ def measure_model(name: str, db: str) -> list[dict]:
     feeds = load_inputs("seed:0", ctx.graph, 4)
     rows = []
     with PlanBench(feeds, rounds=8, per_round=5) as bench:
-        keys = {}
+        keys = []  # each single target's candidate, named by its target
         for t in ctx.targets:
             plan = solve(ctx.problem, "latency", f"single:{t.name}")
             if len(set(plan.assignment.values())) != 1 or t.name not in stored:
                 continue
             bench.add(t.name, materialize(ctx.graph, plan))
-            keys[t.name] = t.name
-        earlier = bench.measure(list(keys), until_quiet=8, deadline=time.monotonic() + 60.0)
-        settled = set(bench.settled(list(keys)))
-        later = bench.measure(list(keys), fresh=True, until_quiet=8, deadline=time.monotonic() + 60.0)
+            keys.append(t.name)
+        earlier = bench.measure(keys, until_quiet=8, deadline=time.monotonic() + 60.0)
+        settled = set(bench.settled(keys))
+        later = bench.measure(keys, fresh=True, until_quiet=8, deadline=time.monotonic() + 60.0)
         for t in keys:
             rows.append({"model": name, "target": t, "store_ms": stored[t],
                          "earlier_ms": earlier[t].median_ms, "earlier_slowed_share": earlier[t].slowed_share,

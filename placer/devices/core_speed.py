@@ -75,8 +75,8 @@ def per_core_slowdown(cores: frozenset[int] | None = None, repeat: int = 1) -> f
 
     The loop runs in a helper thread pinned to each core in turn (the caller's own affinity is left
     alone), :data:`_WARM_RUNS` times untimed, then ``repeat`` times, keeping the fastest; the first
-    probe of a core is its reference,
-    so the figure means something once a quiet moment has been seen (:func:`warm_core_probe`).
+    probe of a core is its reference, so the figure means something once a quiet moment has been
+    seen (:func:`warm_core_probe`).
     None where threads cannot be pinned."""
     cores = sorted(cores if cores is not None else process_cores())
     if not cores or not hasattr(os, "sched_setaffinity"):
