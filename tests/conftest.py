@@ -12,6 +12,10 @@
 * ``tiny_model``: a fresh copy of :func:`placer.zoo.tiny_branchy` (8 ops, one fork/join).
 * ``squeezenet_model``: a fresh copy of the re-weighted squeezenet (66 ops after folding).
 * ``bert_model``: a fresh copy of :func:`placer.zoo.bert_encoder` with its defaults.
+* ``warm_tiny_store`` (session, one for the whole run, xdist workers included): ``copy(dest)`` copies
+  a profile store with zoo:tiny profiled on ONNX Runtime and OpenVINO (as ``placer tune --targets
+  onnxruntime,openvino`` profiles it) to ``dest``: tune runs whose profiling is not the subject
+  start from it.
 * ``_trust_key`` (session, autouse): ``$PLACER_TRUST_KEY`` points into the session's temporary
   folder, so compiling a module never makes or uses the user's own ``~/.config/placer/trust.key``.
 * ``core_speed_refs``: :mod:`placer.devices.core_speed` (its per-core and parallel reference times
@@ -151,3 +155,45 @@ def squeezenet_model(zoo_models) -> onnx.ModelProto:
 @pytest.fixture
 def bert_model(zoo_models) -> onnx.ModelProto:
     return _copy(zoo_models("bert-tiny"))
+
+
+#: the targets of :func:`warm_tiny_store` (as ``placer tune --targets onnxruntime,openvino`` names them)
+WARM_TARGETS = ("onnxruntime", "openvino")
+
+
+def _shared_dir(tmp_path_factory, worker_id: str) -> Path:
+    """A folder every xdist worker of this run sees (the parent of the workers' base folders), or this
+    session's own without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if worker_id != "master" else base) / "shared"
+
+
+@pytest.fixture(scope="session")
+def warm_tiny_store(tmp_path_factory, worker_id) -> Callable[[Path], Path]:
+    """``copy(dest)``: a copy at ``dest`` of a profile store that has zoo:tiny profiled on ONNX Runtime and
+    OpenVINO at one thread (ops, fusion segments, the whole model, probe plans, links), for the tests
+    of tune's search, resume, workers and cost model: their runs start where a user's second run does,
+    without profiling again (the tests of profiling, and of tune profiling an empty store, start from
+    empty stores). Profiled once for the whole run: the first worker to ask makes it under a lock,
+    the others wait for it and copy it."""
+    import fcntl
+    import sqlite3
+    from contextlib import closing
+
+    shared = _shared_dir(tmp_path_factory, worker_id)
+    shared.mkdir(parents=True, exist_ok=True)
+    store, done = shared / "tiny-warm.db", shared / "tiny-warm.done"
+    with open(shared / "tiny-warm.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            from placer import api
+
+            api.prepare("zoo:tiny", targets=list(WARM_TARGETS), db=store).store.close()
+            done.touch()
+
+    def copy(dest: Path) -> Path:
+        with closing(sqlite3.connect(store)) as src, closing(sqlite3.connect(dest)) as dst:
+            src.backup(dst)
+        return dest
+
+    return copy

@@ -75,9 +75,10 @@ LAZY_MODULES: dict[str, str] = {
     "placer.cli": "each command imports its layer in its body: placer --help starts without the runtimes",
 }
 
-#: third-party packages worth delaying (rule 3): seconds to import, or pulling one that does
+#: third-party packages worth delaying (rule 3): seconds to import, or pulling one that does (onnx: 0.2-0.3 s
+#: with protobuf and ml_dtypes 0.6; 0.9 s with ml_dtypes 0.7, pinned out in pyproject.toml)
 HEAVY = frozenset({"tvm", "openvino", "onnxruntime", "torch", "transformers", "matplotlib", "sklearn", "skops",
-                   "optuna", "sqlalchemy", "ortools", "xgboost"})
+                   "optuna", "sqlalchemy", "ortools", "xgboost", "onnx"})
 
 #: the only modules that may touch private modules or names of a dependency (rule 4)
 SHIMS = frozenset({"placer.tune.optuna_shim", "placer.devices.tvm_shim", "costmodels.sklearn_shim"})

@@ -10,20 +10,53 @@
 * :func:`run_plan`: the one call behind ``placer run``.
 """
 
-from placer.run.api import NumericsMismatch, run_plan
-from placer.run.executors import HybridExecutor, PartitionError, RelaxExecutor, RunResult, make_executor
-from placer.run.measurement import Measurement, PartitionTime, summarize
-from placer.run.numerics import (
-    DegenerateReferenceWarning,
-    NumericsReport,
-    OutputCheck,
-    ReferenceRunner,
-    check_against_reference,
-    compare,
-    load_inputs,
-    random_inputs,
-)
-from placer.run.pipeline import PipelineExecutor, PipelineStopped, StageError, discard_outputs
+import importlib
+from typing import TYPE_CHECKING
+
+#: each name this package exports, by the module that defines it: imported when first asked for
+#: (PEP 562), so a process that needs one module of the package (a yardstick worker:
+#: ``placer.run.yardstick_worker``) does not import the executors, ONNX and TVM with it
+_WHERE = {
+    "NumericsMismatch": "api", "run_plan": "api",
+    "HybridExecutor": "executors", "PartitionError": "executors", "RelaxExecutor": "executors",
+    "RunResult": "executors", "make_executor": "executors",
+    "Measurement": "measurement", "PartitionTime": "measurement", "summarize": "measurement",
+    "DegenerateReferenceWarning": "numerics", "NumericsReport": "numerics", "OutputCheck": "numerics",
+    "ReferenceRunner": "numerics", "check_against_reference": "numerics", "compare": "numerics",
+    "load_inputs": "numerics", "random_inputs": "numerics",
+    "PipelineExecutor": "pipeline", "PipelineStopped": "pipeline", "StageError": "pipeline",
+    "discard_outputs": "pipeline",
+}
+
+if TYPE_CHECKING:
+    from placer.run.api import NumericsMismatch, run_plan
+    from placer.run.executors import HybridExecutor, PartitionError, RelaxExecutor, RunResult, make_executor
+    from placer.run.measurement import Measurement, PartitionTime, summarize
+    from placer.run.numerics import (
+        DegenerateReferenceWarning,
+        NumericsReport,
+        OutputCheck,
+        ReferenceRunner,
+        check_against_reference,
+        compare,
+        load_inputs,
+        random_inputs,
+    )
+    from placer.run.pipeline import PipelineExecutor, PipelineStopped, StageError, discard_outputs
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "DegenerateReferenceWarning",

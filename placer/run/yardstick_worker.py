@@ -40,9 +40,9 @@ import numpy as np
 
 from placer.devices.openvino_target import OvCompiled
 from placer.errors import first_line
-from placer.materialize import load_plan_dir
-from placer.run.executors import make_executor
-from placer.run.pipeline import PipelineExecutor, discard_outputs
+
+# A yardstick worker imports only its runtime: the plan kinds import the executors and ONNX where they
+# load a plan (_plan), so the four latency yardsticks a tune starts do not pay 0.3 s each for them.
 
 #: latency yardsticks: a runtime loaded with its defaults, and at its best latency settings
 LATENCY_KINDS = ("ort-default", "ort-parallel", "ov-default", "ov-latency")
@@ -212,6 +212,9 @@ def _ov(model_path: str, kind: str) -> _Runner:
 
 
 def _plan(plan_dir: str, pipeline: bool = False) -> _Runner:
+    from placer.materialize import load_plan_dir
+    from placer.run.executors import make_executor
+
     mat = load_plan_dir(plan_dir)
     info = {"partitions": len(mat.partitions), "targets": sorted({p.target for p in mat.partitions}),
             "cores": sorted(os.sched_getaffinity(0))}
@@ -235,6 +238,8 @@ def _pipelined_plan(mat, info: dict[str, Any]) -> _Runner:
     throughput batch drops each request's outputs where the last stage produces them (``consume``),
     as an OpenVINO ``AsyncInferQueue`` callback leaves them. Only this executor is built: the process
     holds what a server of the plan holds. The warm-up sends every worker its first requests."""
+    from placer.run.pipeline import PipelineExecutor, discard_outputs
+
     pe = PipelineExecutor(mat)
     pe.start()
     names = list(pe.output_names)

@@ -68,7 +68,8 @@ def _carried(records, names: Sequence[str]) -> list[tuple[dict, float]]:
 
 def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] = lambda m: None, seed: int = 0):
     """A CostModel for the real targets of ``ctx`` fitted on its profile store, plus the partitions
-    earlier tune runs measured (from the model saved in ``model_dir``, if any)."""
+    earlier tune runs measured (from the model saved in ``model_dir``, if any). The saved model's op
+    models are reused where they were fitted on the same rows (``fit_cost_model(reuse=)``)."""
     from costmodels import CostModel  # scikit-learn: see the note at the top
     from costmodels.errors import CostModelError
     from costmodels.persistence import is_older_version, older_partition_records
@@ -77,8 +78,8 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
 
     names = [t.name for t in ctx.targets if not getattr(t, "simulated", False)]
     data = training_data_from_store(ctx.store, graphs=[ctx.graph], targets=names)
-    cm = fit_cost_model(data, names, cv_metrics=False, seed=seed)
     carried: list[tuple[dict, float]] = []
+    prior, unreadable = None, None
     if model_dir is not None and (Path(model_dir) / "card.json").is_file():
         try:
             prior = CostModel.load(model_dir)
@@ -95,15 +96,21 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
             else:
                 say(f"cost model {model_dir}: not loaded ({type(exc).__name__}: {first_line(exc, 160)}); "
                     "refitted from the profile store; the model there is left as it is (not overwritten)")
-                cm._placer_unreadable = (str(Path(model_dir).resolve()), f"{type(exc).__name__}: "
-                                         f"{first_line(exc, 160)}")
+                unreadable = (str(Path(model_dir).resolve()), f"{type(exc).__name__}: {first_line(exc, 160)}")
         else:
             carried = _carried(prior.partition_records, names)
+    # the op models the saved one fitted on the same rows are taken as they are (a warm rerun fits none)
+    cm = fit_cost_model(data, names, cv_metrics=False, seed=seed, reuse=prior)
+    if unreadable is not None:
+        cm._placer_unreadable = unreadable
     if carried:
         cm.add_partition_measurements([{**r, "measured_ms": m} for r, m in carried])
     cm.card["tune_partitions_carried"] = len(carried)
-    say(f"cost model {cm.model_id}: fitted on the profile store ({cm.card.get('fit_seconds', 0):.1f}s), "
-        f"{len(carried)} partition(s) measured by earlier tune runs carried over")
+    reused = [t for t, c in cm.card.get("targets", {}).items() if c.get("reused")]
+    how = (f"{len(reused)} of {len(cm.op_models)} op model(s) taken from the saved one (same rows)" if reused
+           else f"fitted on the profile store ({cm.card.get('fit_seconds', 0):.1f}s)")
+    say(f"cost model {cm.model_id}: {how}, {len(carried)} partition(s) measured by earlier tune runs "
+        "carried over")
     return cm
 
 

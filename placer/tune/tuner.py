@@ -469,7 +469,10 @@ class LatencySearch:
         return ok
 
     def _reserve_for_the_end(self, guard_s: float, best_ok: TrialRecord) -> float:
-        """The share of the budget kept for what follows the search (see :meth:`measure_baselines`)."""
+        """The share of the budget kept for what follows the search (see :meth:`measure_baselines`).
+        Without a budget (a trial count alone) nothing is kept and nothing is timed for it."""
+        if not self.budget_s:
+            return 0.15
         # after the final rounds the best plan's Relax program is built and compiled, the outputs
         # written, and the process ends (0.35 s since placer.process_exit; half TVM's import time is
         # kept for it, a margin): TVM imported now (seconds, spent anyway) and the best single target's
@@ -485,7 +488,7 @@ class LatencySearch:
         build_s = time.monotonic() - t_build
         self.write_s = 3 * build_s + 0.5 * (t_build - t_import) + 2.0
         tail_s = 2 * guard_s + self.write_s
-        return min(0.5, max(0.15, tail_s / self.budget_s)) if self.budget_s else 0.15
+        return min(0.5, max(0.15, tail_s / self.budget_s))
 
     # ---- the study -------------------------------------------------------------------------------
     def open_study(self) -> None:

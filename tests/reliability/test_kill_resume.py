@@ -201,12 +201,13 @@ def _running_trials(study: Path) -> list:
     return _query(study, "SELECT number FROM trials WHERE state = 'RUNNING'")
 
 
-def test_tune_interrupted_stops_cleanly_and_resumes(tmp_path):
+def test_tune_interrupted_stops_cleanly_and_resumes(tmp_path, warm_tiny_store):
     """Stopped by SIGINT (Ctrl-C) once a trial finished, resumed and stopped by SIGTERM once another
     one did, resumed again: each stop exits 130 saying how to resume, leaves no trial RUNNING and
     both SQLite files whole, and each resume keeps every finished trial and adds to them."""
     out = tmp_path / "out"
-    db, study = tmp_path / "profiles.db", out / "study.db"
+    # stopped in its search (profiling stopped and resumed: test_tune_killed_twice_then_resumed)
+    db, study = warm_tiny_store(tmp_path / "profiles.db"), out / "study.db"
     argv = ["tune", "zoo:tiny", "--targets", "onnxruntime", "--out", str(out), "--db", str(db)]
     before: dict = {}
     for n, sig in enumerate((signal.SIGINT, signal.SIGTERM)):

@@ -76,7 +76,8 @@ def _freeze_mid_trial(url, proc):
         time.sleep(0.05)
 
 
-def test_sigkilled_worker_loses_nothing_and_the_best_plan_comes_back(pg, placer_cmd, cli_env, tmp_path):
+def test_sigkilled_worker_loses_nothing_and_the_best_plan_comes_back(pg, placer_cmd, cli_env, tmp_path,
+                                                                      warm_tiny_store):
     import optuna
 
     from placer import api
@@ -86,7 +87,7 @@ def test_sigkilled_worker_loses_nothing_and_the_best_plan_comes_back(pg, placer_
     from placer.tune.shared_study import best_plan, hardware_tag
     from placer.tune.tuner import assignment_key
 
-    db = tmp_path / "profiles.db"
+    db = warm_tiny_store(tmp_path / "profiles.db")  # the workers' study is the subject, not their profiling
 
     def worker(name, trials):
         cmd = placer_cmd("tune", "zoo:tiny", "--targets", TARGETS, "--trials", trials, "--storage", pg.url,

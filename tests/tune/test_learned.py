@@ -16,11 +16,10 @@ TARGETS = ["onnxruntime", "openvino"]
 
 
 @pytest.fixture(scope="module")
-def warm_db(tmp_path_factory):
-    """A store where zoo:tiny is profiled on TARGETS once for the module: tune runs start from a copy."""
-    db = tmp_path_factory.mktemp("learned") / "profiles.db"
-    api.prepare("zoo:tiny", targets=TARGETS, db=db)
-    return db
+def warm_db(tmp_path_factory, warm_tiny_store):
+    """A store where zoo:tiny is profiled on TARGETS (the run's warm store, copied once for the module):
+    tune runs start from a copy of this one."""
+    return warm_tiny_store(tmp_path_factory.mktemp("learned") / "profiles.db")
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +199,34 @@ def test_costs_knob_prices_with_the_learned_model(ctx, fitted):
     assert np.array_equal(fallback.cost_ms, isolated.cost_ms)
     with pytest.raises(ValueError, match="costs knob"):
         space.latency_problem(ctx, {**knobs, "costs": "bogus"}, [], zero)
+
+
+def test_a_saved_model_fitted_on_the_same_rows_lends_its_op_models(ctx, fitted, tmp_path):
+    """A warm rerun fits no op model again: the saved model's were fitted on the same rows with the same
+    seed, so they are the ones a fit gives; another seed, or other rows, and the target is fitted."""
+    import dataclasses
+
+    from costmodels.store import training_data_from_store
+    from costmodels.train import fit_cost_model
+
+    names = sorted(fitted.op_models)
+    assert names and not any(c["reused"] for c in fitted.card["targets"].values())
+    fitted.save(tmp_path / "cm")
+    said: list[str] = []
+    again = learned.fit_or_update(ctx, tmp_path / "cm", said.append)
+    assert all(again.card["targets"][t]["reused"] for t in names), again.card["targets"]
+    assert any(f"{len(names)} of {len(names)} op model(s) taken from the saved one" in m for m in said), said
+    ops = [ctx.graph.op(o) for o in ctx.problem.ops]
+    np.testing.assert_array_equal(again.predict_ops(ops, names), fitted.predict_ops(ops, names))
+    # ... and they are what fitting them now gives (the regressors are seeded)
+    data = training_data_from_store(ctx.store, graphs=[ctx.graph], targets=names)
+    refit = fit_cost_model(data, names, cv_metrics=False, seed=0)
+    assert not any(c["reused"] for c in refit.card["targets"].values())
+    np.testing.assert_allclose(again.predict_ops(ops, names), refit.predict_ops(ops, names), rtol=1e-12)
+    other_seed = learned.fit_or_update(ctx, tmp_path / "cm", seed=1)
+    assert not any(c["reused"] for c in other_seed.card["targets"].values())
+    # one op row fewer on the first target: that target is fitted again, the other lent
+    dropped = next(i for i, r in enumerate(data.ops) if r.target == names[0])
+    fewer = dataclasses.replace(data, ops=data.ops[:dropped] + data.ops[dropped + 1:])
+    cards = fit_cost_model(fewer, names, cv_metrics=False, seed=0, reuse=again).card["targets"]
+    assert not cards[names[0]]["reused"] and cards[names[1]]["reused"]

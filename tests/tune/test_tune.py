@@ -17,8 +17,9 @@ TARGETS = "onnxruntime,openvino"
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("tune_db") / "profiles.db")
+def db(tmp_path_factory, warm_tiny_store):
+    """A copy of the run's warm store (zoo:tiny profiled on TARGETS), shared by the module's tune runs."""
+    return str(warm_tiny_store(tmp_path_factory.mktemp("tune_db") / "profiles.db"))
 
 
 def test_cli_tune_latency_end_to_end(tmp_path, db, capsys):
