@@ -16,15 +16,11 @@ TARGETS = ["onnxruntime", "openvino"]
 
 
 @pytest.fixture(scope="module")
-def warm_db(tmp_path_factory, warm_tiny_store):
-    """A store where zoo:tiny is profiled on TARGETS (the run's warm store, copied once for the module):
-    tune runs start from a copy of this one."""
-    return warm_tiny_store(tmp_path_factory.mktemp("learned") / "profiles.db")
-
-
-@pytest.fixture(scope="module")
-def ctx(warm_db):
-    return api.prepare("zoo:tiny", targets=TARGETS, db=warm_db)
+def ctx(tmp_path_factory, warm_tiny_store):
+    """zoo:tiny prepared on TARGETS from a copy of the run's warm store (the module's own; the tune runs
+    start from copies of their own)."""
+    db = warm_tiny_store(tmp_path_factory.mktemp("learned") / "p.db")
+    return api.prepare("zoo:tiny", targets=TARGETS, db=db)
 
 
 @pytest.fixture(scope="module")
@@ -38,19 +34,10 @@ def fitted(_fitted):
     return copy.deepcopy(_fitted)
 
 
-def _copy_of(db, dest):
-    import sqlite3
-    from contextlib import closing
-
-    with closing(sqlite3.connect(db)) as src, closing(sqlite3.connect(dest)) as dst:
-        src.backup(dst)
-    return dest
-
-
-def test_tune_saves_the_model_and_the_next_run_carries_its_partitions(warm_db, tmp_path):
+def test_tune_saves_the_model_and_the_next_run_carries_its_partitions(warm_tiny_store, tmp_path):
     from placer.tune import tune
 
-    db, cm_dir = _copy_of(warm_db, tmp_path / "profiles.db"), tmp_path / "cm"
+    db, cm_dir = warm_tiny_store(tmp_path / "profiles.db"), tmp_path / "cm"
     first = tune("zoo:tiny", targets=TARGETS, db=db, out_dir=tmp_path / "a", n_trials=2, cost_model_dir=cm_dir)
     info = first.extra["cost_model"]
     assert (cm_dir / "card.json").is_file() and info["dir"] == str(cm_dir)
@@ -66,10 +53,10 @@ def test_tune_saves_the_model_and_the_next_run_carries_its_partitions(warm_db, t
     assert "Learned cost model" in report and "Fusion segments" in report
 
 
-def test_no_cost_model_dir_means_no_learned_model(warm_db, tmp_path):
+def test_no_cost_model_dir_means_no_learned_model(warm_tiny_store, tmp_path):
     from placer.tune import tune
 
-    db = _copy_of(warm_db, tmp_path / "p.db")
+    db = warm_tiny_store(tmp_path / "p.db")
     res = tune("zoo:tiny", targets=TARGETS, db=db, out_dir=tmp_path / "o", n_trials=1,
                cost_model_dir=None)
     assert res.extra["cost_model"] is None
