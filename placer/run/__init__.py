@@ -27,6 +27,7 @@ _WHERE = {
     "PipelineExecutor": "pipeline", "PipelineStopped": "pipeline", "StageError": "pipeline",
     "discard_outputs": "pipeline",
 }
+__all__ = sorted(_WHERE)
 
 if TYPE_CHECKING:
     from placer.run.api import NumericsMismatch, run_plan
@@ -57,28 +58,3 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
-
-__all__ = [
-    "DegenerateReferenceWarning",
-    "HybridExecutor",
-    "Measurement",
-    "NumericsMismatch",
-    "NumericsReport",
-    "OutputCheck",
-    "PartitionError",
-    "PartitionTime",
-    "PipelineExecutor",
-    "PipelineStopped",
-    "ReferenceRunner",
-    "RelaxExecutor",
-    "RunResult",
-    "StageError",
-    "check_against_reference",
-    "compare",
-    "discard_outputs",
-    "load_inputs",
-    "make_executor",
-    "random_inputs",
-    "run_plan",
-    "summarize",
-]
