@@ -11,7 +11,11 @@ The Python API (each imported on first use, so ``import placer`` stays cheap)::
 
 from __future__ import annotations
 
+from placer.tvm_import import install as _install_tvm_import
+
 __version__ = "0.1.0"
+
+_install_tvm_import()  # TVM's import skips PyTorch (placer.tvm_import): seconds in each process importing TVM
 
 __all__ = ["Plan", "plan", "tune", "prepare", "explain", "load"]
 

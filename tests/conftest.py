@@ -39,6 +39,20 @@ from pathlib import Path
 import onnx
 import pytest
 
+import placer  # noqa: F401  first: a test module importing TVM imports it as placer does (placer.tvm_import)
+
+
+def pytest_configure(config):
+    """In the process that starts the xdist workers (or the only one), before they start: numba's on-disk
+    cache gets placer's kernels (:func:`placer.solve.kernels.compile_kernels`), compiled once here where
+    the cache lacks them (a fresh checkout: seconds) rather than by each worker and each command a test
+    starts until one of them has written it."""
+    if hasattr(config, "workerinput"):  # an xdist worker: its controller did it
+        return
+    from placer.solve.kernels import compile_kernels
+
+    compile_kernels("placer.solve.retime", "placer.solve.heads_tails_kernel")
+
 
 def pytest_collection_modifyitems(config, items):
     """The longest test files first (tests/file_seconds.json, written by .ci/file_seconds.py), each file's

@@ -38,7 +38,7 @@ ARCHITECTURE_MD = ROOT / "docs" / "architecture.md"
 #: A module belongs to the layer with the longest matching name. Keep in sync with docs/architecture.md.
 LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "base": (("placer.errors", "placer.safe_io", "placer.trust", "placer.interrupts", "placer.toposort",
-              "placer._callable_module", "placer.process_exit", "placer.gc_scope"), ()),
+              "placer._callable_module", "placer.process_exit", "placer.gc_scope", "placer.tvm_import"), ()),
     "graph": (("placer.graph",), ("base",)),
     "problem": (("placer.problem", "placer.problem_json", "placer.problem_limits", "placer.semantics", "placer.plan"),
                 ("base",)),

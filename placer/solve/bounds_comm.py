@@ -86,7 +86,9 @@ def comm_heads_tails(problem: PlacementProblem, costs: Costs, allowed: np.ndarra
     (``allowed``: default ``problem.allowed``; a smaller set when shaving)."""
     p = problem
     n, t = p.n_ops, p.n_targets
-    ok = np.ascontiguousarray(p.allowed if allowed is None else allowed, dtype=np.bool_)
+    # a writable copy: the kernel is compiled for writable arrays, and a read-only one (problem.allowed)
+    # would compile it a second time (seconds, in every process until numba's cache holds both)
+    ok = np.array(p.allowed if allowed is None else allowed, dtype=np.bool_, order="C")
     cost = np.ascontiguousarray(np.where(ok, costs.cost, np.inf), dtype=float)
     dl = delays if delays is not None else edge_delays(p, costs)
     unit = np.empty(n, dtype=np.int64)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from placer.solve.retime import njit
+from placer.solve.kernels import njit
 
 __all__ = ["neighbour_bounds", "one_machine"]
 
@@ -202,7 +202,8 @@ def _shared_target_rule(k, nc, ca, cr, cp, cq, n_targets, fr, fp, fq, nf, d, nod
     return best
 
 
-@njit(cache=True)
+@njit("float64[:, ::1](int64, float64[:, ::1], boolean[:, ::1], int64[::1], int64[::1], int64[::1], "
+      "int64[::1], float64[:, :, ::1], boolean, int64, int64)", cache=True)
 def neighbour_bounds(n_targets, cost, ok, unit, nb_ptr, nb_op, nb_edge, delays, heads, kmax,
                      node_max):  # pragma: no cover - compiled
     """Heads (``heads=True``: ``nb`` the predecessors, ops visited first to last, a topological

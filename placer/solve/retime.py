@@ -8,24 +8,15 @@ arrays: ``cost`` (ops x targets, inf where not allowed), the inputs of op ``v`` 
 copy from the producer's target to ``v``'s, plus ``v``'s entry cost), and the targets sharing a core
 with target ``d`` at ``conf_ptr[d]:conf_ptr[d + 1]`` of ``conf_idx`` (empty without shared cores:
 then a target is busy only with its own ops). Same semantics and float operations, in the same
-order, as :func:`~placer.solve.evaluate.latency_schedule`; without numba the same functions run as
-plain Python (correct, slower).
+order, as :func:`~placer.solve.evaluate.latency_schedule`; compiled on their first call
+(:mod:`placer.solve.kernels`); without numba the same functions run as plain Python (correct, slower).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-try:  # a declared dependency; the same code runs uncompiled (5x slower than the old list loop) without it
-    from numba import njit
-    COMPILED = True
-except ImportError:  # pragma: no cover - numba is a declared dependency
-    COMPILED = False
-
-    def njit(*args, **kwargs):
-        if args and callable(args[0]):
-            return args[0]
-        return lambda f: f
+from placer.solve.kernels import COMPILED, njit
 
 #: the search's deterministic budget: ops re-timed per second of search time it is given. Measured
 #: on a 2-core AMD EPYC, random layered x 8: 21.5 M a second at 500 ops, 17.7 M at 2,000 compiled
@@ -36,7 +27,9 @@ SEARCH_RATE = 1.0e7 if COMPILED else 3.0e5
 __all__ = ["COMPILED", "SEARCH_RATE", "simulate", "finish_sum"]
 
 
-@njit(cache=True)
+@njit("int64(int64[::1], int64[::1], int64, float64[::1], float64[::1], float64[::1], float64[:, ::1], "
+      "boolean, float64, float64[:, ::1], int64[::1], int64[::1], float64[:, :, ::1], int64[::1], "
+      "int64[::1], boolean)", cache=True)
 def simulate(assign, order, start_pos, avail0, start, end, snaps, take_snaps, cutoff,
              cost, in_ptr, in_prod, in_delay, conf_ptr, conf_idx, shared):  # pragma: no cover - compiled
     """List-schedule ``order[start_pos:]`` from the target state ``avail0`` (``start`` / ``end`` hold the
@@ -78,7 +71,7 @@ def simulate(assign, order, start_pos, avail0, start, end, snaps, take_snaps, cu
     return n - start_pos
 
 
-@njit(cache=True)
+@njit("float64(float64[::1], int64[::1], int64)", cache=True)
 def finish_sum(end, assign, n_targets):  # pragma: no cover - compiled
     """The sum over targets of the last end time of their ops (the search's tie-breaking score)."""
     fin = np.zeros(n_targets)
