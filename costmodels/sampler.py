@@ -602,8 +602,24 @@ def light_variants(n: int, seed: int = 0, max_channels: int = WIDE_MAX_CHANNELS)
     return list(out.values())
 
 
+#: :func:`_valid`'s answers by spec key (:func:`_spec_key`) and element cap: building a spec's model draws
+#: its weights (14 ms for a wide convolution), and banks draw the same stream again to extend it
+_VALID: dict[tuple[str, int], bool] = {}
+_VALID_MAX = 100_000
+
+
 def _valid(spec: Mapping[str, Any], max_elems: int = 8 << 20) -> bool:
     """Keep ops that build and stay small enough to time quickly (<= 8M elements per tensor)."""
+    key = (_spec_key(spec), int(max_elems))
+    known = _VALID.get(key)
+    if known is None:
+        if len(_VALID) >= _VALID_MAX:
+            _VALID.clear()
+        known = _VALID[key] = _builds_small(spec, max_elems)
+    return known
+
+
+def _builds_small(spec: Mapping[str, Any], max_elems: int) -> bool:
     try:
         m = spec_model(spec)
     except Exception:

@@ -36,8 +36,9 @@ def test_coarse_costs_are_exact(seed):
     for m in members:  # each super-op costs the sum of its members
         j = coarse.op_index[p.ops[m[0]]]
         np.testing.assert_allclose(coarse.cost_ms[j], p.cost_ms[m].sum(axis=0))
-    # a coarse pipeline plan has exactly the fine stage costs
-    plan = solve(coarse, "pipeline", "cpsat", time_limit=5, coarsen=False)
+    # a coarse pipeline plan has exactly the fine stage costs (any plan: no need to prove it optimal, which
+    # took 2.6-3.8 s of the 20-26 coarse ops here)
+    plan = solve(coarse, "pipeline", "cpsat", time_limit=1, coarsen=False)
     fine_assign = expand_assignment(p, coarse, members, plan.assignment)
     order = [p.target_index[t] for t in plan.stage_targets]
     ev = pipeline_eval(p, fine_assign, order)
