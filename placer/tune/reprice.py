@@ -12,6 +12,7 @@ runs before it (:func:`placer.materialize.in_context.priced_as_run`), as the pla
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from placer.context import recalibrate
@@ -25,8 +26,18 @@ __all__ = ["priced_assignment", "priced_at"]
 def priced_assignment(problem, graph, assignment: Mapping[str, str], solver: str = "given"):
     """The latency plan that runs each op of ``problem`` where ``assignment`` says, list-scheduled and
     :func:`~placer.materialize.in_context.priced_as_run`. A :class:`KeyError` names an op the assignment
-    lacks or a target the problem does not have."""
-    plan = make_latency_plan(problem, assignment_indices(problem, assignment), solver)
+    lacks or a target the problem does not have.
+
+    A colocation group the assignment splits is left out of ``problem`` here: a tune trial's problem
+    drops a group no target can hold whole under its knobs and costs
+    (:func:`placer.tune.space.latency_problem`), and the trial's plan may then split it; it is priced as it was made (session 47:
+    ``placer tune --precision bf16`` stopped at its final rounds, "colocation group ['n5', 'n6'] is
+    split")."""
+    idx = assignment_indices(problem, assignment)
+    split = [g for g in problem.colocate if len({assignment[o] for o in g}) > 1]
+    if split:
+        problem = dataclasses.replace(problem, colocate=tuple(g for g in problem.colocate if g not in split))
+    plan = make_latency_plan(problem, idx, solver)
     return priced_as_run(problem, graph, plan)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -319,6 +320,11 @@ def test_a_plans_assignment_is_priced_again_as_run_on_a_problem_repriced_later(t
         # x (2 ops), then y entered from x (3 ops at 2.0x), then x entered from y (3 ops at 1.5x)
         want = 2 * scale + (0.5 + 3 * 2.0 * scale) + (0.25 + 3 * 1.5 * scale)
         assert priced.makespan_ms == pytest.approx(want)
+    # a colocation group the plan splits (a trial's problem left it out: no target held it whole under
+    # its knobs) is left out of the pricing too: priced as on the problem without it
+    grouped = dataclasses.replace(p, colocate=(("conv_a", "fc"),))
+    assert grouped.colocate and assignment["conv_a"] != assignment["fc"]
+    assert priced_assignment(grouped, tiny_graph, assignment).makespan_ms == pytest.approx(want)
     with pytest.raises(KeyError, match="fc"):  # an op the assignment lacks
         priced_assignment(p, tiny_graph, {o: t for o, t in assignment.items() if o != "fc"})
     with pytest.raises(KeyError, match="z"):  # a target the problem lacks
