@@ -30,9 +30,9 @@ def priced_assignment(problem, graph, assignment: Mapping[str, str], solver: str
 
     A colocation group the assignment splits is left out of ``problem`` here: a tune trial's problem
     drops a group no target can hold whole under its knobs and costs
-    (:func:`placer.tune.space.latency_problem`), and the trial's plan may then split it; it is priced as it was made (session 47:
-    ``placer tune --precision bf16`` stopped at its final rounds, "colocation group ['n5', 'n6'] is
-    split")."""
+    (:func:`placer.tune.space.latency_problem`), and the trial's plan may then split it; it is priced
+    as it was made (session 47: ``placer tune --precision bf16`` stopped at its final rounds,
+    "colocation group ['n5', 'n6'] is split")."""
     idx = assignment_indices(problem, assignment)
     split = [g for g in problem.colocate if len({assignment[o] for o in g}) > 1]
     if split:
