@@ -29,7 +29,7 @@ _MODULES = ("tvm", "tvm_ffi")
 
 
 class _TorchHiddenLoader(importlib.abc.Loader):
-    """Runs the real loader of ``tvm_ffi`` with ``torch`` marked absent in ``sys.modules``."""
+    """Runs the real loader of ``tvm`` (or ``tvm_ffi``) with ``torch`` marked absent in ``sys.modules``."""
 
     def __init__(self, loader: importlib.abc.Loader):
         self._loader = loader
@@ -63,7 +63,7 @@ class _TvmWithoutTorch(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Put the finder first on ``sys.meta_path`` (once; a no-op once ``tvm_ffi`` is imported)."""
+    """Put the finder first on ``sys.meta_path`` (once; a no-op once TVM is imported)."""
     if any(m in sys.modules for m in _MODULES) or any(isinstance(f, _TvmWithoutTorch) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, _TvmWithoutTorch())

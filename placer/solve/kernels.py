@@ -1,7 +1,7 @@
 """numba kernels compiled (or loaded from numba's on-disk cache) on their first call, not at import.
 
 ``@njit(signature, cache=True)`` compiles, or loads from the cache, when the module is imported: with
-numba's own import, 0.55 s in every process that imports :mod:`placer.solve` (``placer run``, ``placer
+numba's own import, 0.55-0.74 s in every process that imports :mod:`placer.solve` (``placer run``, ``placer
 profile``, a test worker), whether it solves anything or not, and seconds where the cache is cold
 (4.2 s for the kernels of :mod:`placer.solve.heads_tails_kernel` and :mod:`placer.solve.retime` on a
 2-core AMD EPYC). :func:`njit` here takes the same arguments and returns a :class:`Kernel`: the
