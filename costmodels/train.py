@@ -234,19 +234,25 @@ def _reusable(prior: CostModel | None, target: str, fingerprint: str, est: OpLat
 
 
 def fit_store(db: Any, out_dir: Any = None, *, targets: Sequence[str] | None = None, tune_trials: int = 0,
-              seed: int = 0, graphs: Sequence[Any] = ()) -> CostModel:
+              seed: int = 0, graphs: Sequence[Any] = (), cv_folds: int = 4) -> CostModel:
     """Fit a cost model on a profile store (path or ProfileStore) and save it to ``out_dir`` if given.
 
     ``targets`` are target names as given to placer (``onnxruntime``, ``openvino@cpu1``: made
-    canonical); ``graphs`` (OpGraphs) add their whole-model measurements as partitions.
+    canonical); ``graphs`` (OpGraphs) add their whole-model measurements as partitions;
+    ``cv_folds``: folds of the card's cross-validated metrics (0: none, the fit alone; the
+    hyper-parameter search of ``tune_trials`` > 0 needs at least 2).
     """
+    if cv_folds == 1 or cv_folds < 0 or (tune_trials and cv_folds < 2):
+        raise ValueError(f"cv_folds={cv_folds}: 0 (no cross-validation) or at least 2"
+                         + (" (the search of tune_trials scores its trials by them)" if tune_trials else ""))
     if out_dir is not None:  # before the fit: a model there this code cannot read is the user's, not ours
         check_overwritable(out_dir)
     names = None
     if targets:
         names = [TargetSpec.parse(t).name for t in targets]
     data = training_data_from_store(db, graphs=graphs, targets=names)
-    cm = fit_cost_model(data, names, tune_trials=tune_trials, seed=seed)
+    cm = fit_cost_model(data, names, tune_trials=tune_trials, seed=seed, cv=max(2, cv_folds),
+                        cv_metrics=cv_folds > 0)
     if not cm.op_models:  # every op of every target failed: a model that knows nothing is not a fit
         raise CostModelError(f"profile store {getattr(db, 'path', db)}: no op measurement of any target ran "
                              f"(every row failed, timed out or crashed); nothing to fit")

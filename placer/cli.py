@@ -50,6 +50,7 @@ def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
 #: upper bounds of the counting options (beyond them a number is a typo, and would run for ever)
 MAX_TRIALS = 100_000
 MAX_SEED = 2**31 - 1  # CP-SAT and the samplers take 32-bit seeds
+DEFAULT_CV_FOLDS, MAX_CV_FOLDS = 4, 20  # placer fit --cv-folds
 MAX_BUDGET_S = 30 * 24 * 3600.0
 MAX_SEGMENT_LEN = 64
 
@@ -347,6 +348,10 @@ def add_fit(sub) -> None:
     p.add_argument("--tune-trials", type=int_in(0, MAX_TRIALS), default=0,
                    help="Optuna hyper-parameter trials per target (default 0: fixed defaults)")
     p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, help="random seed (default 0)")
+    p.add_argument("--cv-folds", type=int_in(0, MAX_CV_FOLDS), default=DEFAULT_CV_FOLDS,
+                   help=f"folds of the cross-validated log-MAE recorded on the model card (default "
+                        f"{DEFAULT_CV_FOLDS}; 0: none, the fit alone, a few times faster; at least 2 with "
+                        "--tune-trials, whose search scores its trials by them)")
     p.set_defaults(func=cmd_fit)
 
 
@@ -361,10 +366,14 @@ def cmd_fit(args) -> int:
     if not Path(db).is_file():
         raise PlacerError(f"--db {db}: no profile store there (run `placer profile MODEL` first)")
     out_dir = args.out or default_model_dir(db)
+    if args.cv_folds == 1 or (args.tune_trials and args.cv_folds < 2):
+        raise PlacerError(f"--cv-folds {args.cv_folds}: cross-validation takes at least 2 folds (0: none"
+                          + (", which --tune-trials cannot do without: its search scores trials by them)"
+                             if args.tune_trials else ")"))
     if args.tune_trials:
         quiet_optuna()
     cm = fit_store(db, out_dir, targets=parse_targets(args.targets), tune_trials=args.tune_trials,
-                   seed=args.seed)
+                   seed=args.seed, cv_folds=args.cv_folds)
     for t, c in sorted(cm.card["targets"].items()):
         m = c.get("metrics", {})
         cv = f", cv log-MAE {m['cv_log_mae']:.3f}" if "cv_log_mae" in m else ""

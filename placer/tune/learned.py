@@ -115,12 +115,12 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
 
 
 def fit_store(db: str | Path, out_dir: str | Path, *, targets: Sequence[str] | None = None, tune_trials: int = 0,
-              seed: int = 0):
+              seed: int = 0, cv_folds: int = 4):
     """``placer fit``: fit a cost model on the profile store ``db`` and save it to ``out_dir`` (where
     ``placer tune`` starts from it: :func:`default_model_dir`); :func:`costmodels.train.fit_store`."""
     from costmodels.train import fit_store as _fit_store  # scikit-learn: see the note at the top
 
-    return _fit_store(db, out_dir, targets=targets, tune_trials=tune_trials, seed=seed)
+    return _fit_store(db, out_dir, targets=targets, tune_trials=tune_trials, seed=seed, cv_folds=cv_folds)
 
 
 def partition_ratios(cm, targets: Sequence[str]) -> dict[str, float]:

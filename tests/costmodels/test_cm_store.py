@@ -79,9 +79,12 @@ def test_placer_fit_cli_saves_a_loadable_model(tiny_store, tmp_path, capsys):
 
     db, g = tiny_store
     out = tmp_path / "model"
-    assert main(["fit", "--db", str(db), "--out", str(out)]) == 0
-    assert "saved costmodel-" in capsys.readouterr().out
+    # without cross-validated metrics (--cv-folds 0: the fit alone; the corpus's control fits with them)
+    assert main(["fit", "--db", str(db), "--out", str(out), "--cv-folds", "0"]) == 0
+    said = capsys.readouterr().out
+    assert "saved costmodel-" in said and "cv log-MAE" not in said
     cm = CostModel.load(out)
+    assert not any("cv_log_mae" in c.get("metrics", {}) for c in cm.card["targets"].values())
     costs, exact = cm.predict_ops(g, [ORT, OV], return_measured=True)
     assert exact.all() and costs.shape == (len(g.ops), 2)
     # the exact costs are the store's net costs
@@ -97,12 +100,23 @@ def test_placer_fit_cli_saves_a_loadable_model(tiny_store, tmp_path, capsys):
     assert 0.0 <= cm.transfer_ms(1 << 20, ORT, OV) < 1.0
 
 
-def test_placer_fit_reports_user_errors_in_one_line(tmp_path, capsys):
+def test_placer_fit_reports_user_errors_in_one_line(tmp_path, capsys, tiny_store):
     from placer.cli import main
 
     assert main(["fit", "--db", str(tmp_path / "missing.db"), "--out", str(tmp_path / "m")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("placer fit: error:") and "missing.db" in err and "\n" not in err
+    db, _ = tiny_store
+    fit = ["fit", "--db", str(db), "--out", str(tmp_path / "m")]
+    for folds, trials in (("1", "0"), ("0", "1")):  # no fold count to cross-validate with
+        assert main(fit + ["--cv-folds", folds, "--tune-trials", trials]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("placer fit: error:") and "--cv-folds" in err and "\n" not in err, err
+    for folds in ("21", "-1"):  # out of range: argparse's usage and error, exit status 2
+        with pytest.raises(SystemExit) as stop:
+            main(fit + ["--cv-folds", folds])
+        assert stop.value.code == 2 and "--cv-folds" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
 
 
 def test_variants_build_and_profile(tmp_path):
