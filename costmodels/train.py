@@ -172,7 +172,7 @@ def fit_cost_model(data: TrainingData, targets: Sequence[str] | None = None, *, 
             "n_rows": len(rows), "n_unsupported": int((~np.isfinite(y)).sum()),
             "n_read_at_probe": data.read_at_probe.get(t, 0),
             "unsupported_op_types": est.unsupported_op_types_,
-            "params": {k: v for k, v in est.get_params().items() if k not in ("prior", "target")},
+            "params": _card_params(est),
             "metrics": metrics, "overhead_ms": data.overheads_ms.get(t),
             "sibling": siblings.get(t) if sibling is not None else None,
         }
@@ -209,9 +209,13 @@ def fit_cost_model(data: TrainingData, targets: Sequence[str] | None = None, *, 
                      partition_records=list(zip(X, y)), card=card)
 
 
-def _params_json(est: OpLatencyModel) -> str:
-    """An op model's parameters as its card records them (JSON: the card is JSON)."""
-    params = {k: v for k, v in est.get_params().items() if k not in ("prior", "target")}
+def _card_params(est: OpLatencyModel) -> dict[str, Any]:
+    """An op model's parameters as its card records them."""
+    return {k: v for k, v in est.get_params().items() if k not in ("prior", "target")}
+
+
+def _params_json(params: Mapping[str, Any] | None) -> str:
+    """Card parameters as JSON (the card is JSON: a loaded card's values compare as they were saved)."""
     return json.dumps(params, sort_keys=True, default=str)
 
 
@@ -230,7 +234,7 @@ def _reusable(prior: CostModel | None, target: str, fingerprint: str, est: OpLat
             and card.get("seed") == seed and card.get("tune_trials") == 0
             and list(card.get("feature_names") or ()) == list(FEATURE_NAMES)
             and all((card.get("versions") or {}).get(k) == mine[k] for k in ("numpy", "scikit-learn"))
-            and json.dumps(tcard.get("params"), sort_keys=True, default=str) == _params_json(est))
+            and _params_json(tcard.get("params")) == _params_json(_card_params(est)))
 
 
 def fit_store(db: Any, out_dir: Any = None, *, targets: Sequence[str] | None = None, tune_trials: int = 0,
@@ -242,9 +246,10 @@ def fit_store(db: Any, out_dir: Any = None, *, targets: Sequence[str] | None = N
     ``cv_folds``: folds of the card's cross-validated metrics (0: none, the fit alone; the
     hyper-parameter search of ``tune_trials`` > 0 needs at least 2).
     """
-    if cv_folds == 1 or cv_folds < 0 or (tune_trials and cv_folds < 2):
-        raise ValueError(f"cv_folds={cv_folds}: 0 (no cross-validation) or at least 2"
-                         + (" (the search of tune_trials scores its trials by them)" if tune_trials else ""))
+    if cv_folds == 1 or cv_folds < 0 or (tune_trials and cv_folds < 2):  # placer fit says it in one line
+        raise CostModelError(f"cv_folds {cv_folds} (placer fit --cv-folds): cross-validation takes at least "
+                             "2 folds (0: none" + (", which the search of --tune-trials cannot do without: "
+                                                   "it scores trials by them)" if tune_trials else ")"))
     if out_dir is not None:  # before the fit: a model there this code cannot read is the user's, not ours
         check_overwritable(out_dir)
     names = None

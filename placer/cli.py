@@ -366,10 +366,6 @@ def cmd_fit(args) -> int:
     if not Path(db).is_file():
         raise PlacerError(f"--db {db}: no profile store there (run `placer profile MODEL` first)")
     out_dir = args.out or default_model_dir(db)
-    if args.cv_folds == 1 or (args.tune_trials and args.cv_folds < 2):
-        raise PlacerError(f"--cv-folds {args.cv_folds}: cross-validation takes at least 2 folds (0: none"
-                          + (", which --tune-trials cannot do without: its search scores trials by them)"
-                             if args.tune_trials else ")"))
     if args.tune_trials:
         quiet_optuna()
     cm = fit_store(db, out_dir, targets=parse_targets(args.targets), tune_trials=args.tune_trials,

@@ -16,6 +16,8 @@
   a profile store with zoo:tiny profiled on ONNX Runtime and OpenVINO (as ``placer tune --targets
   onnxruntime,openvino`` profiles it) to ``dest``: tune runs whose profiling is not the subject
   start from it.
+* ``fresh_python`` (session): ``run(code, **env)``, ``code`` in a new interpreter that must exit 0; its
+  stdout lines (the tests of what a process imports).
 * ``_trust_key`` (session, autouse): ``$PLACER_TRUST_KEY`` points into the session's temporary
   folder, so compiling a module never makes or uses the user's own ``~/.config/placer/trust.key``.
 * ``core_speed_refs``: :mod:`placer.devices.core_speed` (its per-core and parallel reference times
@@ -122,6 +124,24 @@ def always_slowed(core_speed_refs):
         core_speed_refs._best_probe_s[c] = 1e-7
     for cs in list(core_speed_refs._best_parallel_s):
         core_speed_refs._best_parallel_s[cs] = 1e-9
+
+
+@pytest.fixture(scope="session")
+def fresh_python() -> Callable[..., list[str]]:
+    """``run(code, **env) -> stdout lines``: ``code`` run by a new interpreter (``python -c``; ``env``
+    added to this one's), which must exit 0 (its stderr's end is shown otherwise): for what happens
+    once per process, such as what importing a module imports."""
+    import os
+    import subprocess
+    import sys
+
+    def run(code: str, **env: str) -> list[str]:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                           timeout=600, env={**os.environ, **env})
+        assert p.returncode == 0, p.stderr[-3000:]
+        return p.stdout.splitlines()
+
+    return run
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -6,9 +6,6 @@ own import. Each case is a fresh process: the import happens once per process.""
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -41,18 +38,11 @@ print(torch.ones(2).sum().item())
 """
 
 
-def _run(**env: str) -> list[str]:
-    p = subprocess.run([sys.executable, "-c", _RUN], capture_output=True, text=True, check=False, timeout=600,
-                       env={**os.environ, **env})
-    assert p.returncode == 0, p.stderr[-3000:]
-    return p.stdout.split()
-
-
-def test_tvm_imports_without_pytorch_and_still_compiles_and_runs_a_model():
+def test_tvm_imports_without_pytorch_and_still_compiles_and_runs_a_model(fresh_python):
     # PyTorch not imported by TVM's import; the model compiled by TVM agrees with ONNX Runtime; torch
     # imports afterwards and works
-    assert _run(PLACER_TVM_WITH_TORCH="0") == ["False", "True", "2.0"]
+    assert fresh_python(_RUN, PLACER_TVM_WITH_TORCH="0") == ["False", "True", "2.0"]
 
 
-def test_the_opt_out_keeps_tvms_own_import():
-    assert _run(PLACER_TVM_WITH_TORCH="1")[0] == "True"
+def test_the_opt_out_keeps_tvms_own_import(fresh_python):
+    assert fresh_python(_RUN, PLACER_TVM_WITH_TORCH="1")[0] == "True"

@@ -5,26 +5,22 @@ compiled for: a second compilation costs seconds in every process until numba's 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 
 from placer.solve import kernels, retime
 
 
-def test_importing_the_solvers_imports_no_numba_and_the_first_call_compiles():
+def test_importing_the_solvers_imports_no_numba_and_the_first_call_compiles(fresh_python):
     code = ("import sys, numpy as np\n"
             "import placer.solve, placer.solve.retime as rt, placer.solve.heads_tails_kernel as hk\n"
             "print('numba' in sys.modules)\n"
             "end = np.array([1.0, 3.0, 2.0]); assign = np.array([0, 1, 0], dtype=np.int64)\n"
             "print(rt.finish_sum(end, assign, 2))\n"
             "print('numba' in sys.modules, type(rt.finish_sum).__name__, type(hk.one_machine).__name__)\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
+    lines = fresh_python(code)
     # finish_sum: the last end per target (2.0 on target 0, 3.0 on target 1), summed; retime's names are
     # numba's dispatchers once one of its kernels ran, heads_tails_kernel's (none of them called) stay lazy
-    assert p.stdout.split("\n")[:3] == ["False", "5.0", "True CPUDispatcher Kernel"], p.stdout
+    assert lines[:3] == ["False", "5.0", "True CPUDispatcher Kernel"], lines
 
 
 def test_a_kernel_gives_what_its_python_function_gives():
