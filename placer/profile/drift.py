@@ -219,9 +219,11 @@ def twin_observations(rows, blocks: dict[str, str]) -> list[tuple[str, str, floa
         sig = r.get("signature")
         if not isinstance(sig, dict) or "inputs" not in sig or "outputs" not in sig:
             continue
-        tensors = list(sig["inputs"]) + list(sig["outputs"])
+        # an optional input the op omits (a Resize without its roi) is stored as None: rank -1, no dims
+        ins = [t if isinstance(t, dict) else None for t in sig["inputs"]]
+        tensors = [t for t in ins if t is not None] + list(sig["outputs"])
         cls = (r.get("op_type"), json.dumps(sig.get("attrs", {}), sort_keys=True, default=str),
-               tuple((len(t["shape"]), bool(t.get("const"))) for t in sig["inputs"]),
+               tuple((len(t["shape"]), bool(t.get("const"))) if t is not None else (-1, False) for t in ins),
                tuple(len(t["shape"]) for t in sig["outputs"]))
         work = float(r.get("flops") or 0.0) or float(r.get("bytes") or 0.0)
         dims = np.log1p(np.array([max(int(d), 0) for t in tensors for d in t["shape"]], dtype=float))

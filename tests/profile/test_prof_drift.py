@@ -326,3 +326,27 @@ def test_twins_of_different_sizes_are_compared_at_the_classs_own_elasticity(tmp_
         factors = drift_scale(st, "onnxruntime").factors
     assert factors["s1"] == 1.0
     assert factors["s2"] == pytest.approx(1.1, rel=0.03)  # per unit of work it was 1.1 / 0.8 = 1.375
+
+
+def test_twins_read_signatures_whose_optional_inputs_are_omitted(tmp_path):
+    """An op that omits an optional input (a Resize without its roi: ``Resize(x, "", scales)``) is
+    stored with None in its signature's inputs; the twins read it as a missing input (`placer tune` on
+    a model with such a Resize stopped with a TypeError when the cost model was fitted)."""
+    rng = np.random.default_rng(7)
+    blocks = {"s1": _conv_rows(rng, 12), "s2": _conv_rows(rng, 12)}
+    true = {"s1": 1.0, "s2": 1.3}
+    for rows in blocks.values():
+        for r in rows:
+            r["signature"]["inputs"].append(None)  # an omitted optional input
+    db = tmp_path / "omitted.db"
+    with ProfileStore(db) as st:
+        for block, rows in blocks.items():
+            st.register_signatures(rows)
+            for r in rows:
+                ms = 1e-6 * r["flops"] * float(np.exp(rng.normal(0, 0.02))) * true[block]
+                st.put(r["key"], "onnxruntime", kind="op", status="ok", median_ms=ms, net_ms=ms, n=5,
+                       meta={"session": block})
+    with ProfileStore(db, readonly=True) as st:
+        factors = drift_scale(st, "onnxruntime").factors
+    assert factors["s1"] == 1.0
+    assert factors["s2"] == pytest.approx(1.3, rel=0.05)
