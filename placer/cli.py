@@ -277,27 +277,17 @@ def cmd_tune(args) -> int:
                   precision=args.precision, stale_after_s=args.stale_after,
                   progress=say_plain(console), started=getattr(args, "started", None))
     tp = result.objective == "throughput"
-    default = result.best_default
     table = make_table(("candidate", "kind", "partitions", "predicted ms", "measured ms" if not tp else "req/s",
                         "p10-p90", "paired ms", "x best default", "numerics", "note"),
                        title=f"placer tune {args.model} ({result.objective}); "
                              "figures from the final interleaved rounds unless noted",
                        justify=("partitions", "predicted ms", "measured ms", "req/s", "paired ms", "x best default"))
-    for r in sorted(result.records, key=lambda r: (not r.final, r.compare_ms is None, r.compare_ms or 0)):
-        paired = f"{r.paired_ms:.3f}" if r.paired_ms is not None and not tp else "-"
-        if r.measured_ms is None and r.throughput_rps is None:
-            figure, spread, ratio = "-", "-", "-"
-        elif tp:
-            figure, spread = f"{r.throughput_rps:.1f}", "-"
-            ratio = f"{r.throughput_rps / default.throughput_rps:.2f}" if default else "-"
-        else:
-            figure, spread = f"{r.measured_ms:.3f}", f"{r.p10_ms:.3f}-{r.p90_ms:.3f}"
-            ratio = f"{default.compare_ms / r.compare_ms:.2f}" if default else "-"
-        note = r.error or ("" if r.final or r.kind == "yardstick" else "measured in its trial, not in the final rounds")
-        add_row(table, (r.label + (" *" if r is result.best else ""), r.kind, str(r.n_partitions),
-                        f"{r.predicted_ms:.3f}" if r.predicted_ms == r.predicted_ms else "-", figure, spread, paired,
-                        ratio,
-                        {True: "ok", False: "MISMATCH", None: "-"}[r.numerics_ok], note))
+    def order(r):  # the final rounds first, fastest first
+        figure = -r.throughput_rps if tp and r.throughput_rps is not None else None if tp else r.compare_ms
+        return (not r.final, figure is None, figure or 0)
+
+    for r in sorted(result.records, key=order):
+        add_row(table, tune_table_row(r, result))
     console.print(table)
     for line in result.verdict():
         console.print(printable(line), highlight=False, markup=False)
@@ -305,6 +295,30 @@ def cmd_tune(args) -> int:
     console.print(printable(f"report: {result.report_path}  (and {result.out_dir}/report.html)"),
                   markup=False)
     return 0
+
+
+def tune_table_row(r, result) -> tuple[str, ...]:
+    """One record's row of tune's table: its figure in the objective's unit (req/s for throughput, ms
+    for latency), "-" for any figure the record lacks (a throughput trial whose outputs failed the
+    check keeps the latency of its check run, and no req/s)."""
+    tp = result.objective == "throughput"
+    default = result.best_default
+
+    def num(x: float | None, fmt: str) -> str:
+        return format(x, fmt) if x is not None and x == x else "-"
+
+    if tp:
+        figure, spread, paired = num(r.throughput_rps, ".1f"), "-", "-"
+        ok = r.throughput_rps is not None and default is not None and default.throughput_rps
+        ratio = f"{r.throughput_rps / default.throughput_rps:.2f}" if ok else "-"
+    else:
+        figure, paired = num(r.measured_ms, ".3f"), num(r.paired_ms, ".3f")
+        spread = f"{r.p10_ms:.3f}-{r.p90_ms:.3f}" if r.p10_ms is not None and r.p90_ms is not None else "-"
+        ok = default is not None and default.compare_ms and r.compare_ms
+        ratio = f"{default.compare_ms / r.compare_ms:.2f}" if ok else "-"
+    note = r.error or ("" if r.final or r.kind == "yardstick" else "measured in its trial, not in the final rounds")
+    return (r.label + (" *" if r is result.best else ""), r.kind, str(r.n_partitions), num(r.predicted_ms, ".3f"),
+            figure, spread, paired, ratio, {True: "ok", False: "MISMATCH", None: "-"}[r.numerics_ok], note)
 
 
 # ---- report ----------------------------------------------------------------------------------
