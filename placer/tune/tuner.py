@@ -223,7 +223,12 @@ def tune(
     # cheap checks before any costly work: the targets parse, the model loads
     if targets is None:
         targets = default_target_names(precision)
-    make_targets(targets)
+    simulated = [t.name for t in make_targets(targets) if getattr(t, "simulated", False)]
+    if simulated:  # every trial that placed an op there failed, spending the budget on nothing
+        raise PlacerError(
+            f"--targets: {', '.join(simulated)} {'is' if len(simulated) == 1 else 'are'} known only by a spec and "
+            "cannot run, and placer tune measures every plan on this machine: plan with simulated targets "
+            "(placer plan MODEL --targets ...), tune on the ones that run")
     graph = context.load(model, shapes) if not hasattr(model, "ops") else model
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)

@@ -300,6 +300,19 @@ def test_tune_rejects_bad_objective_and_budget(capsys):
     assert "/nonexistent/model.onnx" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("objective", ["latency", "throughput"])
+def test_tune_refuses_a_simulated_target_before_any_work(tmp_path, capsys, objective):
+    """A simulated target cannot run, and tune measures every plan: each trial placing an op there
+    failed, and the budget went on them (15 of 33 trials on a 26-op model). Refused up front, in one line
+    naming it; nothing is written."""
+    out = tmp_path / "out"
+    assert main(["tune", "zoo:tiny", "--targets", "onnxruntime,sim:server/gpu", "--objective", objective,
+                 "--trials", "1", "--out", str(out), "--db", str(tmp_path / "p.db")]) == 2
+    err = capsys.readouterr().err
+    assert "sim:server/gpu" in err and "placer plan" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists() and not (tmp_path / "p.db").exists()
+
+
 def test_a_throughput_trials_problem_keeps_each_source_targets_cut_scale():
     # a warm store gives the latency problem a learned cut scale per target; the throughput tuner's
     # per-core targets copy columns of it, and must copy the scale with them (it raised
