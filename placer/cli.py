@@ -119,6 +119,24 @@ def parse_targets(text: str | None) -> list[str] | None:
     return names
 
 
+def one_thread_note(names: list[str] | None) -> str | None:
+    """A line for targets given on the command line that all run on fewer threads than this process
+    has cores, none pinned (a bare kind, ``onnxruntime``, is one thread): their plans cannot use the
+    whole machine, while ONNX Runtime and OpenVINO at their defaults do. None otherwise."""
+    if not names:
+        return None
+    from placer.devices import make_targets
+
+    n_cores = len(os.sched_getaffinity(0))
+    real = [t for t in make_targets(names) if not getattr(t, "simulated", False)]
+    if n_cores < 2 or not real or any(t.spec.cores or t.spec.threads >= n_cores for t in real):
+        return None
+    example = real[0].name.split("@")[0]
+    return (f"note: every target given runs on fewer threads than this machine's {n_cores} cores (a bare kind is "
+            f"one thread), while ONNX Runtime and OpenVINO at their defaults use them all: write "
+            f"{example}:t{n_cores} for all cores, or leave --targets out (the default targets cover both)")
+
+
 # ---- devices ---------------------------------------------------------------------------------
 def add_devices(sub) -> None:
     p = sub.add_parser("devices", help="list the targets this machine has, with versions",
@@ -191,7 +209,10 @@ def cmd_plan(args) -> int:
     if out_path is not None and out_path.exists() and not out_path.is_dir() and out_path.suffix != ".json":
         raise PlacerError(f"--out {out_path}: exists and is not a directory")
     console = make_console(stderr=True)
-    planned = api.plan(args.model, targets=parse_targets(args.targets), mode=args.mode, solver=args.solver,
+    targets = parse_targets(args.targets)
+    if args.mode == "latency" and (note := one_thread_note(targets)):
+        console.print(note, highlight=False, markup=False)
+    planned = api.plan(args.model, targets=targets, mode=args.mode, solver=args.solver,
                        db=args.db, shapes=parse_shapes(args.shape), time_limit=args.time_limit,
                        num_stages=args.stages, seed=args.seed, measure=args.measure, say=say_plain(console))
     out(planned.plan.summary())
@@ -269,7 +290,10 @@ def cmd_tune(args) -> int:
     if args.trials is not None and args.trials < 1:
         raise PlacerError(f"--trials {args.trials}: must be >= 1")
     quiet_optuna()
-    result = tune(args.model, targets=parse_targets(args.targets), objective=args.objective,
+    targets = parse_targets(args.targets)
+    if args.objective == "latency" and (note := one_thread_note(targets)):
+        console.print(note, highlight=False, markup=False)
+    result = tune(args.model, targets=targets, objective=args.objective,
                   budget_s=parse_budget(args.budget) if args.budget is not None else None, out_dir=args.out,
                   storage=args.storage, db=args.db,
                   shapes=parse_shapes(args.shape), n_trials=args.trials, seed=args.seed,

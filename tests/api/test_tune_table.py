@@ -46,3 +46,18 @@ def test_a_latency_record_without_a_measurement_or_a_spread_prints_dashes():
     assert rows["trial 3"][9] == "compile failed"
     assert rows["trial 4"][4:8] == ("3.000", "-", "-", "0.33")
     assert rows["trial 4"][9] == "measured in its trial, not in the final rounds"
+
+
+def test_targets_that_all_run_on_fewer_threads_than_the_cores_get_a_note(monkeypatch):
+    """`--targets onnxruntime,openvino` is two one-thread targets (a bare kind is one thread): on a
+    machine of several cores their plans cannot use it all, while the runtimes' defaults do."""
+    import placer.cli as cli
+
+    monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    note = cli.one_thread_note(["onnxruntime", "openvino"])
+    assert note is not None and "4 cores" in note and "onnxruntime:t4" in note
+    assert cli.one_thread_note(["onnxruntime:t4", "openvino"]) is None  # one of them has the machine
+    assert cli.one_thread_note(["onnxruntime@cpu0:t1", "openvino@cpu1:t1"]) is None  # pinned: a chosen split
+    assert cli.one_thread_note(None) is None  # the default targets cover every core
+    monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: {0})
+    assert cli.one_thread_note(["onnxruntime"]) is None  # one core: one thread is all of it
