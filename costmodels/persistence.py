@@ -63,6 +63,10 @@ TRUSTED_TYPES: tuple[str, ...] = (
     "costmodels.partition.PartitionCorrection",
     "costmodels.sklearn_shim.HuberGradientBoosting",  # a partition correction's regressors
     "costmodels.sklearn_shim.LeanHuberLoss",
+    # ... their initial estimator and stages: skops trusts them by default only where it was imported
+    # with scikit-learn's estimator discovery, which placer skips (_skops_io)
+    "sklearn.dummy.DummyRegressor",
+    "sklearn.tree._classes.DecisionTreeRegressor",
     "sklearn.tree._tree.Tree",
 )
 

@@ -207,3 +207,34 @@ def test_skops_is_imported_without_importing_all_of_scikit_learn(saved_once, fre
             "print(len(cm.op_models))")
     imported, n_models = fresh_python(code)[:2]
     assert imported == "[]" and int(n_models) == len(CostModel.load(saved_once).op_models) > 0
+
+
+def test_a_partition_correction_with_its_own_regressor_saves_and_loads(tmp_path, fresh_python):
+    """Where a target's measured partitions favour the regressor (grouped CV), the correction keeps a
+    fitted gradient boosting, whose stages are scikit-learn trees behind a dummy initial estimator. Since
+    skops is imported without scikit-learn's estimator discovery (session 46) it no longer trusted those
+    by default, and `placer tune` said "cost model not saved: ... partition.skops: types outside the
+    allowlist" once enough partitions had been measured. In a fresh process, as in `placer tune` (this
+    one imported skops with the discovery)."""
+    code = f"""
+import numpy as np
+from costmodels.partition import PartitionCorrection, fusion_features
+from pathlib import Path
+from costmodels.persistence import _dump_skops, _load_skops
+
+rng = np.random.default_rng(0)
+X = [{{"target": "t", "op_types": ["Conv", "Relu", "Add"][: int(rng.integers(2, 4))],
+      "isolated_ms": list(rng.uniform(0.01, 1.0, 3)), "overhead_ms": 0.004, "boundary_bytes": 1e4}}
+     for i in range(40)]
+for x in X:
+    x["isolated_ms"] = x["isolated_ms"][: len(x["op_types"])]
+y = [0.004 + 0.7 * sum(x["isolated_ms"]) * (1.5 if len(x["op_types"]) == 3 else 1.0) for x in X]
+corr = PartitionCorrection(min_samples=10, n_estimators=30).fit(X, y)
+F = np.vstack([fusion_features(x) for x in X])
+lr = np.array([corr.log_ratio(x, m) for x, m in zip(X, y)])
+corr.regressors_["t"] = corr._regressor().fit(F, lr)  # whatever the CV chose: the case to save
+_dump_skops(corr, Path({str(tmp_path / "partition.skops")!r}))
+back = _load_skops(Path({str(tmp_path / "partition.skops")!r}))
+print(bool((back.predict_log_ratio(X) == corr.predict_log_ratio(X)).all()), sorted(back.regressors_))
+"""
+    assert fresh_python(code)[-1] == "True ['t']"
