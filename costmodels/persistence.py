@@ -120,13 +120,37 @@ def model_lock(directory: str | Path, *, exclusive: bool):
 
 def _replace_atomically(path: Path, write) -> None:
     """``write(tmp)`` then rename over ``path``: a save killed half-way leaves the old file whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staged = _Staged()
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        staged.write(path, write)
+        staged.commit()
     finally:
-        tmp.unlink(missing_ok=True)
+        staged.discard()
+
+
+class _Staged:
+    """Files written aside (``.NAME.PID.tmp`` beside each) and renamed into place together once every
+    one of them was written: a save that fails on one file (a type skops will not load back) leaves
+    the model's other files as they were, matching its card, rather than half replaced."""
+
+    def __init__(self) -> None:
+        self.files: list[tuple[Path, Path]] = []  # (written aside, destination)
+
+    def write(self, path: Path, write) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        self.files.append((tmp, path))
+        write(tmp)
+        return tmp
+
+    def commit(self) -> None:
+        for tmp, path in self.files:
+            os.replace(tmp, path)
+
+    def discard(self) -> None:
+        """Remove what was written aside and not renamed into place."""
+        for tmp, _ in self.files:
+            tmp.unlink(missing_ok=True)
 
 
 def _skops_io():
@@ -152,7 +176,9 @@ def _skops_io():
     return sio
 
 
-def _dump_skops(obj: Any, path: Path) -> None:
+def _skops_writer(obj: Any, path: Path):
+    """``write(tmp)``: ``obj`` dumped by skops to ``tmp``, refused (CostModelError naming ``path``) if it
+    holds a type that would not load back."""
     sio = _skops_io()
 
     def write(tmp: Path) -> None:
@@ -161,7 +187,11 @@ def _dump_skops(obj: Any, path: Path) -> None:
         if untrusted:  # would not load back: fail now, at save time
             raise CostModelError(f"{path}: types outside the allowlist {sorted(untrusted)}; extend TRUSTED_TYPES")
 
-    _replace_atomically(path, write)
+    return write
+
+
+def _dump_skops(obj: Any, path: Path) -> None:
+    _replace_atomically(path, _skops_writer(obj, path))
 
 
 #: the files a save writes (a directory holding any of them holds a model, or what is left of one)
@@ -264,8 +294,9 @@ def _partition_record(item: Any) -> tuple[dict, float] | None:
 
 def save_cost_model(cm: Any, directory: str | Path) -> Path:
     """Write ``cm`` to ``directory`` (created; the files of a previous save this code reads are replaced,
-    a model it cannot read is refused: :func:`check_overwritable`). Each file is written aside and
-    renamed into place, the card last, under the directory's exclusive lock (:func:`model_lock`)."""
+    a model it cannot read is refused: :func:`check_overwritable`). Every file is written aside first
+    and renamed into place only once all were written, the card last, under the directory's exclusive
+    lock (:func:`model_lock`): a save that fails leaves the previous model as it was."""
     d = Path(directory)
     check_overwritable(d)
     with model_lock(d, exclusive=True):
@@ -274,32 +305,42 @@ def save_cost_model(cm: Any, directory: str | Path) -> Path:
 
 
 def _save_locked(cm: Any, d: Path) -> Path:
+    staged = _Staged()
+    try:
+        return _save_staged(cm, d, staged)
+    finally:
+        staged.discard()
+
+
+def _save_staged(cm: Any, d: Path, staged: _Staged) -> Path:
+    """Every file written aside first, then renamed into place, then the card (see :class:`_Staged`)."""
     artifacts: dict[str, str] = {}
-    targets = sorted(cm.op_models)
-    for i, target in enumerate(targets):
-        rel = f"op_models/{i}.skops"
-        _dump_skops(cm.op_models[target], d / rel)
-        artifacts[rel] = target
-    _dump_skops(cm.transfer, d / "transfer.skops")
-    artifacts["transfer.skops"] = "transfer"
+    written: dict[str, Path] = {}  # relative path -> the file written aside
+
+    def stage(rel: str, what: str, write) -> None:
+        written[rel] = staged.write(d / rel, write)
+        artifacts[rel] = what
+
+    for i, target in enumerate(sorted(cm.op_models)):
+        stage(f"op_models/{i}.skops", target, _skops_writer(cm.op_models[target], d / f"op_models/{i}.skops"))
+    stage("transfer.skops", "transfer", _skops_writer(cm.transfer, d / "transfer.skops"))
     if cm.partition is not None:
-        _dump_skops(cm.partition, d / "partition.skops")
-        artifacts["partition.skops"] = "partition"
+        stage("partition.skops", "partition", _skops_writer(cm.partition, d / "partition.skops"))
     tables = {
         "overheads_ms": dict(sorted(cm.overheads_ms.items())),
         "measured_ms": {t: {k: _num(v) for k, v in sorted(m.items())} for t, m in sorted(cm.measured_ms.items())},
         "partition_records": [[r, m] for r, m in cm.partition_records],
         "roofline": {t: rm.to_dict() for t, rm in sorted(cm.roofline.items())},
     }
-    _replace_atomically(d / "tables.json", lambda tmp: tmp.write_text(json.dumps(tables, sort_keys=True, indent=1)))
-    artifacts["tables.json"] = "tables"
+    stage("tables.json", "tables", lambda tmp: tmp.write_text(json.dumps(tables, sort_keys=True, indent=1)))
     card = dict(cm.card)
     card.update(
         format=FORMAT, version=VERSION, saved=time.strftime("%Y-%m-%dT%H:%M:%S"),
         op_model_files={rel: t for rel, t in artifacts.items() if rel.startswith("op_models/")},
-        artifacts={rel: sha256_file(d / rel) for rel in artifacts},
+        artifacts={rel: sha256_file(written[rel]) for rel in artifacts},
         versions=card.get("versions") or versions(),
     )
+    staged.commit()
     card.setdefault("id", f"costmodel-{card['artifacts']['tables.json'][:12]}")
     _replace_atomically(d / CARD, lambda tmp: tmp.write_text(json.dumps(card, sort_keys=True, indent=1, default=str)))
     cm.card = card

@@ -12,7 +12,7 @@ import skops.io as sio
 from _cmdata import TARGETS, conv_sig, relu_sig
 
 from costmodels.cost_model import CostModel
-from costmodels.errors import ArtifactIntegrityError
+from costmodels.errors import ArtifactIntegrityError, CostModelError
 from costmodels.persistence import sha256_file
 
 
@@ -238,3 +238,28 @@ back = _load_skops(Path({str(tmp_path / "partition.skops")!r}))
 print(bool((back.predict_log_ratio(X) == corr.predict_log_ratio(X)).all()), sorted(back.regressors_))
 """
     assert fresh_python(code)[-1] == "True ['t']"
+
+
+def test_a_save_that_fails_on_one_file_leaves_the_saved_model_whole(fitted_model, saved, monkeypatch):
+    """A save refused on one of its files (a type skops would not load back) had already replaced the
+    op models before it: the directory then held new op models under the old card, refused at every
+    load and save after ("SHA-256 ... does not match the card's"), the learned model lost until moved
+    away. Every file is now written aside first and renamed into place only once all were written."""
+    import copy
+
+    import costmodels.persistence as persistence
+
+    before = CostModel.load(saved)
+    sigs = [conv_sig(16, 32, 14), relu_sig(32, 14)]
+    expected = {t: [before.predict_op_ms(s, t) for s in sigs] for t in TARGETS}
+    other = copy.deepcopy(fitted_model)
+    for m in other.op_models.values():
+        m.random_state = 12345  # other bytes in every op model file
+    monkeypatch.setattr(persistence, "TRUSTED_TYPES",
+                        tuple(t for t in persistence.TRUSTED_TYPES if t != "costmodels.transfer.TransferModel"))
+    with pytest.raises(CostModelError, match="transfer.skops"):
+        other.save(saved)
+    monkeypatch.undo()
+    after = CostModel.load(saved)  # every file still matches the card
+    assert {t: [after.predict_op_ms(s, t) for s in sigs] for t in TARGETS} == expected
+    assert not [p.name for p in saved.rglob("*.tmp")]
