@@ -61,6 +61,13 @@ QUIET_WAIT_ENV = "PLACER_QUIET_WAIT_S"
 QUIET_WINDOW_S = 30.0
 QUIET_POLL_S = 0.2
 
+#: a turn times its requests once the candidate has run for this long (one request at least, left out):
+#: the first requests after a switch run with the runtime's pools asleep and caches cold, which on a
+#: model of a third of a millisecond lasts several requests (bert-tiny: the turn's second to fourth
+#: requests at 1.6-2.3x a warm loop's time, the profile's; session 48), so that the bench measured
+#: small models in a regime neither the profile nor a serving loop is in
+TURN_WARM_MS = 5.0
+
 
 def quiet_wait_s() -> float:
     """Seconds to wait for quiet cores before each round added for quiet samples: ``$PLACER_QUIET_WAIT_S``
@@ -282,6 +289,30 @@ class PlanBench:
         the slowed rounds did."""
         return [key for key in keys if not self.mostly_slowed([key])]
 
+    def _plan_turn(self, cand: Candidate, start: int, n: int) -> bool:
+        """One turn of an in-process candidate: a request timed partition by partition (its timers'
+        overhead kept out of the samples), more untimed ones until :data:`TURN_WARM_MS` has passed (then
+        the partitions timed again, warm), then ``n`` timed requests; whether partitions were timed.
+        Outputs unread: views of a runtime's buffers do (as the yardsticks time theirs)."""
+        ex, feeds = cand.executor, self.feeds
+        warm_until = time.perf_counter_ns() + TURN_WARM_MS * 1e6
+        _, times = ex.run_timed(feeds[start % len(feeds)], share_outputs=True)
+        i = 1
+        if time.perf_counter_ns() < warm_until:  # a small model: warm it up before timing anything
+            while time.perf_counter_ns() < warm_until:
+                ex.run(feeds[(start + i) % len(feeds)], share_outputs=True)
+                i += 1
+            _, times = ex.run_timed(feeds[(start + i) % len(feeds)], share_outputs=True)
+            i += 1
+        for pid, ms in times.items():
+            cand.partition_ms.setdefault(pid, []).append(ms)
+        for k in range(n):
+            f = feeds[(start + i + k) % len(feeds)]
+            t0 = time.perf_counter_ns()
+            ex.run(f, share_outputs=True)
+            cand.samples_ms.append((time.perf_counter_ns() - t0) / 1e6)
+        return bool(times)
+
     def _one_round(self, keys: list[str], r: int, n_req: int, before: float) -> float:
         """One turn of each of ``keys`` (reversed order on odd ``r``); returns the last core probe."""
         raise_if_stopped()  # a stop request dropped inside a finalizer is not lost
@@ -293,23 +324,11 @@ class PlanBench:
             n0 = len(cand.samples_ms)
             timed_partitions = False
             if cand.yardstick is not None:  # times its own requests in its process
-                # its first request left out, as a plan's (timed partition by partition) is: the
-                # first after a switch is the slowest (pools asleep, caches cold), for both alike
-                cand.samples_ms.extend(cand.yardstick.run_batch(n_req, r * n_req)[1:])
+                # after its warm-up (TURN_WARM_MS, one request at least), as a plan's: the first
+                # requests after a switch are the slowest (pools asleep, caches cold), for both alike
+                cand.samples_ms.extend(cand.yardstick.run_batch(n_req - 1, r * n_req, warm_ms=TURN_WARM_MS))
             else:
-                for i in range(n_req):
-                    feeds = self.feeds[(r * n_req + i) % len(self.feeds)]
-                    t0 = time.perf_counter_ns()
-                    # outputs unread: views of a runtime's buffers do (as the yardsticks time theirs)
-                    if i == 0:
-                        _, times = cand.executor.run_timed(feeds, share_outputs=True)
-                        for pid, ms in times.items():
-                            cand.partition_ms.setdefault(pid, []).append(ms)
-                        timed_partitions = bool(times)
-                    else:
-                        cand.executor.run(feeds, share_outputs=True)
-                    if i > 0:  # the timed-partitions run carries timer overhead: keep it out
-                        cand.samples_ms.append((time.perf_counter_ns() - t0) / 1e6)
+                timed_partitions = self._plan_turn(cand, r * n_req, n_req - 1)
                 settle_own_threads()  # the next candidate starts on cores this one has let go
             after = core_slowdown() or 1.0
             slowed = max(before, after) >= SLOWED

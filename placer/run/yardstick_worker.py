@@ -4,9 +4,10 @@ Started by :class:`placer.run.yardsticks.YardstickBench` as
 ``python -m placer.run.yardstick_worker KIND MODEL.onnx FEEDS.npz``. It loads the model the way a
 user would (see :data:`KINDS`), then answers JSON-line commands on stdin with JSON lines on stdout:
 
-``{"cmd": "run", "n": K, "start": I}``
+``{"cmd": "run", "n": K, "start": I[, "warm_ms": W]}``
     K requests, one after another, cycling the feeds from index I; replies ``{"ms": [...]}``, the
-    wall time of each request (the runtime's call plus the numpy conversion a user pays).
+    wall time of each request (the runtime's call plus the numpy conversion a user pays). With W,
+    untimed requests come first until W ms have passed (one at least).
 ``{"cmd": "throughput", "n": K}``
     K requests as fast as the yardstick can take them (its own concurrency: an async infer queue,
     N sessions in N threads); replies ``{"wall_s": s, "n": K}``.
@@ -337,6 +338,14 @@ def _serve(runner: _Runner, feeds: list[dict[str, np.ndarray]], out) -> int:
         if cmd == "run":
             ms = []
             start = int(msg.get("start", 0))
+            warm_ms = float(msg.get("warm_ms", 0.0))
+            if warm_ms > 0:  # untimed until the runtime has run for warm_ms: its pools awake, caches warm
+                warm_until = time.perf_counter_ns() + warm_ms * 1e6
+                runner.run_one(feeds[start % len(feeds)])
+                start += 1
+                while time.perf_counter_ns() < warm_until:
+                    runner.run_one(feeds[start % len(feeds)])
+                    start += 1
             for i in range(int(msg["n"])):
                 f = feeds[(start + i) % len(feeds)]
                 t0 = time.perf_counter_ns()

@@ -157,9 +157,13 @@ class Yardstick:
         self._pause()
         return reply
 
-    def run_batch(self, n: int, start: int = 0) -> list[float]:
-        """Wall times (ms) of ``n`` sequential requests; empty if the yardstick failed."""
-        reply = self._ask({"cmd": "run", "n": n, "start": start})
+    def run_batch(self, n: int, start: int = 0, *, warm_ms: float = 0.0) -> list[float]:
+        """Wall times (ms) of ``n`` sequential requests, after untimed ones for ``warm_ms`` (one at
+        least, when > 0); empty if the yardstick failed."""
+        msg: dict[str, Any] = {"cmd": "run", "n": n, "start": start}
+        if warm_ms > 0:
+            msg["warm_ms"] = float(warm_ms)
+        reply = self._ask(msg)
         return list(reply["ms"]) if reply else []
 
     def throughput(self, n: int) -> float | None:

@@ -59,3 +59,40 @@ def test_turns_taken_on_a_slowed_core_are_left_out_while_half_the_samples_remain
     # flags missing for samples appended elsewhere count as quiet
     kept, left_out = quiet_samples(values, [True])
     assert left_out == 1 and kept.size == 5
+
+
+class _CountingExecutor:
+    """Requests that take ``step_ms`` of a fake clock each, recorded in order."""
+
+    def __init__(self, clock: list[int], step_ms: float):
+        self.clock, self.step, self.calls = clock, int(step_ms * 1e6), []
+
+    def run_timed(self, feeds, share_outputs=False):
+        self.clock[0] += self.step
+        self.calls.append("timed")
+        return {}, {"p0": self.step / 1e6}
+
+    def run(self, feeds, share_outputs=False):
+        self.clock[0] += self.step
+        self.calls.append("run")
+        return {}
+
+
+def test_a_turn_times_a_small_models_requests_once_it_has_run_for_the_warm_up(monkeypatch):
+    """The first requests after a switch run cold for several requests on a model of a third of a
+    millisecond (session 48): a turn runs untimed requests until TURN_WARM_MS has passed, times the
+    partitions again, then its requests. A model slower than that keeps the turn it had: one request
+    timed partition by partition, left out, then the timed ones. A fake clock: no wall time read."""
+    import placer.run.bench as bench_mod
+    from placer.run.bench import TURN_WARM_MS, Candidate, PlanBench
+
+    clock = [0]
+    monkeypatch.setattr(bench_mod.time, "perf_counter_ns", lambda: clock[0])
+    bench = PlanBench([{"x": None}], rounds=1, per_round=4)
+    small = Candidate("small", None, _CountingExecutor(clock, TURN_WARM_MS / 5))
+    assert bench._plan_turn(small, 0, 3)
+    assert small.executor.calls == ["timed"] + ["run"] * 4 + ["timed"] + ["run"] * 3
+    assert small.samples_ms == [TURN_WARM_MS / 5] * 3 and small.partition_ms == {"p0": [TURN_WARM_MS / 5]}
+    big = Candidate("big", None, _CountingExecutor(clock, TURN_WARM_MS * 2))
+    assert bench._plan_turn(big, 0, 3)
+    assert big.executor.calls == ["timed"] + ["run"] * 3 and big.samples_ms == [TURN_WARM_MS * 2] * 3

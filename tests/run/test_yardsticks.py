@@ -39,6 +39,7 @@ def test_openvino_yardsticks_feed_an_input_port_that_has_several_names():
             # bf16 where the CPU has it
             np.testing.assert_allclose(o["y"], np.maximum(f["x"], 0.0), rtol=1e-2)
         assert len(ys["ov-default"].run_batch(3)) == 3
+        assert len(ys["ov-default"].run_batch(3, warm_ms=5.0)) == 3  # untimed requests first, then 3
         assert (ys["ov-throughput"].throughput(8) or 0) > 0
 
 
