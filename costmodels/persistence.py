@@ -120,21 +120,25 @@ def model_lock(directory: str | Path, *, exclusive: bool):
 
 def _replace_atomically(path: Path, write) -> None:
     """``write(tmp)`` then rename over ``path``: a save killed half-way leaves the old file whole."""
-    staged = _Staged()
-    try:
+    with _Staged() as staged:
         staged.write(path, write)
         staged.commit()
-    finally:
-        staged.discard()
 
 
 class _Staged:
     """Files written aside (``.NAME.PID.tmp`` beside each) and renamed into place together once every
     one of them was written: a save that fails on one file (a type skops will not load back) leaves
-    the model's other files as they were, matching its card, rather than half replaced."""
+    the model's other files as they were, matching its card, rather than half replaced. As a context
+    manager, what was written aside and not renamed is removed on the way out."""
 
     def __init__(self) -> None:
         self.files: list[tuple[Path, Path]] = []  # (written aside, destination)
+
+    def __enter__(self) -> "_Staged":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.discard()
 
     def write(self, path: Path, write) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -188,10 +192,6 @@ def _skops_writer(obj: Any, path: Path):
             raise CostModelError(f"{path}: types outside the allowlist {sorted(untrusted)}; extend TRUSTED_TYPES")
 
     return write
-
-
-def _dump_skops(obj: Any, path: Path) -> None:
-    _replace_atomically(path, _skops_writer(obj, path))
 
 
 #: the files a save writes (a directory holding any of them holds a model, or what is left of one)
@@ -305,42 +305,33 @@ def save_cost_model(cm: Any, directory: str | Path) -> Path:
 
 
 def _save_locked(cm: Any, d: Path) -> Path:
-    staged = _Staged()
-    try:
-        return _save_staged(cm, d, staged)
-    finally:
-        staged.discard()
-
-
-def _save_staged(cm: Any, d: Path, staged: _Staged) -> Path:
     """Every file written aside first, then renamed into place, then the card (see :class:`_Staged`)."""
     artifacts: dict[str, str] = {}
-    written: dict[str, Path] = {}  # relative path -> the file written aside
-
-    def stage(rel: str, what: str, write) -> None:
-        written[rel] = staged.write(d / rel, write)
-        artifacts[rel] = what
-
-    for i, target in enumerate(sorted(cm.op_models)):
-        stage(f"op_models/{i}.skops", target, _skops_writer(cm.op_models[target], d / f"op_models/{i}.skops"))
-    stage("transfer.skops", "transfer", _skops_writer(cm.transfer, d / "transfer.skops"))
-    if cm.partition is not None:
-        stage("partition.skops", "partition", _skops_writer(cm.partition, d / "partition.skops"))
     tables = {
         "overheads_ms": dict(sorted(cm.overheads_ms.items())),
         "measured_ms": {t: {k: _num(v) for k, v in sorted(m.items())} for t, m in sorted(cm.measured_ms.items())},
         "partition_records": [[r, m] for r, m in cm.partition_records],
         "roofline": {t: rm.to_dict() for t, rm in sorted(cm.roofline.items())},
     }
-    stage("tables.json", "tables", lambda tmp: tmp.write_text(json.dumps(tables, sort_keys=True, indent=1)))
+    with _Staged() as staged:
+        skops = {f"op_models/{i}.skops": (t, cm.op_models[t]) for i, t in enumerate(sorted(cm.op_models))}
+        skops["transfer.skops"] = ("transfer", cm.transfer)
+        if cm.partition is not None:
+            skops["partition.skops"] = ("partition", cm.partition)
+        for rel, (what, obj) in skops.items():
+            staged.write(d / rel, _skops_writer(obj, d / rel))
+            artifacts[rel] = what
+        text = json.dumps(tables, sort_keys=True, indent=1)
+        staged.write(d / "tables.json", lambda tmp: tmp.write_text(text))
+        artifacts["tables.json"] = "tables"
+        staged.commit()
     card = dict(cm.card)
     card.update(
         format=FORMAT, version=VERSION, saved=time.strftime("%Y-%m-%dT%H:%M:%S"),
         op_model_files={rel: t for rel, t in artifacts.items() if rel.startswith("op_models/")},
-        artifacts={rel: sha256_file(written[rel]) for rel in artifacts},
+        artifacts={rel: sha256_file(d / rel) for rel in artifacts},
         versions=card.get("versions") or versions(),
     )
-    staged.commit()
     card.setdefault("id", f"costmodel-{card['artifacts']['tables.json'][:12]}")
     _replace_atomically(d / CARD, lambda tmp: tmp.write_text(json.dumps(card, sort_keys=True, indent=1, default=str)))
     cm.card = card

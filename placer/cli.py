@@ -126,9 +126,10 @@ def one_thread_note(names: list[str] | None) -> str | None:
     if not names:
         return None
     from placer.devices import make_targets
+    from placer.devices.sim import is_simulated
 
     n_cores = len(os.sched_getaffinity(0))
-    real = [t for t in make_targets(names) if not getattr(t, "simulated", False)]
+    real = [t for t in make_targets(names) if not is_simulated(t)]
     if n_cores < 2 or not real or any(t.spec.cores or t.spec.threads >= n_cores for t in real):
         return None
     example = real[0].name.split("@")[0]
@@ -307,7 +308,10 @@ def cmd_tune(args) -> int:
                              "figures from the final interleaved rounds unless noted",
                        justify=("partitions", "predicted ms", "measured ms", "req/s", "paired ms", "x best default"))
     def order(r):  # the final rounds first, fastest first
-        figure = -r.throughput_rps if tp and r.throughput_rps is not None else None if tp else r.compare_ms
+        if tp:
+            figure = -r.throughput_rps if r.throughput_rps is not None else None
+        else:
+            figure = r.compare_ms
         return (not r.final, figure is None, figure or 0)
 
     for r in sorted(result.records, key=order):

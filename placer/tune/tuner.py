@@ -39,6 +39,7 @@ from placer import context
 from placer.costing import segment_ratio_stats
 from placer.devices import make_targets
 from placer.devices.registry import default_target_names
+from placer.devices.sim import simulated_targets
 from placer.errors import PlacerError, first_line
 from placer.interrupts import raise_if_stopped
 from placer.materialize import materialize
@@ -223,7 +224,7 @@ def tune(
     # cheap checks before any costly work: the targets parse, the model loads
     if targets is None:
         targets = default_target_names(precision)
-    simulated = [t.name for t in make_targets(targets) if getattr(t, "simulated", False)]
+    simulated = [t.name for t in simulated_targets(make_targets(targets))]
     if simulated:  # every trial that placed an op there failed, spending the budget on nothing
         raise PlacerError(
             f"--targets: {', '.join(simulated)} {'is' if len(simulated) == 1 else 'are'} known only by a spec and "

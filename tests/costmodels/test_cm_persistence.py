@@ -220,7 +220,7 @@ def test_a_partition_correction_with_its_own_regressor_saves_and_loads(tmp_path,
 import numpy as np
 from costmodels.partition import PartitionCorrection, fusion_features
 from pathlib import Path
-from costmodels.persistence import _dump_skops, _load_skops
+from costmodels.persistence import _load_skops, _replace_atomically, _skops_writer
 
 rng = np.random.default_rng(0)
 X = [{{"target": "t", "op_types": ["Conv", "Relu", "Add"][: int(rng.integers(2, 4))],
@@ -233,8 +233,9 @@ corr = PartitionCorrection(min_samples=10, n_estimators=30).fit(X, y)
 F = np.vstack([fusion_features(x) for x in X])
 lr = np.array([corr.log_ratio(x, m) for x, m in zip(X, y)])
 corr.regressors_["t"] = corr._regressor().fit(F, lr)  # whatever the CV chose: the case to save
-_dump_skops(corr, Path({str(tmp_path / "partition.skops")!r}))
-back = _load_skops(Path({str(tmp_path / "partition.skops")!r}))
+path = Path({str(tmp_path / "partition.skops")!r})
+_replace_atomically(path, _skops_writer(corr, path))  # as a save writes it
+back = _load_skops(path)
 print(bool((back.predict_log_ratio(X) == corr.predict_log_ratio(X)).all()), sorted(back.regressors_))
 """
     assert fresh_python(code)[-1] == "True ['t']"
