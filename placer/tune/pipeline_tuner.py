@@ -280,6 +280,12 @@ class ThroughputSearch:
                     self.base_names[name] = mat
                 except PlacerError as exc:
                     say(f"baseline {name}: {exc}")
+        if not self.base_names:
+            untuned = [k for k in dict.fromkeys(self.kinds) if k.startswith("tvm")]
+            why = f" ({', '.join(untuned)}: untuned TVM is none, 15-100x slower on a CPU)" if untuned else ""
+            raise PlacerError(
+                f"no runtime runs the whole of {graph.name!r} as a throughput baseline{why}"
+                + ": nothing to compare a pipeline with; give --targets a runtime that runs it")
         stats = bench.measure(list(self.base_names))
         for name, st in stats.items():
             rec = TrialRecord(name, f"single:{name}", "baseline", {}, None, math.nan, measured_ms=st.median_ms,
@@ -369,8 +375,8 @@ class ThroughputSearch:
                                 direction="maximize", stale_after_s=self.stale_after_s,
                                 seed=self.seed, shared=self.storage is not None, n_startup_trials=3)
         self.fusion = space.fusion_groups(self.graph)
-        combos = list(itertools.product(self.runtimes, repeat=self.n_cores))
-        for combo in combos[: max(1, min(len(combos), 4))]:
+        # the first four of runtimes ** cores combinations, taken lazily (3 ** 16 on 16 cores with bf16)
+        for combo in itertools.islice(itertools.product(self.runtimes, repeat=self.n_cores), 4):
             self.study.enqueue_trial({f"core{c}": k for c, k in zip(cores, combo)} | {"boundary_ms": 0.0, "fuse": True},
                                      skip_if_exists=True)
 
@@ -446,13 +452,23 @@ class ThroughputSearch:
         names = [f"{k}@cpu{c}:t1" for k, c in zip(choice, cores)]
         cols = [self.cost_col[k] for k in choice]
         overhead = [ctx.table.overhead_ms.get(ctx.targets[j].name, 0.01) for j in cols]
-        problem = retarget(ctx.problem, names, cols, overhead)
-        colocate = tuple(tuple(g) for g in self.fusion) if knobs["fuse"] else ()
-        problem = dataclasses.replace(problem, colocate=colocate,
-                                      partition_overhead_ms=np.full(len(names), knobs["boundary_ms"]))
+        nowhere = np.flatnonzero(~np.isfinite(np.asarray(ctx.problem.cost_ms)[:, cols]).any(axis=1))
+        if nowhere.size:  # the runtimes drawn for the cores: none of them runs this op (no problem to make)
+            op = self.graph.op(ctx.problem.ops[int(nowhere[0])])
+            return self._unsolved(trial, choice, knobs,
+                                  f"no runtime of {'+'.join(choice)} runs op {op.id!r} ({op.op_type})")
         t0 = time.monotonic()
-        plan = solve(problem, "pipeline", "cpsat", time_limit=self.solver_time_limit, seed=self.seed,
-                     num_stages=self.n_cores)
+        try:  # no problem the cores' runtimes can make, or no pipeline of it: the trial fails
+            problem = retarget(ctx.problem, names, cols, overhead)
+            # a fusion group stays one only where a core's runtime runs all of its ops
+            colocate = tuple(tuple(g) for g in self.fusion
+                             if space.co_supported(problem.cost_ms, problem.ops, g)) if knobs["fuse"] else ()
+            problem = dataclasses.replace(problem, colocate=colocate,
+                                          partition_overhead_ms=np.full(len(names), knobs["boundary_ms"]))
+            plan = solve(problem, "pipeline", "cpsat", time_limit=self.solver_time_limit, seed=self.seed,
+                         num_stages=self.n_cores)
+        except PlacerError as exc:
+            return self._unsolved(trial, choice, knobs, first_line(exc))
         solve_s = time.monotonic() - t0
         key = assignment_key(plan)
         if key in self.by_key:
@@ -470,6 +486,12 @@ class ThroughputSearch:
         return tell_trial(self.study, trial, rec, rec.throughput_rps, self.say,
                           f"{'+'.join(choice)} stages {plan.stage_targets}, predicted bottleneck "
                           f"{plan.bottleneck_ms:.3f} ms, measured {rec.throughput_rps or math.nan:.1f} req/s")
+
+    def _unsolved(self, trial, choice: list[str], knobs: dict[str, Any], error: str) -> bool:
+        """Tell the study that ``trial`` has no plan (``error`` says why); nothing is measured."""
+        rec = TrialRecord(f"unsolved:{'+'.join(choice)}", f"trial {trial.number}", "trial", knobs, None,
+                          math.nan, error=error)
+        return tell_trial(self.study, trial, rec, None, self.say, "")
 
     # ---- final: finalists and baselines again, in interleaved rounds; only these rounds decide -------
     def final_rounds(self) -> list[TrialRecord]:

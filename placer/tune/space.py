@@ -142,13 +142,14 @@ def latency_problem(ctx, knobs: dict[str, Any], fusion: list[list[str]], learned
         j = int(np.argmin(base.cost_ms[i]))
         cost[i, j] = base.cost_ms[i, j]
     groups = list(base.colocate) + ([tuple(g) for g in fusion] if knobs.get("fuse") else [])
-    colocate = tuple(dict.fromkeys(tuple(g) for g in groups if _co_supported(cost, base.ops, g)))
+    colocate = tuple(dict.fromkeys(tuple(g) for g in groups if co_supported(cost, base.ops, g)))
     prov = {**dict(base.provenance), "costs": variant, **pairs}
     return dataclasses.replace(base, cost_ms=cost, partition_overhead_ms=entry, cut_scale=cut_scale,
                                colocate=colocate, provenance=prov)
 
 
-def _co_supported(cost: np.ndarray, ops: Sequence[str], group: Sequence[str]) -> bool:
+def co_supported(cost: np.ndarray, ops: Sequence[str], group: Sequence[str]) -> bool:
+    """Whether one target of ``cost``'s columns runs every op of ``group``."""
     idx = {o: i for i, o in enumerate(ops)}
     rows = cost[[idx[o] for o in group]]
     return bool(np.isfinite(rows).all(axis=0).any())

@@ -224,12 +224,18 @@ def tune(
     # cheap checks before any costly work: the targets parse, the model loads
     if targets is None:
         targets = default_target_names(precision)
-    simulated = [t.name for t in simulated_targets(make_targets(targets))]
+    made = make_targets(targets)
+    simulated = [t.name for t in simulated_targets(made)]
     if simulated:  # every trial that placed an op there failed, spending the budget on nothing
         raise PlacerError(
             f"--targets: {', '.join(simulated)} {'is' if len(simulated) == 1 else 'are'} known only by a spec and "
             "cannot run, and placer tune measures every plan on this machine: plan with simulated targets "
             "(placer plan MODEL --targets ...), tune on the ones that run")
+    if objective == "throughput" and all(t.kind.startswith("tvm") for t in made):
+        raise PlacerError(
+            f"--targets: {', '.join(t.name for t in made)}: the throughput objective measures each runtime "
+            "alone on all cores as its baseline, and untuned TVM is none (15-100x slower on a CPU): "
+            "add onnxruntime or openvino")
     graph = context.load(model, shapes) if not hasattr(model, "ops") else model
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)

@@ -313,6 +313,18 @@ def test_tune_refuses_a_simulated_target_before_any_work(tmp_path, capsys, objec
     assert not out.exists() and not (tmp_path / "p.db").exists()
 
 
+def test_a_throughput_tune_on_untuned_tvm_alone_is_refused_before_any_work(tmp_path, capsys):
+    """The throughput objective's baselines are each runtime alone on all cores, and untuned TVM is none
+    (15-100x slower on a CPU): on TVM targets alone the tune profiled the model, then stopped on an empty
+    max(). Refused up front, in one line; nothing is written."""
+    out = tmp_path / "out"
+    assert main(["tune", "zoo:tiny", "--targets", "tvm-llvm", "--objective", "throughput", "--trials", "1",
+                 "--out", str(out), "--db", str(tmp_path / "p.db")]) == 2
+    err = capsys.readouterr().err
+    assert "tvm-llvm" in err and "untuned TVM" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists() and not (tmp_path / "p.db").exists()
+
+
 def test_a_throughput_trials_problem_keeps_each_source_targets_cut_scale():
     # a warm store gives the latency problem a learned cut scale per target; the throughput tuner's
     # per-core targets copy columns of it, and must copy the scale with them (it raised
@@ -592,3 +604,25 @@ def test_the_problem_is_re_priced_from_every_single_target_and_the_store_checked
         assert bench.spell_rounds == 0
         assert set(checking) == settled
         assert all(checking[name] == session[name] for name in checking)
+
+
+def test_a_throughput_trial_whose_cores_run_no_kernel_for_an_op_fails_and_the_tune_goes_on(
+        tmp_path, warm_tiny_store, monkeypatch):
+    """The cores' runtimes a trial draws may leave an op with no kernel (here both cores on a runtime
+    that refuses MatMul: the first trial enqueued, the runtimes' first combination). The trial fails,
+    saying which op, and the tune goes on; it had stopped with a ProblemError (and, its output new,
+    deleted the study). (MatMul, not Relu: the links between targets are timed with a Relu.)"""
+    from placer.devices.testing import FAULT_ENV, register_test_targets
+    from placer.tune import tune
+
+    register_test_targets()
+    monkeypatch.setenv(FAULT_ENV, "MatMul")
+    db = warm_tiny_store(tmp_path / "profiles.db")
+    said: list[str] = []
+    res = tune("zoo:tiny", targets=["test-error", "onnxruntime"], db=str(db), out_dir=tmp_path / "out",
+               objective="throughput", n_trials=2, progress=said.append)
+    failed = [m for m in said if "failed (no runtime of test-error+test-error runs op" in m]
+    assert len(failed) == 1 and "MatMul" in failed[0], said
+    assert res.best.throughput_rps > 0 and res.best.numerics_ok
+    assert "test-error" not in json.dumps(res.best.plan.assignment if res.best.plan else {})
+    assert (tmp_path / "out" / "study.db").is_file()
