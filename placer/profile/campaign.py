@@ -238,7 +238,7 @@ def _probe_tasks(st: ProfileStore, graph, uniq: Mapping, tlist: list, n: int, se
     for t in tlist:
         tasks = [Task(op.signature.hash, "op", t, f"anchor {op.op_type} {op.id}"[:50],
                       (lambda oid=op.id: anchors.single_op_model(oid)), _min_timeout(t, timeout_s))
-                 for op in anchors.ops if t.supports(op.op_type, op.domain)]
+                 for op in anchors.ops if t.supports(op.op_type, op.domain)[0]]
         have = st.get_many(sorted(sigs), t)
         old = sorted(k for k, m in have.items() if m.ok and m.kind == "op" and row_session(m.meta) != session)
         rng = random.Random(seed)

@@ -201,8 +201,8 @@ def _blocks(rows) -> dict[str, str]:
 def twin_observations(rows, blocks: dict[str, str]) -> list[tuple[str, str, float]]:
     """``(block, pair, ms per unit of work)`` for near-identical op signatures stored in different blocks.
 
-    Two signatures are twins when they have the same op type, attributes and tensor ranks, and every
-    dimension within :data:`TWIN_RATIO` of the other's; each row is paired with its
+    Two signatures are twins when they have the same op type, attributes, tensor ranks and dtypes, and
+    every dimension within :data:`TWIN_RATIO` of the other's; each row is paired with its
     :data:`TWINS_PER_BLOCK` nearest twins in each other block. A pair's two times, each divided by its
     op's work (FLOPs, else bytes moved) to the power ``beta``, are two measurements of one thing in
     two blocks: the banks of random shapes that the cost model learns from share no key with the
@@ -223,8 +223,9 @@ def twin_observations(rows, blocks: dict[str, str]) -> list[tuple[str, str, floa
         ins = [t if isinstance(t, dict) else None for t in sig["inputs"]]
         tensors = [t for t in ins if t is not None] + list(sig["outputs"])
         cls = (r.get("op_type"), json.dumps(sig.get("attrs", {}), sort_keys=True, default=str),
-               tuple((len(t["shape"]), bool(t.get("const"))) if t is not None else (-1, False) for t in ins),
-               tuple(len(t["shape"]) for t in sig["outputs"]))
+               tuple((len(t["shape"]), bool(t.get("const")), str(t.get("dtype"))) if t is not None
+                     else (-1, False, "") for t in ins),
+               tuple((len(t["shape"]), str(t.get("dtype"))) for t in sig["outputs"]))
         work = float(r.get("flops") or 0.0) or float(r.get("bytes") or 0.0)
         dims = np.log1p(np.array([max(int(d), 0) for t in tensors for d in t["shape"]], dtype=float))
         if work > 0:
@@ -239,7 +240,7 @@ def twin_observations(rows, blocks: dict[str, str]) -> list[tuple[str, str, floa
         dims = np.stack([d for _, d, _ in members])
         seen: set[tuple[int, int]] = set()  # pairs of this class, each counted once
         for i, (key, d, _) in enumerate(members):
-            dist = np.abs(dims - d).max(axis=1)
+            dist = np.abs(dims - d).max(axis=1, initial=0.0)  # ops of scalars only: no dimension, twins
             taken: dict[str, int] = defaultdict(int)
             for j in np.argsort(dist, kind="stable"):
                 if dist[j] > radius:

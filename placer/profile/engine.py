@@ -181,6 +181,8 @@ class Engine:
         #: target name -> tasks measured ok in this run that a second window measures again (and stored
         #: rows marked due: an earlier campaign's hurry point left their second window out)
         self._again: dict[str, list[Task]] = defaultdict(list)
+        #: (key, target name) of the rows queued for a second window an earlier campaign left due
+        self._due_keys: set[tuple[str, str]] = set()
         self._targets: dict[str, object] = {}  # by name: every target a task of run() named
         #: the environment's switches, read once per campaign: one-thread second windows (on probation
         #: unless "all"), and the cap on the attempts at a disturbed measurement
@@ -303,9 +305,11 @@ class Engine:
                 m = have.get(t.key)
                 if self._is_done(m):
                     self._count(t, "cached", m)
-                    due = m.ok and m.meta.get(WINDOW_DUE)  # an earlier campaign's hurry point left it out
+                    # an earlier campaign's hurry point left it out, or the campaign was stopped first
+                    due = m.ok and m.meta.get(WINDOW_DUE)
                     if due and self._takes_second_window(t, m.meta.get("compile_ms")):
                         self._again[name].append(t)
+                        self._due_keys.add((t.key, name))
                 elif not t.static[0]:
                     m = self.store.put(t.key, t.target, kind=t.kind, status="unsupported", reason=t.static[1],
                                        meta={"static": True})
@@ -396,9 +400,12 @@ class Engine:
             # a slower probe ran in a spell itself: measured again in it, the row would be stored slow
             if contradicts(mine[task.key], m.median_ms, now, scale.row_factor(task.key)):
                 self.result.refreshed += 1
-                self._run_one(worker, task, force=True)
+                self._run_one(worker, task, force=True, keep=m)
 
-    def _run_one(self, worker, task: Task, force: bool = False) -> None:
+    def _run_one(self, worker, task: Task, force: bool = False, keep: Measurement | None = None) -> None:
+        """Measure ``task`` and store the outcome (unless stored already, or ``force``). ``keep``: the
+        good row a refresh measures again; a failure now (a timeout, a worker that died, in a spell
+        the op's probe had just run through) leaves it stored, counted as failed."""
         # another campaign may have measured it meanwhile
         m = self.store.get(task.key, task.target)
         if self._is_done(m) and not force:
@@ -431,6 +438,9 @@ class Engine:
                 self.result.problems.append(exc.reason)
                 self._count(task, "failed", None)
                 return
+            if keep is not None:
+                self._count(task, "failed", keep)
+                return
             m = self.store.put(task.key, task.target, kind=task.kind, status=exc.status, reason=exc.reason,
                                meta={"timeout_s": task.timeout_s, "wall_s": time.perf_counter() - t0})
             self._count(task, "failed", m)
@@ -439,6 +449,9 @@ class Engine:
         status = reply.get("status", "error")
         if status == "unavailable":
             self._mark_unavailable(task, str(reply.get("reason", "")))
+            return
+        if status != "ok" and keep is not None:
+            self._count(task, "failed", keep)
             return
         if status != "ok":
             m = self.store.put(task.key, task.target, kind=task.kind, status=status if status in FAILED + ("unsupported",) else "error",
@@ -469,11 +482,15 @@ class Engine:
             meta["session"] = self.session
         if meta["contended"]:
             self.result.contended += 1
+        again = self._takes_second_window(task, reply.get("compile_ms"))
+        if again:  # stored due until its second window is taken: a campaign stopped before then leaves it due
+            meta[WINDOW_DUE] = True
+        self._due_keys.discard((task.key, task.target.name))  # measured afresh (a refresh): this run's own
         m = self.store.put(task.key, task.target, kind=task.kind, status="ok", median_ms=median,
                            net_ms=max(median - overhead, 0.0), p10_ms=st["p10_ms"], p90_ms=st["p90_ms"], n=st["n"],
                            meta=meta)
         self._count(task, "measured", m)
-        if self._takes_second_window(task, reply.get("compile_ms")):
+        if again:
             self._again[task.target.name].append(task)
 
     def _takes_second_window(self, task: Task, compile_ms: float | None) -> bool:
@@ -531,7 +548,8 @@ class Engine:
                     continue
                 self.result.second_windows += 1
                 st, meta = reply["stats"], dict(first.meta)
-                self.result.windows_due += bool(meta.pop(WINDOW_DUE, False))
+                meta.pop(WINDOW_DUE, None)
+                self.result.windows_due += (task.key, target.name) in self._due_keys
                 second = float(st["median_ms"])
                 taken += 1
                 lo, hi = sorted((first.median_ms, second))

@@ -54,10 +54,11 @@ SCHEMA_VERSION = 1
 STATUSES = ("ok", "unsupported", "error", "timeout", "crash")
 KINDS = ("op", "segment", "model", "overhead", "partition")
 BUSY_TIMEOUT_MS = 60_000
-#: a row's meta key: the campaign that measured it left its second window out (its budget's hurry point
-#: came first), so a later campaign takes it (:mod:`placer.profile.engine`); a one-thread target's
-#: probation clears it on the rows it leaves at one window; a second window that fails leaves it
-#: (the next campaign tries again); a campaign that takes no second windows leaves it
+#: a row's meta key: its second window is still to take. A first window that will get one is stored
+#: with it and the second window clears it, so that a campaign stopped in between (killed, its budget's
+#: hurry point come first) leaves it, and a later campaign takes it (:mod:`placer.profile.engine`); a
+#: one-thread target's probation clears it on the rows it leaves at one window; a second window that
+#: fails leaves it (the next campaign tries again); a campaign that takes no second windows leaves it
 WINDOW_DUE = "second_window_due"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 

@@ -259,6 +259,32 @@ def test_second_windows_a_hurry_point_left_out_are_taken_by_the_next_campaign(tm
     assert last.measured == 0 and last.windows_due == 0 and last.second_windows == 0
 
 
+def test_a_campaign_stopped_before_its_second_windows_leaves_them_due(tmp_path, tiny, fast_timing,
+                                                                     monkeypatch):
+    """A first window that will get a second one is stored due and the second window clears the mark:
+    a campaign killed between them (the links run in between, minutes on a real model) left rows at
+    one window for good, the next campaign reading them as done. Here the stop comes as the second
+    windows begin; the next campaign measures nothing again and takes every one of them."""
+    from placer.profile.engine import Engine
+
+    db, n_sigs = tmp_path / "k.db", len(tiny.unique_signatures())
+    kw = dict(progress=False, links=False, whole_model=False, timing=fast_timing)
+
+    def killed(self):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(Engine, "run_second_windows", killed)
+        with pytest.raises(KeyboardInterrupt):
+            profile_graph(tiny, ["onnxruntime:t2"], db, **kw)
+    assert len(_due_keys(db)) == n_sigs
+    then = profile_graph(tiny, ["onnxruntime:t2"], db, **kw)
+    assert then.measured == 0 and then.second_windows == then.windows_due == n_sigs
+    assert not _due_keys(db)
+    with ProfileStore(db) as st:
+        assert all(len(r["meta"]["windows_ms"]) == 2 for r in st.measurements(kind="op", status="ok"))
+
+
 def _due_keys(db) -> set[str]:
     from placer.profile.store import WINDOW_DUE
 

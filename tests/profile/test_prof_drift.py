@@ -275,6 +275,40 @@ def test_a_stored_row_a_probe_contradicts_is_measured_again_and_replaced(tmp_pat
     assert row.median_ms < 5 * good
 
 
+def test_a_refresh_that_fails_leaves_the_row_it_was_to_replace(tmp_path, tiny, fast_timing, monkeypatch):
+    """A row a probe contradicts is measured again; when that measurement fails (a timeout, a worker
+    that died: the op's probe had just run) the row stays as stored, counted as failed: it was replaced
+    by the failure, and the op then cost inf on that target until a run with --retry-failed."""
+    from placer.profile.engine import Engine
+    from placer.profile.supervisor import WorkerDied
+
+    db = tmp_path / "f.db"
+    profile_graph(tiny, ["onnxruntime"], db, progress=False, links=False, whole_model=False,
+                  timing=fast_timing)
+    bad = tiny.ops[0].signature.hash
+    con = sqlite3.connect(db)  # a row stored in a disturbance: ten times its time
+    con.execute("UPDATE measurements SET median_ms = median_ms * 10 WHERE key=?", (bad,))
+    con.commit()
+    con.close()
+    with ProfileStore(db) as st:
+        before = st.get(bad, "onnxruntime")
+    run_one = Engine._run_one
+
+    def refresh_times_out(self, worker, task, force=False, keep=None):
+        if force:  # the refresh: its measurement gets no answer
+            def no_answer(*args, **kwargs):
+                raise WorkerDied("timeout", "no answer in 10 s")
+            monkeypatch.setattr(self, "_measure_quietly", no_answer)
+        return run_one(self, worker, task, force=force, keep=keep)
+
+    monkeypatch.setattr(Engine, "_run_one", refresh_times_out)
+    again = profile_graph(tiny, ["onnxruntime"], db, progress=False, links=False, whole_model=False,
+                          timing=fast_timing, probes=len(tiny.unique_signatures()))
+    assert again.refreshed >= 1 and again.failed == again.refreshed and again.measured == 0
+    with ProfileStore(db) as st:
+        assert st.get(bad, "onnxruntime") == before
+
+
 def test_a_probe_slower_than_its_row_leaves_the_row(tmp_path, tiny, fast_timing):
     """A probe that ran in a spell is slower than the row: measured again in that spell the row
     would be stored slow, so it stays (and the reader keeps the lower of the two)."""
@@ -350,3 +384,40 @@ def test_twins_read_signatures_whose_optional_inputs_are_omitted(tmp_path):
         factors = drift_scale(st, "onnxruntime").factors
     assert factors["s1"] == 1.0
     assert factors["s2"] == pytest.approx(1.3, rel=0.05)
+
+
+def test_twins_of_ops_on_scalars_only_and_of_other_dtypes(tmp_path):
+    """An op whose every tensor is a scalar (rank 0: an index counter's ``Add``) has no dimension to
+    compare; two such signatures in different blocks are twins (the distance over no dimension is 0; it
+    raised a ValueError, stopping `placer fit` and `tune`). Twins have one dtype: an int64 and a float32
+    ``Add`` of scalars are not one kernel measured twice."""
+    from placer.profile.drift import twin_observations
+
+    def scalar_add(key: str, dtype: str, ms: float) -> dict:
+        t = {"shape": [], "dtype": dtype, "const": False}
+        return {"key": key, "op_type": "Add", "median_ms": ms, "bytes": 24.0, "flops": 1.0,
+                "signature": {"op_type": "Add", "attrs": {}, "inputs": [dict(t), dict(t, const=True)],
+                              "outputs": [dict(t)]}}
+
+    rows = [scalar_add("a1", "int64", 0.010), scalar_add("a2", "int64", 0.012),
+            scalar_add("f1", "float32", 0.011)]
+    blocks = {"a1": "s1", "a2": "s2", "f1": "s2"}
+    obs = twin_observations(rows, blocks)
+    assert [(block, pair) for block, pair, _ in sorted(obs)] == [("s1", "twin0"), ("s2", "twin0")]
+    assert [v for _, _, v in sorted(obs)] == pytest.approx([0.010, 0.012])  # beta 1: per unit of work
+
+
+def test_a_target_that_refuses_an_anchors_op_is_not_sent_that_anchor(tmp_path, tiny):
+    """The anchors a campaign probes on a target are those its static support check accepts
+    (``Target.supports`` answers ``(supported, why)``: the tuple itself was read as the answer, always
+    true, so a target that refuses an op type was sent it at the start and end of every campaign)."""
+    from placer.devices import make_targets
+    from placer.profile.campaign import _probe_tasks
+
+    target = make_targets(["onnxruntime"])[0]
+    target.supports = lambda op_type, domain="": (op_type != "Softmax", "no Softmax kernel")
+    with ProfileStore(tmp_path / "a.db") as st:
+        tasks = _probe_tasks(st, tiny, tiny.unique_signatures(), [target], 0, "s", 0, 10.0)[target.name]
+    anchors = anchor_graph().ops
+    assert {t.label.split()[1] for t in tasks} == {op.op_type for op in anchors} - {"Softmax"}
+    assert len(tasks) == sum(op.op_type != "Softmax" for op in anchors)
