@@ -29,7 +29,7 @@ from placer.context import (
     recalibrate,
 )
 from placer.devices import make_targets
-from placer.errors import PlacerError
+from placer.errors import PlacerError, first_line
 from placer.materialize import materialize
 from placer.materialize.in_context import priced_as_run
 from placer.report.explain import Explanation
@@ -103,7 +103,8 @@ def plan(
     >>> pm.makespan_ms, pm.explain()[0], pm.run("seed:0").measurement.latency_p50_ms  # doctest: +SKIP
     """
     # cheap checks first: a misspelled solver or target is refused before any profiling
-    check_request(mode, solver, time_limit, [t.name for t in make_targets(targets)], options)
+    check_request(mode, solver, time_limit, [t.name for t in make_targets(targets)], options,
+                  num_stages=num_stages)
     ctx = prepare(model, targets=targets, db=db, shapes=shapes, cost_model=cost_model, say=say)
     solved = solve(ctx.problem, mode, solver, time_limit=time_limit, num_stages=num_stages, seed=seed, **options)
     planned = PlannedModel(solved, ctx)
@@ -189,14 +190,30 @@ def _measured_choice(ctx: PlanningContext, chosen, note: str, singles: Sequence,
                if len(set(p.assignment.values())) == 1}
     targets = getattr(ctx, "targets", None) or []
     stored = dict(getattr(getattr(ctx, "table", None), "whole_model_ms", None) or {})
+    dropped: list[str] = []
     with PlanBench(feeds, rounds=MEASURE_ROUNDS, per_round=5) as bench:
         bench.watches = spell_watches(targets, keys_of, stored)
-        for key, p in plans.items():
-            bench.add(key, materialize(ctx.graph, p))
-            report = check_against_reference(ctx.graph.model, feeds, bench.outputs(key), **ctx.tolerance)
-            if not report.passed:
-                raise PlacerError(f"--measure: the {p.solver} plan's outputs differ from the reference: "
-                                  f"{report.failures()[0].name}")
+        for key, p in list(plans.items()):
+            try:
+                bench.add(key, materialize(ctx.graph, p))
+                report = check_against_reference(ctx.graph.model, feeds, bench.outputs(key), **ctx.tolerance)
+                why = ("" if report.passed else
+                       f"its outputs differ from the reference: {report.failures()[0].name}")
+            except PlacerError as exc:
+                why = first_line(exc)
+            if not why:
+                continue
+            if key == "chosen":  # the plan itself is wrong: nothing to return
+                raise PlacerError(f"--measure: the {p.solver} plan: {why}")
+            dropped.append(f"{p.solver} ({why})")  # a rival that cannot stand in for it is no rival
+            del plans[key]
+        if dropped:
+            say(f"--measure: left out {'; '.join(dropped)}")
+            keys_of = {t: k for t, k in keys_of.items() if k in plans}
+            bench.watches = spell_watches(targets, keys_of, stored)
+        if len(plans) == 1:
+            note_dropped = f"measured nothing: its rivals left out: {'; '.join(dropped)}"
+            return chosen, (f"{note}; {note_dropped}" if note else note_dropped)
         # a spell of slowed cores over most rounds: up to EXTRA_ROUNDS more, each after waiting for
         # quiet cores (within the bench's QUIET_WINDOW_S)
         stats = bench.measure(list(plans), until_quiet=EXTRA_ROUNDS)
@@ -219,6 +236,8 @@ def _measured_choice(ctx: PlanningContext, chosen, note: str, singles: Sequence,
                         + (f", {ratio[k]:.3f}x its time round by round" if k != "chosen" else "") + ")"
                         for k in plans)
     measured = f"measured in {rounds} rounds: {figures}: kept {plans[keep].solver}{gave}"
+    if dropped:
+        measured += f" (left out: {'; '.join(dropped)})"
     say(measured)
     return plans[keep], (f"{note}; {measured}" if note else measured)
 

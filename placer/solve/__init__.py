@@ -79,9 +79,10 @@ COARSE_OPS = 400
 
 
 def check_request(mode: str, solver: str, time_limit: float, targets: Sequence[str] | None = None,
-                  options: Mapping[str, Any] | None = None):
+                  options: Mapping[str, Any] | None = None, num_stages: int | None = None):
     """Check a solve request before any costly work (profiling): the mode, the solver name and its
-    options, the time limit, and a ``single:<target>`` argument against ``targets`` when known.
+    options, the time limit, ``num_stages`` (pipeline mode, at most one stage per target when the
+    targets are known) and a ``single:<target>`` argument against ``targets`` when known.
     Returns the solver instance; ProblemError names what is wrong."""
     if mode not in MODES:
         raise ProblemError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
@@ -95,6 +96,14 @@ def check_request(mode: str, solver: str, time_limit: float, targets: Sequence[s
     if not (isinstance(time_limit, (int, float)) and 0 < time_limit <= MAX_TIME_LIMIT_S):
         raise ProblemError(f"time_limit must be a positive number of seconds, at most {MAX_TIME_LIMIT_S:g} "
                            f"(a week), got {time_limit!r}")
+    if num_stages is not None:
+        if mode != "pipeline":
+            raise ProblemError("num_stages is a pipeline-mode option")
+        most = len(targets) if targets is not None else None
+        if not (isinstance(num_stages, int) and 1 <= num_stages and (most is None or num_stages <= most)):
+            raise ProblemError(f"num_stages must be an int in [1, {most}] (the number of targets), "
+                               f"got {num_stages!r}" if most is not None else
+                               f"num_stages must be a positive int, got {num_stages!r}")
     if impl.takes_arg and targets is not None:
         resolve_target_name(impl.arg, list(targets), f"solver {solver!r}: ")
     return impl
@@ -150,13 +159,7 @@ def solve(problem: PlacementProblem, mode: str = "latency", solver: str = "cpsat
     t0 = time.monotonic()
     if not isinstance(problem, PlacementProblem):
         raise ProblemError(f"solve() needs a PlacementProblem, got {type(problem).__name__}")
-    impl = check_request(mode, solver, time_limit, problem.targets, options)
-    if num_stages is not None:
-        if mode != "pipeline":
-            raise ProblemError("num_stages is a pipeline-mode option")
-        if not isinstance(num_stages, int) or not 1 <= num_stages <= problem.n_targets:
-            raise ProblemError(f"num_stages must be an int in [1, {problem.n_targets}] (the number of "
-                               f"targets), got {num_stages!r}")
+    impl = check_request(mode, solver, time_limit, problem.targets, options, num_stages=num_stages)
     if contiguous and mode != "pipeline":
         raise ProblemError("contiguous is a pipeline-mode option")
     if impl.contiguous_only:

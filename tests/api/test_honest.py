@@ -81,6 +81,28 @@ def test_measuring_runs_the_single_targets_priced_near_the_best_and_keeps_one_of
     assert honest(far, chosen, measure=True, say=said.append) == (chosen, "") and not said
 
 
+def test_a_rival_that_cannot_run_is_left_out_and_the_plan_kept(monkeypatch):
+    """A rival single-target plan that fails to compile (or whose outputs fail the check) is no rival:
+    it is left out, said so, and the chosen plan stands; it had stopped `placer plan` with an error
+    about a plan it was not asked for."""
+    from placer.devices.testing import FAULT_ENV, register_test_targets
+    from placer.solve import solve
+
+    register_test_targets()
+    monkeypatch.setenv(FAULT_ENV, "Relu")  # the diamond has a Relu: test-error refuses to compile it
+    g = graph_of(diamond_model())
+    ops = [op.id for op in g.ops]
+    p = PlacementProblem(ops=ops, targets=["onnxruntime@cpu:t1", "test-error@cpu:t1"],
+                         cost_ms=np.array([[1.0, 1.2]] * len(ops)), tensors=[])
+    ctx = SimpleNamespace(problem=p, graph=g, tolerance={})
+    chosen = solve(p, "latency", "single:onnxruntime@cpu:t1")
+    said: list[str] = []
+    plan, note = honest(ctx, chosen, measure=True, say=said.append)
+    assert plan is chosen
+    assert said and said[0].startswith("--measure: left out single:test-error@cpu:t1 (")
+    assert note.startswith("measured nothing: its rivals left out: single:test-error@cpu:t1 (")
+
+
 def test_a_close_call_is_two_fastest_plans_within_the_tie_band():
     from placer.api import TIE_BAND, close_call
 

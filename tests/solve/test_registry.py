@@ -105,3 +105,16 @@ def test_infeasible_problem_reports_cleanly():
     plan = solve(p, "latency", "cpsat")  # but a latency plan exists
     plan.validate(p)
     assert plan.makespan_ms == 3.0
+
+
+def test_placer_plan_refuses_a_stage_count_before_profiling(tmp_path, capsys):
+    """``--stages`` in latency mode, or more stages than targets, is refused by the cheap checks that
+    come before profiling (it was refused by the solver, once the model had been profiled)."""
+    from placer.cli import main
+
+    db = tmp_path / "p.db"
+    for args, why in ((["--stages", "2"], "num_stages is a pipeline-mode option"),
+                      (["--mode", "pipeline", "--stages", "3"], r"num_stages must be an int in [1, 2]")):
+        rc = main(["plan", "zoo:tiny", "--targets", "onnxruntime,openvino", "--db", str(db), *args])
+        assert rc == 2 and why in capsys.readouterr().err
+        assert not db.exists()  # nothing profiled
