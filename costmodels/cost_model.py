@@ -232,7 +232,9 @@ class CostModel:
             if "op_types" in r and "isolated_ms" in r:
                 rec = {"target": r["target"], "op_types": list(r["op_types"]),
                        "isolated_ms": [float(c) for c in r["isolated_ms"]],
-                       "overhead_ms": float(r.get("overhead_ms", self.overhead_ms(r["target"]))),
+                       # a ready record carries its overhead (of a target this model may not know)
+                       "overhead_ms": float(r["overhead_ms"] if "overhead_ms" in r
+                                            else self.overhead_ms(r["target"])),
                        "boundary_bytes": float(r.get("boundary_bytes", 0.0))}
             else:
                 ops = list(r["ops"])

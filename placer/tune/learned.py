@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -61,9 +62,18 @@ def tune_records(cm) -> list[tuple[dict, float]]:
     return _measured_by_tune(cm.partition_records)
 
 
-def _carried(records, names: Sequence[str]) -> list[tuple[dict, float]]:
-    """The last :data:`MAX_CARRIED` of ``records`` that tune measured on one of the targets ``names``."""
-    return [(r, m) for r, m in _measured_by_tune(records) if r.get("target") in names][-MAX_CARRIED:]
+def _carried(records) -> list[tuple[dict, float]]:
+    """The ``records`` tune measured, the last :data:`MAX_CARRIED` of each target, on every target: a run
+    on fewer targets than the last (``--targets onnxruntime:t2``) carries the others' too, which it
+    saves back (it had dropped them: measurements no store holds). The partition correction is fitted
+    per target, so another target's records change nothing of this run's."""
+    kept: list[tuple[dict, float]] = []
+    per_target: Counter = Counter()
+    for r, m in reversed(_measured_by_tune(records)):
+        per_target[r.get("target")] += 1
+        if per_target[r.get("target")] <= MAX_CARRIED:
+            kept.append((r, m))
+    return kept[::-1]
 
 
 def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] = lambda m: None, seed: int = 0):
@@ -86,7 +96,7 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
         except Exception as exc:  # noqa: BLE001 - integrity, format or version: refit, never trust it
             if is_older_version(model_dir):  # an older placer's: superseded, replaced by this run's save
                 try:  # what tune measured into it is read from its tables alone (JSON, hash-checked)
-                    carried = _carried(older_partition_records(model_dir), names)
+                    carried = _carried(older_partition_records(model_dir))
                     kept = f"its {len(carried)} partition(s) measured by earlier tune runs carried over"
                 except CostModelError as why:
                     kept = ("the partitions earlier tune runs measured into it not carried over "
@@ -98,7 +108,7 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
                     "refitted from the profile store; the model there is left as it is (not overwritten)")
                 unreadable = (str(Path(model_dir).resolve()), f"{type(exc).__name__}: {first_line(exc, 160)}")
         else:
-            carried = _carried(prior.partition_records, names)
+            carried = _carried(prior.partition_records)
     # the op models the saved one fitted on the same rows are taken as they are (a warm rerun fits none)
     cm = fit_cost_model(data, names, cv_metrics=False, seed=seed, reuse=prior)
     if unreadable is not None:

@@ -104,6 +104,31 @@ def test_a_newer_models_directory_is_left_intact(ctx, fitted, tmp_path):
     assert _files(tmp_path / "cm") == before
 
 
+def test_a_run_on_fewer_targets_carries_the_partitions_measured_on_the_others(ctx, fitted, tmp_path):
+    """The saved model is shared by every tune on that store: a run on a subset of the targets carries
+    the partitions earlier runs measured on the others and saves them back (they had been dropped, and
+    no store holds them); its own targets' records are carried as before."""
+    cm = fitted
+    t = ctx.problem.targets[0]
+    ours = [{"partition": f"p{i}", "target": t, "ops": list(ctx.problem.ops[:2]), "n_inputs": 1,
+             "predicted_ms": 0.01, "measured_ms": 0.05 + 0.01 * i} for i in range(2)]
+    assert learned.feed(cm, ours, ctx.graph) == 2
+    theirs = [{"target": "openvino@cpu:t2", "op_types": ["Conv", "Relu"], "isolated_ms": [0.02, 0.01],
+               "overhead_ms": 0.01, "measured_ms": 0.04, "origin": learned.ORIGIN}]
+    assert cm.add_partition_measurements(theirs) == 1
+    assert "openvino@cpu:t2" not in ctx.problem.targets
+    cm.save(tmp_path / "cm")
+    again = learned.fit_or_update(ctx, tmp_path / "cm")
+    carried = learned.tune_records(again)
+    got = sorted((r["target"], m) for r, m in carried)
+    assert [target for target, _ in got] == sorted([t, t, "openvino@cpu:t2"])
+    assert [m for _, m in got] == pytest.approx([m for _, m in sorted(
+        [(t, 0.05), (t, 0.06), ("openvino@cpu:t2", 0.04)])])
+    assert again.card["tune_partitions_carried"] == 3
+    assert learned.save(again, tmp_path / "cm") is not None
+    assert learned.fit_or_update(ctx, tmp_path / "cm").card["tune_partitions_carried"] == 3
+
+
 def test_an_older_placers_model_is_refitted_and_replaced(ctx, fitted, tmp_path):
     from costmodels.persistence import VERSION
 
