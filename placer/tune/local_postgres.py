@@ -65,6 +65,7 @@ class LocalPostgres:
         bindir = postgres_bin_dir()
         if bindir is None:
             raise PlacerError("PostgreSQL server binaries not found (initdb, pg_ctl): apt-get install postgresql")
+        self._bindir = bindir  # before anything can fail: stop() needs it to stop a half-started server
         self.root = Path(tempfile.mkdtemp(prefix="placer-pg-"))
         if os.geteuid() == 0:
             try:
@@ -81,7 +82,6 @@ class LocalPostgres:
                 "-c fsync=off -c max_connections=400")
         self._run(str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(self.root / "server.log"),
                   "-w", "-t", "60", "start")
-        self._bindir = bindir
         self._run(str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
                   self.database)
         return self
@@ -89,10 +89,12 @@ class LocalPostgres:
     def stop(self) -> None:
         if self.root is None:
             return
-        if self.port:
-            subprocess.run([*self._as, str(self._bindir / "pg_ctl"), "-D", str(self.root / "data"), "-m",
-                            "immediate", "-w", "stop"], capture_output=True, timeout=60)
-        shutil.rmtree(self.root, ignore_errors=True)
+        try:
+            if self.port:
+                subprocess.run([*self._as, str(self._bindir / "pg_ctl"), "-D", str(self.root / "data"), "-m",
+                                "immediate", "-w", "stop"], capture_output=True, timeout=60)
+        finally:  # the directory goes whatever pg_ctl does
+            shutil.rmtree(self.root, ignore_errors=True)
         self.root = None
 
     def __enter__(self) -> "LocalPostgres":
