@@ -16,8 +16,8 @@ written buffer, and one more call into a runtime (its fixed call cost).
 How it is measured (:func:`measure_link_points`)
 ------------------------------------------------
 For each size ``N`` bytes (default 1 KB .. 16 MB) two tiny models on a float32 vector of N/4
-elements, ``Relu`` on the source target and ``Relu`` on the destination target, are timed in
-interleaved rounds, in one process, with the same ``perf_counter_ns`` loop as op profiles:
+elements, ``Relu`` on the source target and ``Relu`` on the destination target (a target that
+refuses Relu runs the next of :data:`LINK_OPS`), are timed in interleaved rounds, in one process, with the same ``perf_counter_ns`` loop as op profiles:
 
 * ``chain``: ``y = src.run({x}); dst.run({y})`` (the real hand-off: y is the source's output);
 * ``src``: ``src.run({x})`` alone; ``dst``: ``dst.run({x0})`` alone on a fixed array.
@@ -98,13 +98,37 @@ def interleaved_rounds(steps: Sequence, *, rounds_s: float, min_rounds: int, max
     return samples, rounds
 
 
-def relu_model(n_elems: int, name: str = "link"):
+#: the element-wise op each side of a timed link runs, the first its target compiles and runs (its own
+#: time cancels out: each side is timed alone too); a target without Relu failed every link, and
+#: with them its whole campaign
+LINK_OPS = ("Relu", "Abs", "Neg")
+
+
+def relu_model(n_elems: int, name: str = "link", op: str = "Relu"):
+    """One element-wise ``op`` (Relu by default) over ``n_elems`` floats."""
     from onnx import TensorProto, helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [n_elems])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [n_elems])
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name=f"{name}_relu")], name, [x], [y])
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], name=f"{name}_{op.lower()}")], name, [x], [y])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def _link_side(target, n: int, name: str, x: np.ndarray):
+    """``target`` compiled on the first of :data:`LINK_OPS` it compiles and runs (on ``x``); the first
+    op's error where none does."""
+    first = None
+    for op in LINK_OPS:
+        compiled = None
+        try:
+            compiled = target.compile(relu_model(n, name, op))
+            compiled.run({"x": x})
+            return compiled
+        except Exception as exc:  # noqa: BLE001 - a target's refusal comes in its own exception types
+            if compiled is not None:
+                compiled.close()
+            first = first or exc
+    raise first
 
 
 def measure_link_points(src, dst, sizes: Sequence[int] = DEFAULT_LINK_SIZES, *, rounds_s: float = 0.25,
@@ -133,9 +157,9 @@ def measure_link_points(src, dst, sizes: Sequence[int] = DEFAULT_LINK_SIZES, *, 
     points = []
     for nbytes in sizes:
         n = max(int(nbytes) // 4, 1)
-        s_c = src.compile(relu_model(n, "link_src"))
-        d_c = dst.compile(relu_model(n, "link_dst"))
         x = rng.standard_normal(n).astype(np.float32)
+        s_c = _link_side(src, n, "link_src", x)
+        d_c = _link_side(dst, n, "link_dst", x)
         x0 = s_c.run({"x": x})["y"]  # a real source output, reused for dst-alone timing
         for _ in range(3):  # warm-up
             d_c.run_shared({"x": s_c.run_shared({"x": x})["y"]})

@@ -52,3 +52,25 @@ def test_the_store_folds_half_of_each_sides_cut_cost_into_a_boundary(tmp_path):
     assert lm.fit(b, a).ms_per_byte == pytest.approx(3e-7)
     assert lm.fit(a, b).meta["cut_ms_per_byte"] == pytest.approx(3e-7)
     assert lm.transfer_ms(1e6, a, b) == pytest.approx(0.01 + 1e6 * (1e-9 + 3e-7))
+
+
+def test_a_link_side_whose_target_refuses_relu_runs_the_next_link_op(monkeypatch):
+    """Each side of a timed link runs one element-wise op; a target that refuses Relu (here the test
+    target that fails to compile it) runs the next of LINK_OPS: every link of such a target failed,
+    and its whole campaign with them. A target that runs none of them gives the first op's error."""
+    from placer.devices.testing import FAULT_ENV, register_test_targets
+    from placer.errors import TargetError
+    from placer.profile.links import LINK_OPS, measure_link_points
+
+    register_test_targets()
+    monkeypatch.setenv(FAULT_ENV, "Relu")
+    src, dst = make_target("test-error"), make_target("onnxruntime")
+    for a, b in ((src, dst), (dst, src)):
+        points = measure_link_points(a, b, sizes=[4096], rounds_s=0.01, min_rounds=3, max_rounds=5)
+        assert len(points) == 1 and points[0]["nbytes"] == 4096 and points[0]["chain_ms"] > 0
+    assert LINK_OPS[0] == "Relu"
+    from placer.profile import links
+
+    monkeypatch.setattr(links, "LINK_OPS", ("Relu",))  # none runs: the first op's refusal is raised
+    with pytest.raises(TargetError, match="Relu"):
+        measure_link_points(src, dst, sizes=[4096], rounds_s=0.01, min_rounds=3, max_rounds=5)
