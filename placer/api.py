@@ -184,15 +184,10 @@ def _measured_choice(ctx: PlanningContext, chosen, note: str, singles: Sequence,
         return chosen, note
     plans = {"chosen": chosen, **{f"rival {i}": p for i, p in enumerate(rivals)}}
     feeds = load_inputs("seed:0", ctx.graph, 4)
-    # the single-target plans by target: a runtime measured at 1 thread and on all cores reads the
-    # host's spells the probes miss, against the store's whole-model times (placer.run.spells)
-    keys_of = {next(iter(set(p.assignment.values()))): k for k, p in plans.items()
-               if len(set(p.assignment.values())) == 1}
     targets = getattr(ctx, "targets", None) or []
     stored = dict(getattr(getattr(ctx, "table", None), "whole_model_ms", None) or {})
     dropped: list[str] = []
     with PlanBench(feeds, rounds=MEASURE_ROUNDS, per_round=5) as bench:
-        bench.watches = spell_watches(targets, keys_of, stored)
         for key, p in list(plans.items()):
             try:
                 bench.add(key, materialize(ctx.graph, p))
@@ -209,11 +204,14 @@ def _measured_choice(ctx: PlanningContext, chosen, note: str, singles: Sequence,
             del plans[key]
         if dropped:
             say(f"--measure: left out {'; '.join(dropped)}")
-            keys_of = {t: k for t, k in keys_of.items() if k in plans}
-            bench.watches = spell_watches(targets, keys_of, stored)
         if len(plans) == 1:
             note_dropped = f"measured nothing: its rivals left out: {'; '.join(dropped)}"
             return chosen, (f"{note}; {note_dropped}" if note else note_dropped)
+        # the single-target plans measured, by target: a runtime measured at 1 thread and on all cores
+        # reads the host's spells the probes miss, against the store's whole-model times (placer.run.spells)
+        keys_of = {next(iter(set(p.assignment.values()))): k for k, p in plans.items()
+                   if len(set(p.assignment.values())) == 1}
+        bench.watches = spell_watches(targets, keys_of, stored)
         # a spell of slowed cores over most rounds: up to EXTRA_ROUNDS more, each after waiting for
         # quiet cores (within the bench's QUIET_WINDOW_S)
         stats = bench.measure(list(plans), until_quiet=EXTRA_ROUNDS)

@@ -17,7 +17,8 @@ How it is measured (:func:`measure_link_points`)
 ------------------------------------------------
 For each size ``N`` bytes (default 1 KB .. 16 MB) two tiny models on a float32 vector of N/4
 elements, ``Relu`` on the source target and ``Relu`` on the destination target (a target that
-refuses Relu runs the next of :data:`LINK_OPS`), are timed in interleaved rounds, in one process, with the same ``perf_counter_ns`` loop as op profiles:
+refuses Relu runs the next of :data:`LINK_OPS`), are timed in interleaved rounds, in one process,
+with the same ``perf_counter_ns`` loop as op profiles:
 
 * ``chain``: ``y = src.run({x}); dst.run({y})`` (the real hand-off: y is the source's output);
 * ``src``: ``src.run({x})`` alone; ``dst``: ``dst.run({x0})`` alone on a fixed array.
@@ -104,7 +105,7 @@ def interleaved_rounds(steps: Sequence, *, rounds_s: float, min_rounds: int, max
 LINK_OPS = ("Relu", "Abs", "Neg")
 
 
-def relu_model(n_elems: int, name: str = "link", op: str = "Relu"):
+def elementwise_model(n_elems: int, name: str = "link", op: str = "Relu"):
     """One element-wise ``op`` (Relu by default) over ``n_elems`` floats."""
     from onnx import TensorProto, helper
 
@@ -121,7 +122,7 @@ def _link_side(target, n: int, name: str, x: np.ndarray):
     for op in LINK_OPS:
         compiled = None
         try:
-            compiled = target.compile(relu_model(n, name, op))
+            compiled = target.compile(elementwise_model(n, name, op))
             compiled.run({"x": x})
             return compiled
         except Exception as exc:  # noqa: BLE001 - a target's refusal comes in its own exception types

@@ -158,10 +158,16 @@ def per_core_targets(targets) -> list:
     return [t for t in keep if t.kind in kinds]
 
 
+def untuned_tvm(kind: str) -> bool:
+    """Whether target kind ``kind`` is TVM, untuned here: 15-100x slower than the runtimes on a CPU, so
+    no throughput baseline, and a stage's runtime only where nothing else is there."""
+    return kind.startswith("tvm")
+
+
 def stage_kinds(kinds: list[str]) -> list[str]:
     """The runtimes a pipeline stage or a replica may use, of ``kinds`` (in order, repeats kept):
-    untuned TVM only where nothing else is there (it is 15-100x slower on a CPU)."""
-    return [k for k in kinds if not k.startswith("tvm")] or list(kinds)
+    untuned TVM only where nothing else is there (:func:`untuned_tvm`)."""
+    return [k for k in kinds if not untuned_tvm(k)] or list(kinds)
 
 
 def retarget(problem, names: list[str], source_cols: list[int], link_fallback_ms: list[float]):
@@ -266,8 +272,8 @@ class ThroughputSearch:
         single runtime and the requests per round. Returns the baselines' stats."""
         graph, bench, n_cores, say = self.graph, self.bench, self.n_cores, self.say
         for kind in dict.fromkeys(self.kinds):  # each runtime once (its t1 and tN targets share a kind)
-            if kind.startswith("tvm"):
-                continue  # untuned TVM is 15-100x slower here; it is no throughput baseline
+            if untuned_tvm(kind):
+                continue  # no throughput baseline
             for threads in (1, n_cores):
                 name = f"{kind}:t{threads}"
                 try:
@@ -281,7 +287,7 @@ class ThroughputSearch:
                 except PlacerError as exc:
                     say(f"baseline {name}: {exc}")
         if not self.base_names:
-            untuned = [k for k in dict.fromkeys(self.kinds) if k.startswith("tvm")]
+            untuned = [k for k in dict.fromkeys(self.kinds) if untuned_tvm(k)]
             why = f" ({', '.join(untuned)}: untuned TVM is none, 15-100x slower on a CPU)" if untuned else ""
             raise PlacerError(
                 f"no runtime runs the whole of {graph.name!r} as a throughput baseline{why}"

@@ -50,7 +50,7 @@ from placer.run.spells import quiet_choice, spell_watches, unread_spell, wait_sp
 from placer.run.yardsticks import DESCRIPTIONS, YardstickSet, latency_kinds
 from placer.solve import solve
 from placer.tune import learned, shared_study, space
-from placer.tune.pipeline_tuner import per_core_targets, tune_throughput
+from placer.tune.pipeline_tuner import per_core_targets, tune_throughput, untuned_tvm
 from placer.tune.records import TrialRecord, TuneResult, assignment_key, load_tune_result, write_outputs
 from placer.tune.reprice import priced_assignment, priced_at
 from placer.tune.study import (GRACE_PERIOD_S, asked_trial, fail_stale, open_study, storage_for, storage_writes,
@@ -231,7 +231,7 @@ def tune(
             f"--targets: {', '.join(simulated)} {'is' if len(simulated) == 1 else 'are'} known only by a spec and "
             "cannot run, and placer tune measures every plan on this machine: plan with simulated targets "
             "(placer plan MODEL --targets ...), tune on the ones that run")
-    if objective == "throughput" and all(t.kind.startswith("tvm") for t in made):
+    if objective == "throughput" and all(untuned_tvm(t.kind) for t in made):
         raise PlacerError(
             f"--targets: {', '.join(t.name for t in made)}: the throughput objective measures each runtime "
             "alone on all cores as its baseline, and untuned TVM is none (15-100x slower on a CPU): "
