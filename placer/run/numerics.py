@@ -282,9 +282,12 @@ def load_inputs(spec: str, graph, n: int = 1) -> list[dict[str, np.ndarray]]:
     arrays, batched = read_npz(path, spec, wants, n)
     if batched:
         rows = min(arrays[k].shape[0] for k in names)
-        reqs = [{k: np.ascontiguousarray(arrays[k][i]) for k in names} for i in range(rows)]
+        # np.array, not np.ascontiguousarray: the latter makes a row of a scalar input (a numpy scalar)
+        # shape (1,), which every runtime refuses for a 0-d input
+        reqs = [{k: np.array(arrays[k][i], order="C") for k in names} for i in range(rows)]
     else:
         reqs = [{k: arrays[k] for k in names}]
-    while len(reqs) < n:
-        reqs.append(reqs[len(reqs) % max(1, len(reqs))])
+    given = len(reqs)
+    while given and len(reqs) < n:  # the file's rows in turn: A B A B A for two rows and five requests
+        reqs.append(reqs[len(reqs) % given])
     return reqs[: max(n, 1)] if n else reqs

@@ -77,3 +77,34 @@ def test_forged_members_are_refused_from_their_headers(graph, tmp_path, members,
     f = _npz(tmp_path / "f.npz", members)
     with pytest.raises(PlacerError, match=r"f\.npz.*" + expect):
         load_inputs(str(f), graph, 1)
+
+
+def test_a_batch_with_a_scalar_input_gives_0d_rows_and_runs(tmp_path):
+    """A 0-d input's batch is a vector; each request's row of it is 0-d again (np.ascontiguousarray had
+    made it shape (1,), which ONNX Runtime refuses for a scalar input)."""
+    from onnx import TensorProto, helper
+
+    from placer.graph import build_graph
+    from placer.run.numerics import ReferenceRunner
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    s = helper.make_tensor_value_info("s", TensorProto.FLOAT, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    model = helper.make_model(helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"], name="mul")],
+                                                "scaled", [x, s], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    g = build_graph(model)
+    f = tmp_path / "batch.npz"
+    np.savez(f, x=np.ones((3, 4), np.float32), s=np.arange(3, dtype=np.float32))
+    reqs = load_inputs(str(f), g, 3)
+    assert [r["s"].shape for r in reqs] == [(), (), ()]
+    assert [float(r["s"]) for r in reqs] == [0.0, 1.0, 2.0]
+    ref = ReferenceRunner(model)
+    assert [float(ref.run(r)["y"][0]) for r in reqs] == [0.0, 1.0, 2.0]
+
+
+def test_more_requests_than_rows_take_the_rows_in_turn(graph, tmp_path):
+    f = tmp_path / "two.npz"
+    np.savez(f, x=np.stack([np.full((1, 3, 8, 8), i, np.float32) for i in range(2)]))
+    reqs = load_inputs(str(f), graph, 5)
+    assert [float(r["x"].flat[0]) for r in reqs] == [0.0, 1.0, 0.0, 1.0, 0.0]
