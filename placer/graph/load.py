@@ -189,6 +189,7 @@ def _prepare(model: onnx.ModelProto, where: str, shapes: Mapping[str, tuple[int,
     _run_checker(model, where)
     _fold(model, where)
     _prune(model)
+    _constant_outputs_through_identity(g)
     _final_inference(model, where)
     if len(g.node) == 0:
         raise GraphError(f"{where}: the model has no ops to place (its outputs are inputs or constants)")
@@ -697,6 +698,36 @@ def _prune(model: onnx.ModelProto) -> None:
     for i in reversed(range(len(g.initializer))):
         if g.initializer[i].name not in live:
             del g.initializer[i]
+
+
+def _constant_outputs_through_identity(g: onnx.GraphProto) -> None:
+    """A graph output that is an initializer gets an Identity node that writes it (from the initializer,
+    renamed): every output is then produced by an op, which a partition can run and a plan's stage
+    config can name as its source. Not in a graph with no other op (refused as having nothing to place)."""
+    if not len(g.node):
+        return
+    inits = {t.name: t for t in g.initializer}
+    taken = {t for n in g.node for t in (*n.input, *n.output)} | set(inits) | {i.name for i in g.input}
+    names = {n.name for n in g.node}
+    added = []
+    for o in g.output:
+        init = inits.get(o.name)
+        if init is None:
+            continue
+        src, k = f"{o.name}__constant", 1
+        while src in taken:
+            src, k = f"{o.name}__constant_{k}", k + 1
+        node, k = f"constant_output_{o.name}", 1
+        while node in names:
+            node, k = f"constant_output_{o.name}_{k}", k + 1
+        taken.add(src)
+        names.add(node)
+        init.name = src
+        added.append(onnx.helper.make_node("Identity", [src], [o.name], name=node))
+    if added:  # first: other nodes may read the output too, and the node list stays in topological order
+        nodes = added + list(g.node)
+        del g.node[:]
+        g.node.extend(nodes)
 
 
 def _final_inference(model: onnx.ModelProto, where: str) -> None:

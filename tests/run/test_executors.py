@@ -294,3 +294,29 @@ def test_tvm_refills_its_input_tensors_each_run_and_only_shared_outputs_are_view
     compiled.run_shared({"x": 3 * a, "s": np.asarray(0.5, dtype=np.float32)})
     np.testing.assert_allclose(owned, 2 * a * a, rtol=1e-6)  # the caller's copy is untouched by later runs
     np.testing.assert_array_equal(compiled.run({"x": a, "s": two})["y"], owned)  # refilled, not stale
+
+
+def test_a_constant_model_output_is_written_by_an_op_and_every_executor_returns_it():
+    """An initializer listed as a graph output (ONNX Runtime runs such a model) became a stage config
+    source that is neither a partition nor a model input, and materialize refused it; the loader now
+    writes it with an Identity node (read by the other nodes too), placed like any op."""
+    import onnx
+    from mz_models import const, make_model, vi
+    from onnx import helper as h
+
+    c = np.arange(4, dtype=np.float32)
+    model = make_model([h.make_node("Relu", ["x"], ["r"], name="relu"),
+                        h.make_node("Add", ["r", "c"], ["y"], name="add")],
+                       [vi("x", [4])], [vi("y", [4]), vi("c", [4])], inits=[const("c", c)])
+    g = graph_of(model)
+    ident = [op for op in g.ops if op.op_type == "Identity"]
+    assert len(ident) == 1 and ident[0].outputs == ("c",)
+    onnx.checker.check_model(g.model)
+    mat = materialize(g, {op.id: ("openvino" if op.op_type == "Identity" else "onnxruntime") for op in g.ops})
+    assert mat.stats.n_partitions == 2
+    feeds = {"x": np.array([-1, 2, -3, 4], np.float32)}
+    for kind in ("hybrid", "relax"):
+        with make_executor(mat, kind) as ex:
+            out = ex.run(feeds)
+        np.testing.assert_array_equal(out["c"], c)
+        np.testing.assert_array_equal(out["y"], np.maximum(feeds["x"], 0) + c)
