@@ -468,6 +468,11 @@ def load_plan_dir(path: str | Path, graph=None) -> Materialized:
     _check_plan_identity(root, plan_json, spec, graph)
     cfg = load_stage_config(root / STAGE_CONFIG_FILE)
     check_stage_config(cfg, graph, spec.assignment, spec.stage_of)
+    ahash = assignment_hash(spec.assignment, spec.stage_of)
+    if cfg.assignment_hash != ahash:  # the compiled module.so is bound to the plan by this hash
+        raise PlanError(f"{root / STAGE_CONFIG_FILE}: assignment hash {str(cfg.assignment_hash)[:16]!r} is not "
+                        f"the plan's {ahash} (a stage config of another plan?); materialize the plan again")
+    prefix = symbol_prefix(graph.model_hash, ahash)
     submodels: dict[str, Any] = {}
     for p in cfg.partitions:
         f = _partition_file(root, p)
@@ -481,7 +486,15 @@ def load_plan_dir(path: str | Path, graph=None) -> Materialized:
             _ordered_io(sub, p.inputs, p.outputs, p.id)
             raise PlanError(f"{f}: partition {p.id}'s sub-model is not ops {list(p.ops)[:4]} of model.onnx "
                             "(edited or swapped?); materialize the plan again")
-        _ordered_io(want, p.inputs, p.outputs, p.id)
+        # the Relax executor passes a partition's tensors by position: they must be in the sub-model's
+        # order, and its symbol (registered as a global function) the one materialize() names it
+        ins, outs = _ordered_io(want, p.inputs, p.outputs, p.id)
+        if (ins, outs) != (tuple(p.inputs), tuple(p.outputs)):
+            raise PlanError(f"{root / STAGE_CONFIG_FILE}: partition {p.id} lists its tensors as {list(p.inputs)} "
+                            f"-> {list(p.outputs)}, its sub-model takes {list(ins)} -> {list(outs)}")
+        if p.symbol != partition_symbol(prefix, p):
+            raise PlanError(f"{root / STAGE_CONFIG_FILE}: partition {p.id}'s symbol {p.symbol[:60]!r} is not "
+                            f"{partition_symbol(prefix, p)!r}; materialize the plan again")
         submodels[p.id] = want
     return Materialized(graph=graph, plan=spec, partitions=cfg.partitions, stage_config=cfg,
                         submodels=submodels, out_dir=root)

@@ -479,6 +479,9 @@ def _check_partition_ops(cfg: StageConfig, graph) -> set[str]:
         raise PlanError("stage config lists a partition id twice")
     if [p.index for p in parts] != list(range(len(parts))):
         raise PlanError("stage config partition indices are not 0..n-1")
+    idx = [s.index for s in cfg.stages]
+    if any(b <= a for a, b in zip(idx, idx[1:])):  # the pipeline runs its stages in the listed order
+        raise PlanError(f"stage config lists stages {idx}: they must be in increasing order, each once")
     for s in cfg.stages:
         for p in s.partitions:
             if p.stage != s.index:

@@ -219,3 +219,36 @@ def test_replica_rules_name_the_stage(diamond):
     d["stages"][0]["replicas"] = [[0], [0]]
     with pytest.raises(PlanError, match="stage config, stage 0: replicas: core 0 is in replica 0 and replica 1"):
         check_stage_config(StageConfig.from_dict(d), diamond)
+
+
+def test_load_refuses_reordered_tensors_a_foreign_symbol_and_another_plan_s_hash(tmp_path, diamond):
+    """The Relax executor passes a partition's tensors by position and registers its symbol as a global
+    function; the compiled module is bound to the plan by the assignment hash: an edited stage config
+    that changes any of them is refused (reordered inputs had loaded and run with the tensors swapped)."""
+    root = tmp_path / "plan"
+    mat = materialize(diamond, ASG, root)
+    two = next(i for i, p in enumerate(mat.stage_config.stages[0].partitions) if len(p.inputs) >= 2)
+
+    def reorder(d):
+        d["stages"][0]["partitions"][two]["inputs"].reverse()
+    _edit(root, reorder)
+    with pytest.raises(PlanError, match="lists its tensors as"):
+        load_plan_dir(root)
+    materialize(diamond, ASG, root)
+    _edit(root, lambda d: d["stages"][0]["partitions"][0].update(symbol="tvm.runtime.some_global"))
+    with pytest.raises(PlanError, match="symbol 'tvm.runtime.some_global' is not"):
+        load_plan_dir(root)
+    materialize(diamond, ASG, root)
+    _edit(root, lambda d: d["plan"].update(assignment_hash="0" * 16))
+    with pytest.raises(PlanError, match="assignment hash '0000000000000000' is not the plan's"):
+        load_plan_dir(root)
+    load_plan_dir(materialize(diamond, ASG, root).out_dir)  # as written, it loads
+
+
+def test_stages_listed_out_of_order_are_refused(diamond):
+    stage_of = {"a": 0, "b": 1, "c": 1, "d": 1, "e": 2, "f": 2}
+    cfg = materialize(diamond, ASG, stage_of=stage_of).stage_config
+    d = cfg.to_dict()
+    d["stages"].reverse()
+    with pytest.raises(PlanError, match="increasing order"):
+        check_stage_config(StageConfig.from_dict(d), diamond)
