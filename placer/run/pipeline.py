@@ -297,8 +297,8 @@ class PipelineExecutor:
                 self._note_failure(rid)
                 who = f" replica {rj}" if len(self._workers[i]) > 1 else ""
                 item = ("err", rid, StageError(
-                    f"stage {i}{who} ({st.target or 'mixed'}) could not build its sessions: {_line(exc)}",
-                    i, request=rid))
+                    f"stage {st.index}{who} ({st.target or 'mixed'}) could not build its sessions: {_line(exc)}",
+                    st.index, request=rid))
             else:
                 # a consumer takes the last stage's outputs before this worker runs again: views of
                 # its runtimes' buffers will do (no copy of each output)
@@ -363,7 +363,7 @@ class PipelineExecutor:
             return "kept", rid, self._current.consume(rid, {t: env[t] for t in self.output_names})
         except Exception as exc:  # noqa: BLE001 - the caller's code: reported per request
             self._note_failure(rid)
-            last = len(self.stages) - 1
+            last = self.stages[-1].index
             return "err", rid, StageError(
                 f"stage {last} failed on request {rid}: the consumer of its outputs raised "
                 f"{type(exc).__name__}: {_line(exc)}", last, "consumer", "", rid)
@@ -384,9 +384,9 @@ class PipelineExecutor:
             pid = p.id if p is not None else "?"
             tgt = p.target if p is not None else (st.target or "")
             return ("err", rid, StageError(
-                f"stage {i} failed on request {rid}: partition {pid} on {tgt}: "
+                f"stage {st.index} failed on request {rid}: partition {pid} on {tgt}: "
                 f"{type(exc).__name__}: {_line(exc)}",
-                i, pid, tgt, rid))
+                st.index, pid, tgt, rid))
         self._stage_times[i].append((time.perf_counter_ns() - t_stage) / 1e6)
         return ("req", rid, {k: v for k, v in env.items() if k in keep})
 
@@ -442,8 +442,10 @@ class PipelineExecutor:
         consumer that keeps nothing."""
         if self._closed:
             raise PlacerError("pipeline executor is closed (a stage failed earlier, or close() was called)")
-        self.start()
         requests = list(requests)
+        if not requests:
+            raise PlacerError("pipeline executor: no requests to run")
+        self.start()
         if warmup:
             # every replica of every stage should have made its (cold) first call before timing starts:
             # with pulled work one replica can take them all, so warm with a few requests per worker
@@ -465,12 +467,14 @@ class PipelineExecutor:
         if self._failed_at is not None:
             self.close()
         parts = [p for s in self.stages for p in s.partitions]
-        stage_med = {str(i): float(np.median(v)) for i, v in sorted(self._stage_times.items()) if v}
+        # keyed by the stages' own indices (a plan's stage_of may skip some), as the partitions name them
+        stage_med = {str(self.stages[i].index): float(np.median(v))
+                     for i, v in sorted(self._stage_times.items()) if v}
         m = summarize(
             self.name, lat, wall, parts, dict(self._ptimes), n_failed=sum(e is not None for e in errors),
             extra={"compile_s": self.compiled_s, "queue_size": self.queue_size, "warmup": warmup,
                    "stage_median_ms": stage_med,
-                   "replica_requests": {str(i): [self._served[(i, j)][0] for j in range(len(w))]
+                   "replica_requests": {str(self.stages[i].index): [self._served[(i, j)][0] for j in range(len(w))]
                                         for i, w in enumerate(self._workers)},
                    "stages": [{"index": s.index, "target": s.target,
                                "cores": list(s.cores) if s.cores else None,

@@ -289,3 +289,30 @@ def test_a_consumer_that_raises_fails_its_request_and_stops_the_later_ones():
     assert all(isinstance(e, PipelineStopped) for e in res.errors[6:])
     assert res.measurement.n_failed == 7
     assert pe.alive_threads == 0 and not _placer_threads()
+
+
+def test_stages_with_gaps_in_their_indices_are_named_by_their_own_index():
+    """stage_of may skip indices ({0, 2}): a failure, the stage times and the replica counts name the
+    stage as the partitions and the stage config do (they named its position, 1)."""
+    register_test_targets()
+    g = graph_of(chain_model(4, shape=(1, 4, 8, 8)))
+    stage_of = {op.id: 0 if op.index < 2 else 2 for op in g.ops}
+    asg = {op.id: ("onnxruntime" if stage_of[op.id] == 0 else "flaky") for op in g.ops}
+    mat = materialize(g, asg, stage_of=stage_of)
+    assert [s.index for s in mat.stage_config.stages] == [0, 2]
+    reqs = [random_inputs(g, s) for s in range(4)]
+    with PipelineExecutor(mat) as pe:
+        ok = pe.run(reqs[:2], warmup=0)
+        assert set(ok.measurement.extra["stage_median_ms"]) == {"0", "2"}
+        assert set(ok.measurement.extra["replica_requests"]) == {"0", "2"}
+        with pytest.raises(PlacerError, match="no requests"):
+            pe.run([], warmup=1)
+    bad = graph_of(chain_model(4, shape=(1, 4, 8, 8)))
+    # the flaky target fails a request whose first element is FAIL_VALUE when it reads x: put it first
+    asg = {op.id: ("flaky" if op.index < 2 else "onnxruntime") for op in bad.ops}
+    mat = materialize(bad, asg, stage_of={op.id: 1 if op.index < 2 else 3 for op in bad.ops})
+    reqs[1]["x"][0, 0, 0, 0] = FAIL_VALUE
+    with PipelineExecutor(mat) as pe:
+        res = pe.run(reqs, warmup=0)
+    err = res.errors[1]
+    assert isinstance(err, StageError) and err.stage == 1 and "stage 1 failed on request 1" in str(err)
