@@ -211,9 +211,13 @@ class PlanBench:
         if key in self.candidates:
             return self.candidates[key]
         ex = make_executor(materialized, "hybrid")
-        ex.compile()
-        for f in self.feeds[:2]:  # warm-up
-            ex.run(f)
+        try:
+            ex.compile()
+            for f in self.feeds[:2]:  # warm-up
+                ex.run(f)
+        except BaseException:  # a candidate that cannot run releases its sessions and workers at once
+            ex.close()
+            raise
         cand = Candidate(key, materialized, ex)
         self.candidates[key] = cand
         return cand

@@ -166,6 +166,8 @@ class HybridExecutor(_Executor):
             for i in range(len(parts)) for j in range(i + 1, len(parts))
         )
         pinned = any(s.cores for s in specs.values())
+        #: a worker that ran a pinned target's partition is re-pinned to every core for an unpinned one
+        self._any_pinned = pinned
         self.parallel = (self.has_parallelism or pinned) if parallel is None else bool(parallel)
         self.compiled: dict[str, Any] = {}
         self.pools: dict[str, cf.ThreadPoolExecutor] = {}
@@ -194,8 +196,13 @@ class HybridExecutor(_Executor):
             for t in dict.fromkeys(p.target for p in self.partitions):
                 self._targets[t] = make_target(t)
             futs = {p.id: self._pool(p).submit(self._pinned, p, self._compile_one, p) for p in self.partitions}
+            cf.wait(futs.values())  # every session built before the first error is raised: close() frees them
             for pid, f in futs.items():
-                self.compiled[pid] = f.result()
+                if f.exception() is None:
+                    self.compiled[pid] = f.result()
+            for f in futs.values():
+                if f.exception() is not None:
+                    raise f.exception()
         else:
             for p in self.partitions:
                 self.compiled[p.id] = self._compile_one(p)
@@ -214,7 +221,8 @@ class HybridExecutor(_Executor):
         cores = self.cores.get(p.target)
         if self._targets[p.target].spec.cores and cores:
             os.sched_setaffinity(0, set(cores))
-        elif len(self.pools) > 1:  # an unpinned target in a worker that may have been pinned before
+        elif self._any_pinned:  # an unpinned target in a worker that may have been pinned before (an
+            # unpinned target on every core shares its worker with the pinned ones: one pool, one thread)
             os.sched_setaffinity(0, set(_ALL_CORES))
         return fn(*args)
 

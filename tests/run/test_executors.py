@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -320,3 +321,50 @@ def test_a_constant_model_output_is_written_by_an_op_and_every_executor_returns_
             out = ex.run(feeds)
         np.testing.assert_array_equal(out["c"], c)
         np.testing.assert_array_equal(out["y"], np.maximum(feeds["x"], 0) + c)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_an_unpinned_target_sharing_a_worker_with_a_pinned_one_runs_on_every_core(monkeypatch):
+    """An unpinned runtime on every core shares one worker with a pinned one (they share a core): its
+    partition ran in that worker still pinned to the other target's core."""
+    g = graph_of(diamond_model())
+    n = len(os.sched_getaffinity(0))
+    asg = {"a": "onnxruntime@cpu0", "b": f"onnxruntime:t{n}", "c": f"onnxruntime:t{n}",
+           "d": f"onnxruntime:t{n}", "e": f"onnxruntime:t{n}", "f": f"onnxruntime:t{n}"}
+    mat = materialize(g, asg)
+    seen: dict[str, set[int]] = {}
+    with HybridExecutor(mat) as ex:
+        run_part = ex._run_part
+
+        def spy(p, feeds):
+            seen[p.target] = set(os.sched_getaffinity(0))
+            return run_part(p, feeds)
+        monkeypatch.setattr(ex, "_run_part", spy)
+        ex.compile()
+        assert len(ex.pools) == 1  # one worker: the two targets share core 0
+        ex.run(random_inputs(g, 0))
+    assert seen["onnxruntime@cpu0:t1"] == {0}
+    assert seen[f"onnxruntime@cpu:t{n}"] == set(os.sched_getaffinity(0))
+
+
+def test_a_plan_that_fails_to_compile_closes_the_sessions_it_built(monkeypatch):
+    """A partition that cannot compile: the bench closes the sessions the other partitions had built
+    (the parallel compile dropped them with the first error, and the bench never closed the executor)."""
+    from placer.devices.onnxruntime_target import OrtCompiled
+    from placer.devices.testing import FAULT_ENV, register_test_targets as register_faulty
+    from placer.errors import PlacerError
+    from placer.run.bench import PlanBench
+
+    register_faulty()
+    monkeypatch.setenv(FAULT_ENV, "Neg")
+    closed = []
+    close = OrtCompiled.close
+    monkeypatch.setattr(OrtCompiled, "close", lambda self: (closed.append(self), close(self))[1])
+    g = graph_of(diamond_model())  # f is the Neg: on the failing target; b and c on two pinned cores
+    asg = {"a": "onnxruntime", "b": "onnxruntime@cpu0", "c": "onnxruntime@cpu1", "d": "onnxruntime",
+           "e": "onnxruntime", "f": "test-error"}
+    mat = materialize(g, asg)
+    feeds = random_inputs(g, 0)
+    with PlanBench([feeds]) as bench, pytest.raises(PlacerError, match="test-error|Neg"):
+        bench.add("k", mat)
+    assert len(closed) == len(mat.partitions) - 1  # every session that was built
