@@ -282,6 +282,9 @@ def _outputs_of(runner: _Runner, feeds: list[dict]) -> dict[str, np.ndarray]:
 
 #: the environment variable through which a worker learns its parent's pid
 PARENT_ENV = "PLACER_YARDSTICK_PARENT"
+#: the member of the worker's feeds file that holds the number of requests (the others are
+#: ``{request}__{input name}``; a model with no inputs has none of those)
+N_FEEDS_KEY = "n_requests"
 
 
 def _die_with_parent() -> None:
@@ -306,9 +309,11 @@ def main(argv: list[str]) -> int:
     _die_with_parent()
     kind, model_path, feeds_path = argv
     with np.load(feeds_path, allow_pickle=False) as z:
-        n_feeds = 1 + max(int(k.split("__", 1)[0]) for k in z.files)
+        n_feeds = int(z[N_FEEDS_KEY])
         feeds: list[dict[str, np.ndarray]] = [{} for _ in range(n_feeds)]
         for k in z.files:
+            if k == N_FEEDS_KEY:
+                continue
             i, name = k.split("__", 1)
             feeds[int(i)][name] = z[k]
     out = sys.stdout

@@ -41,6 +41,7 @@ from placer.run.yardstick_worker import (
     DESCRIPTIONS,
     F32_THROUGHPUT_KINDS,
     LATENCY_KINDS,
+    N_FEEDS_KEY,
     PIPELINE_PLAN_KIND,
     PLAN_KIND,
     THROUGHPUT_KINDS,
@@ -234,7 +235,8 @@ class YardstickSet:
         model_path = self.workdir / "model.onnx"
         model_path.write_bytes(_without_opaque_regions(model).SerializeToString())
         feeds_path = self.workdir / "feeds.npz"
-        np.savez(feeds_path, **{f"{i}__{k}": np.asarray(v) for i, f in enumerate(feeds) for k, v in f.items()})
+        np.savez(feeds_path, **{f"{i}__{k}": np.asarray(v) for i, f in enumerate(feeds) for k, v in f.items()},
+                 **{N_FEEDS_KEY: np.asarray(len(feeds))})  # a model may have no inputs: the count is its own
         self.n_feeds = len(feeds)
         #: placer plans deployed in processes of their own (:meth:`add_plan`), by key
         self.plans: dict[str, Yardstick] = {}

@@ -43,6 +43,19 @@ def test_openvino_yardsticks_feed_an_input_port_that_has_several_names():
         assert (ys["ov-throughput"].throughput(8) or 0) > 0
 
 
+def test_a_model_without_inputs_gets_its_yardsticks():
+    """No inputs, so no ``{request}__{name}`` member in the worker's feeds file: the worker read the
+    number of requests from those and failed every yardstick (max() of nothing)."""
+    nodes = [helper.make_node("RandomUniform", [], ["r"], name="rnd", shape=[4], dtype=TensorProto.FLOAT),
+             helper.make_node("Relu", ["r"], ["y"], name="relu")]
+    model = helper.make_model(helper.make_graph(nodes, "no_inputs", [],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with YardstickSet(model, [{}, {}], ("ort-default",)) as ys:
+        assert set(ys.ready) == {"ort-default"}, {k: y.error for k, y in ys.all.items()}
+        assert len(ys["ort-default"].run_batch(2)) == 2
+
+
 def test_yardstick_workers_die_with_a_killed_parent(tmp_path):
     """Workers are frozen between batches, so a SIGKILLed parent (placer tune killed, or OOM) used to
     leave them stopped forever; the kernel now kills them with it (Linux PR_SET_PDEATHSIG).
