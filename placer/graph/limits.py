@@ -179,7 +179,11 @@ def load_external_data(model: onnx.ModelProto, model_path: str | os.PathLike, mo
         name = _label(kind, t)
         if not loc:
             raise GraphError(f"{where}: {name} is external but names no file")
-        file = (base / loc).resolve()
+        try:
+            file = (base / loc).resolve()
+        except (OSError, ValueError, RuntimeError) as exc:  # a NUL in the name, a symbolic link loop
+            raise GraphError(f"{where}: {name}: its external file {loc[:80]!r} cannot be resolved "
+                             f"({type(exc).__name__}: {exc})") from None
         if Path(loc).is_absolute() or (file != base and base not in file.parents):
             raise GraphError(f"{where}: {name}: its external file {loc!r} is outside the model's folder")
         try:

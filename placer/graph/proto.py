@@ -46,7 +46,10 @@ def dtype_name(elem_type: int) -> str:
     try:
         return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
     except (KeyError, TypeError, ValueError):
-        return onnx.TensorProto.DataType.Name(elem_type).lower()
+        try:
+            return onnx.TensorProto.DataType.Name(elem_type).lower()
+        except ValueError:  # a value no ONNX element type has (a forged file): named for the message
+            return f"unknown element type {elem_type}"
 
 
 def elem_bits(elem_type: int) -> int:

@@ -101,6 +101,8 @@ def _typed(name: str, elem: int, dims, **fields) -> TensorProto:
     (_raw("w", [3], bytes(16)), r"initializer 'w'.*holds 16 bytes \(expected 12\)"),
     (_typed("w", I64, [5], int64_data=[1, 2]), r"initializer 'w'.*holds 2 entries of int64_data"),
     (_raw("w", [2**30, 2**30], bytes(4)), r"initializer 'w' declares shape .* elements, more than"),
+    # an element type ONNX does not define (naming it for the message raised a bare ValueError)
+    (_raw("w", [1], bytes(4), elem=999), r"initializer 'w' declares shape \[1\] \(unknown element type 999"),
 ])
 def test_tensor_declaring_more_than_it_holds_is_refused_by_name(tensor, expect):
     with pytest.raises(GraphError, match=expect):
@@ -159,3 +161,15 @@ def test_model_size_limit_and_its_override(tmp_path, monkeypatch):
         load_graph(f)
     monkeypatch.setenv(MAX_MODEL_ENV, "1")
     assert load_graph(f).op("add").weight_bytes == 4 << 16
+
+
+@pytest.mark.parametrize("location, expect", [
+    ("w\x00.bin", r"its external file 'w\\x00\.bin' cannot be resolved \(ValueError"),
+    ("loop", r"its external file 'loop' cannot be resolved \(RuntimeError: Symlink loop"),
+])
+def test_an_external_file_name_that_cannot_be_resolved_is_named(tmp_path, location, expect):
+    f = _external(tmp_path)
+    (tmp_path / "loop").symlink_to("loop")
+    _edit_external(f, "location", location)
+    with pytest.raises(GraphError, match=expect):
+        load_graph(f)
