@@ -31,7 +31,7 @@ import numpy as np
 from placer.devices.base import TargetSpec
 from placer.devices.cores import core_sets
 from placer.errors import ProfileError
-from placer.problem import PlacementProblem, Tensor
+from placer.problem import PlacementProblem, ProblemError, Tensor, resolve_target_name
 from placer.profile import model_key, segment_key
 
 
@@ -235,6 +235,25 @@ def target_cores_of(names) -> dict[str, tuple[int, ...]]:
     return {n: sets[s.name] for n, s in specs.items() if sets.get(s.name) is not None}
 
 
+def _caps_by_target(memory_cap_bytes: Mapping[str, Any], names: list[str]) -> list[float]:
+    """Each target's memory cap (bytes; inf where none), from caps named by target (a name without its
+    resources means the one target of that kind, as ``pinned`` does); ProblemError for a name that is
+    no target of the problem or a cap that is not a number >= 0 (None: no cap)."""
+    caps = [math.inf] * len(names)
+    for name, cap in memory_cap_bytes.items():
+        d = names.index(resolve_target_name(str(name), names, "memory_cap_bytes: "))
+        if cap is None:
+            continue
+        try:
+            v = float(cap)
+        except (TypeError, ValueError):
+            raise ProblemError(f"memory_cap_bytes: {name!r}: {str(cap)[:40]!r} is not a number of bytes") from None
+        if math.isnan(v) or v < 0:
+            raise ProblemError(f"memory_cap_bytes: {name!r}: {v} is not a number of bytes >= 0")
+        caps[d] = v
+    return caps
+
+
 def build_problem(
     graph,
     table: CostTable,
@@ -275,9 +294,7 @@ def build_problem(
                     fit = links.fits.get((src, dst))
                     if fit is not None:
                         lat[a, b], per_byte[a, b] = fit.latency_ms, fit.ms_per_byte
-    caps = None
-    if memory_cap_bytes:
-        caps = [float(memory_cap_bytes.get(n, math.inf)) for n in names]
+    caps = _caps_by_target(memory_cap_bytes, names) if memory_cap_bytes else None
     prov = {
         "model": graph.name,
         "model_hash": graph.model_hash,

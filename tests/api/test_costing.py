@@ -329,3 +329,21 @@ def test_a_plans_assignment_is_priced_again_as_run_on_a_problem_repriced_later(t
         priced_assignment(p, tiny_graph, {o: t for o, t in assignment.items() if o != "fc"})
     with pytest.raises(KeyError, match="z"):  # a target the problem lacks
         priced_assignment(p, tiny_graph, {**assignment, "fc": "z"})
+
+
+def test_memory_caps_are_named_as_pinned_targets_are_and_a_wrong_name_is_refused(tiny_graph):
+    """A cap under a name that is no target was dropped without a word (the plan then ran uncapped),
+    and a None cap (no cap, as in problem JSON) raised a TypeError."""
+    from placer.errors import ProblemError
+
+    n = len(tiny_graph.ops)
+    table = dataclasses.replace(_table(tiny_graph, {"a": [1.0] * n, "b": [2.0] * n}),
+                                targets=("onnxruntime@cpu:t1", "openvino@cpu:t1"))
+    caps = build_problem(tiny_graph, table, memory_cap_bytes={"openvino": 5e6, "onnxruntime@cpu:t1": None})
+    assert list(caps.memory_cap_bytes) == [math.inf, 5e6]
+    with pytest.raises(ProblemError, match="memory_cap_bytes: unknown target 'onnxruntim'"):
+        build_problem(tiny_graph, table, memory_cap_bytes={"onnxruntim": 5e6})
+    with pytest.raises(ProblemError, match="'openvino': 'lots' is not a number of bytes"):
+        build_problem(tiny_graph, table, memory_cap_bytes={"openvino": "lots"})
+    with pytest.raises(ProblemError, match="-1.0 is not a number of bytes >= 0"):
+        build_problem(tiny_graph, table, memory_cap_bytes={"openvino": -1})
