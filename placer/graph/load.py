@@ -185,6 +185,7 @@ def _prepare(model: onnx.ModelProto, where: str, shapes: Mapping[str, tuple[int,
     _check_structure_and_sort(g, where)
     _strip_initializer_inputs(g)
     model.ir_version = max(MIN_IR_VERSION, min(model.ir_version, MAX_IR_VERSION))
+    _negative_dims_unknown(g)
     _bind_shapes(g, shapes or {}, where)
     _run_checker(model, where)
     _fold(model, where)
@@ -339,6 +340,17 @@ def _fmt_dims(dims: tuple | None) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
+def _negative_dims_unknown(g: onnx.GraphProto) -> None:
+    """A declared dim of -1 (a common way of writing "dynamic" in hand-built models) is made unknown:
+    kept, it conflicted with every binding and failed strict shape inference on outputs."""
+    for vi in (*g.input, *g.output, *g.value_info):
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_value") and d.dim_value < 0:
+                d.Clear()
+
+
 def _bind_shapes(g: onnx.GraphProto, shapes: Mapping[str, tuple[int, ...]], where: str) -> None:
     inputs = {vi.name: vi for vi in g.input}
     constants = {t.name for t in g.initializer}
@@ -356,11 +368,7 @@ def _bind_shapes(g: onnx.GraphProto, shapes: Mapping[str, tuple[int, ...]], wher
         if elem_type == 0:
             raise GraphError(f"{where}: graph input '{vi.name}' has no element type")
         if vi.name in shapes:
-            want = shapes[vi.name]
-            try:
-                want = tuple(int(d) for d in want)
-            except (TypeError, ValueError):
-                raise GraphError(f"{where}: shape for input '{vi.name}' must be a tuple of ints, got {want!r}") from None
+            want = shape_tuple(vi.name, shapes[vi.name], where)
             if any(d < 0 for d in want):
                 raise GraphError(f"{where}: shape for input '{vi.name}' has a negative dim: {want}")
             _check_input_size(vi.name, want, where)
@@ -371,7 +379,7 @@ def _bind_shapes(g: onnx.GraphProto, shapes: Mapping[str, tuple[int, ...]], wher
                         f"the model declares rank {len(dims)} {_fmt_dims(dims)}"
                     )
                 for k, (have, new) in enumerate(zip(dims, want)):
-                    if isinstance(have, int) and have != new:
+                    if isinstance(have, int) and have >= 0 and have != new:  # a negative dim: unknown
                         raise GraphError(
                             f"{where}: shape {want} for input '{vi.name}' conflicts with the model's "
                             f"{_fmt_dims(dims)} at dim {k}"
@@ -383,11 +391,22 @@ def _bind_shapes(g: onnx.GraphProto, shapes: Mapping[str, tuple[int, ...]], wher
         elif P.is_static(dims):
             _check_input_size(vi.name, dims, where)
         else:
-            hint = ", ".join("?" if not isinstance(d, int) else str(d) for d in dims) if dims else "..."
+            hint = ", ".join("?" if not isinstance(d, int) or d < 0 else str(d) for d in dims) if dims else "..."
             raise GraphError(
                 f"{where}: graph input '{vi.name}' has a non-static shape {_fmt_dims(dims)}; bind it with "
                 f"shapes={{'{vi.name}': ({hint})}} (CLI: --shape {vi.name}=...)"
             )
+
+
+def shape_tuple(name: str, want: Any, where: str = "shapes") -> tuple[int, ...]:
+    """A shape given for input ``name`` as a tuple of ints; GraphError for anything else (a bare number,
+    a string, a float or None dim: int() would truncate 1.9 and split "123" into three dims)."""
+    ok = isinstance(want, (list, tuple)) or (isinstance(want, np.ndarray) and want.ndim == 1)
+    if ok:
+        ok = all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in want)
+    if not ok:
+        raise GraphError(f"{where}: shape for input '{name}' must be a tuple of ints, got {str(want)[:80]!r}")
+    return tuple(int(d) for d in want)
 
 
 def _check_input_size(name: str, dims: tuple[int, ...], where: str) -> None:

@@ -124,7 +124,7 @@ def load_model(source: Any, shapes: Mapping[str, tuple[int, ...]] | None = None)
 def load_graph(source: Any, shapes: Mapping[str, Sequence[int]] | None = None) -> OpGraph:
     """:func:`placer.graph.load_graph` of a zoo reference (``"zoo:squeezenet"``, recorded as the graph's
     ``source``), a path or a ModelProto."""
-    shapes = {k: tuple(int(d) for d in v) for k, v in shapes.items()} if shapes else None
+    shapes = {k: graph_load.shape_tuple(k, v, str(source)) for k, v in shapes.items()} if shapes else None
     if _is_ref(source):
         return _graph_load_graph(resolve(source), shapes, name=str(source))
     return _graph_load_graph(source, shapes)

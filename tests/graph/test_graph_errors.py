@@ -100,6 +100,26 @@ def test_unknown_rank_input_without_shapes():
     assert g.tensors["y"].shape == (4, 5)
 
 
+def test_a_dim_declared_minus_one_is_unknown_and_can_be_bound():
+    """-1 (hand-built models' "dynamic") conflicted with every binding, the hint proposed binding -1,
+    and an output declared so failed strict shape inference."""
+    nodes = [h.make_node("Relu", ["x"], ["y"], name="r")]
+    m = _model(nodes, [_vi("x", [-1, 3])], [_vi("y", [-1, 3])])
+    with pytest.raises(GraphError, match=r"'x' has a non-static shape \[\?, 3\]; bind it with shapes=\{'x': \(\?, 3\)\}"):
+        load_model(m)
+    assert load_graph(m, shapes={"x": (2, 3)}).tensors["y"].shape == (2, 3)
+
+
+@pytest.mark.parametrize("shape", [4, "23", (1.9, 3), (None, 3), (True, 3)])
+def test_a_shape_that_is_not_a_tuple_of_ints_is_refused_not_truncated(shape):
+    nodes = [h.make_node("Relu", ["x"], ["y"], name="r")]
+    m = _model(nodes, [_vi("x", [-1, 3])], [_vi("y", None)])
+    with pytest.raises(GraphError, match="shape for input 'x' must be a tuple of ints"):
+        load_model(m, shapes={"x": shape})
+    with pytest.raises(GraphError, match="shape for input 'x' must be a tuple of ints"):
+        zoo.load_graph(m, shapes={"x": shape})
+
+
 def test_shapes_key_that_is_not_an_input():
     with pytest.raises(GraphError, match="'nope'.*not a graph input") as e:
         load_model(zoo.tiny_branchy(), shapes={"nope": (1, 3, 8, 8)})
