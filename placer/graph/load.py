@@ -56,7 +56,8 @@ from placer.graph import proto as P
 from placer.graph.opaque import contract_dynamic
 from placer.toposort import CycleError, topological_order
 
-__all__ = ["FOLDED_KEY", "FOLDED_VALUE", "is_folded", "load_model", "read_model", "reference_run"]
+__all__ = ["FOLDED_KEY", "FOLDED_VALUE", "check_prepared", "is_folded", "load_model", "read_model", "reference_run",
+           "shape_tuple"]
 
 FOLDED_KEY = "placer.graph"
 FOLDED_VALUE = "folded-v1"
@@ -111,6 +112,29 @@ def load_model(
     """
     model, where = _read(source)
     return _prepare(model, name or where, shapes)
+
+
+def check_prepared(model: onnx.ModelProto, where: str) -> None:
+    """A model marked as already prepared (:func:`is_folded`: a plan directory's ``model.onnx``, a file
+    a user may hand over edited) is used without folding it again; its structure is checked as loading
+    checks it: node names given once each, every tensor read produced before (no cycle, no dangling
+    input), every output produced, the checker passes, and every tensor typed. GraphError naming the
+    file (the graph built from it raised a bare KeyError on an untyped tensor)."""
+    g = model.graph
+    seen: set[str] = set()
+    for n in g.node:
+        if not n.name or n.name in seen:
+            raise GraphError(f"{where}: node names must be given once each in a prepared model; "
+                             f"{n.name!r} ({n.op_type}) is {'empty' if not n.name else 'repeated'} (edited?)")
+        seen.add(n.name)
+    _check_structure_and_sort(g, where)
+    _run_checker(model, where)
+    typed = {vi.name for vi in (*g.input, *g.output, *g.value_info)} | {t.name for t in g.initializer}
+    for n in g.node:
+        for t in (*n.input, *n.output):
+            if t and t not in typed:
+                raise GraphError(f"{where}: tensor {t!r} of {_node_desc(n)} has no type or shape: not the model "
+                                 "placer prepared (edited?)")
 
 
 def read_model(source: str | os.PathLike | onnx.ModelProto | bytes) -> onnx.ModelProto:

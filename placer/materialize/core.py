@@ -12,6 +12,7 @@ from placer.devices import make_target
 from placer.devices.base import TargetSpec
 from placer.errors import PlanError, TargetError, first_line
 from placer.graph import build_graph
+from placer.graph.load import check_prepared, is_folded
 from placer.graph.opaque import describe_regions, is_opaque
 from placer.materialize.partition import (
     Partition,
@@ -404,6 +405,8 @@ def _read_onnx(path: Path, what: str):
 
 def _load_graph(model_path: Path):
     model = _read_onnx(model_path, "the plan directory's model (model.onnx)")
+    if is_folded(model):  # used as is: checked as loading checks a model
+        check_prepared(model, str(model_path))
     return build_graph(model, source=str(model_path))
 
 

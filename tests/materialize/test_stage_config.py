@@ -252,3 +252,25 @@ def test_stages_listed_out_of_order_are_refused(diamond):
     d["stages"].reverse()
     with pytest.raises(PlanError, match="increasing order"):
         check_stage_config(StageConfig.from_dict(d), diamond)
+
+
+@pytest.mark.parametrize("edit, expect", [
+    (lambda g: g.node[1].input.__setitem__(0, "ghost"), r"reads tensor 'ghost'.*dangling input"),
+    (lambda g: setattr(g.node[1], "name", g.node[0].name), r"node names must be given once each.*repeated"),
+    (lambda g: g.value_info.__delitem__(0), r"has no type or shape: not the model placer prepared"),
+])
+def test_an_edited_model_in_a_plan_directory_is_checked_though_marked_prepared(tmp_path, diamond, edit, expect):
+    """model.onnx carries the 'prepared' mark, so it is not folded again: it was not checked either, and an
+    edited one raised a bare KeyError (or ran with one node's name shadowing another's)."""
+    import onnx
+
+    from placer.errors import GraphError
+
+    root = tmp_path / "plan"
+    materialize(diamond, ASG, root)
+    m = onnx.load(str(root / "model.onnx"))
+    edit(m.graph)
+    onnx.save(m, str(root / "model.onnx"))
+    with pytest.raises(GraphError, match=expect) as e:
+        load_plan_dir(root)
+    assert "model.onnx" in str(e.value)
