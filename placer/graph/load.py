@@ -73,6 +73,10 @@ _NONDETERMINISTIC = frozenset(
 # (data propagation needs the values of shape tensors); bigger ones become typed inputs there.
 _SKELETON_KEEP_NUMEL = 1024
 _MAX_FOLD_ROUNDS = 8
+#: a node whose output (its inferred shape) would exceed this many bytes, or twice the model's
+#: initializers if more, is not folded: it stays an op that a runtime computes. A 200-byte file's
+#: ConstantOfShape of [2**31] had allocated 8 GiB (and as much again in protobuf) while loading.
+FOLD_MIN_BUDGET_BYTES = 256 * 2**20
 # A tensor with more elements than this is refused (no target here holds 2^36 floats = 256 GiB).
 MAX_TENSOR_ELEMENTS = 2**36
 
@@ -521,14 +525,21 @@ def _shape_value(n: onnx.NodeProto, dims: tuple[int, ...]) -> np.ndarray:
     return np.array(list(dims)[start:end], dtype=np.int64)
 
 
-def _constant_of_shape(n: onnx.NodeProto, shape_arr: np.ndarray) -> np.ndarray:
-    """ConstantOfShape without np.full (bytes repetition is ~5x faster for big fills)."""
+class _TooBig(Exception):
+    """A folded value would exceed the folding budget."""
+
+
+def _constant_of_shape(n: onnx.NodeProto, shape_arr: np.ndarray, budget: int = FOLD_MIN_BUDGET_BYTES) -> np.ndarray:
+    """ConstantOfShape without np.full (bytes repetition is ~5x faster for big fills); _TooBig past
+    ``budget`` bytes."""
     value = np.zeros(1, dtype=np.float32)
     for a in n.attribute:
         if a.name == "value":
             value = numpy_helper.to_array(a.t).reshape(-1)[:1]
     shape = tuple(int(d) for d in np.asarray(shape_arr).reshape(-1))
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)  # Python ints: no int64 overflow
+    if count * value.dtype.itemsize > budget:
+        raise _TooBig(n.name)
     if value.dtype.kind in "OUS":
         return np.full(shape, value[0], dtype=value.dtype)
     raw = value.astype(value.dtype.newbyteorder("<"), copy=False).tobytes() * count
@@ -573,8 +584,10 @@ def _evaluate(
     known: dict[str, np.ndarray],
     init_by_name: dict[str, TensorProto],
     model: onnx.ModelProto,
+    budget: int = FOLD_MIN_BUDGET_BYTES,
 ) -> dict[str, np.ndarray]:
-    """Values of the outputs of ``nodes`` (constant inputs only). Nodes that fail stay unfolded."""
+    """Values of the outputs of ``nodes`` (constant inputs only). Nodes that fail stay unfolded, as do
+    ConstantOfShape nodes that would fill more than ``budget`` bytes (and the nodes reading them)."""
     values: dict[str, np.ndarray] = {}
 
     def get(name: str) -> np.ndarray | None:
@@ -595,8 +608,10 @@ def _evaluate(
             shape = get(n.input[0])
             if shape is not None:
                 try:
-                    values[n.output[0]] = _constant_of_shape(n, shape)
+                    values[n.output[0]] = _constant_of_shape(n, shape, budget)
                     continue
+                except _TooBig:
+                    continue  # left unfolded: a runtime fills it
                 except Exception:  # noqa: BLE001, S110 - the reference evaluator gets another try
                     pass
         rest.append(n)
@@ -635,9 +650,27 @@ def _evaluate(
     return values
 
 
+def _fold_budget(g: onnx.GraphProto) -> int:
+    """The most bytes one folded tensor may hold (:data:`FOLD_MIN_BUDGET_BYTES`)."""
+    weights = sum(P.nbytes_of(tuple(t.dims), t.data_type) for t in g.initializer)
+    return max(FOLD_MIN_BUDGET_BYTES, 2 * weights)
+
+
+def _too_big_to_fold(n: onnx.NodeProto, types: dict, budget: int) -> bool:
+    """Whether an output of ``n`` is inferred larger than ``budget`` bytes (an output of unknown shape is
+    not: ConstantOfShape, the way to make a big tensor from a small one, checks its count itself)."""
+    for o in n.output:
+        vi = types.get(o) if o else None
+        tt = P.tensor_type_of(vi) if vi is not None else None
+        if tt is not None and tt[0] and P.is_static(tt[1]) and P.nbytes_of(tt[1], tt[0]) > budget:
+            return True
+    return False
+
+
 def _fold(model: onnx.ModelProto, where: str) -> None:
     g = model.graph
     graph_outputs = {o.name for o in g.output}
+    budget = _fold_budget(g)
     for _ in range(_MAX_FOLD_ROUNDS):
         types = _infer(model, strict=False, where=where)
         const = {t.name for t in g.initializer}
@@ -659,14 +692,14 @@ def _fold(model: onnx.ModelProto, where: str) -> None:
                     const.add(n.output[0])
                     shape_folded.add(n.name)
                     continue
-            if _foldable(n, const, graph_outputs):
+            if _foldable(n, const, graph_outputs) and not _too_big_to_fold(n, types, budget):
                 candidates.append(n)
                 const.update(o for o in n.output if o)
         if not candidates and not known:
             return
         init_by_name = {t.name: t for t in g.initializer}
         values = dict(known)
-        values.update(_evaluate(candidates, known, init_by_name, model))
+        values.update(_evaluate(candidates, known, init_by_name, model, budget))
         folded = set(shape_folded)
         for n in candidates:
             if all((not o) or o in values for o in n.output):
