@@ -35,6 +35,9 @@ __all__ = ["DATA_PROP_MAX_ELEMENTS", "DEFAULT_MAX_MODEL_MB", "MAX_MODEL_ENV", "c
 
 #: default limit of a model file plus its external data, MiB (``$PLACER_MAX_MODEL_MB`` overrides it)
 DEFAULT_MAX_MODEL_MB = 4096
+#: the most bytes one protobuf message can be serialized into: a model whose external data brings it
+#: past this cannot be hashed, cut into partitions or saved by placer, which keep weights inline
+PROTOBUF_MAX_BYTES = 2**31 - 1
 MAX_MODEL_ENV = "PLACER_MAX_MODEL_MB"
 #: a 1-D tensor with more elements than this turns data propagation off (a shape tensor has rank-many)
 DATA_PROP_MAX_ELEMENTS = 2**16
@@ -204,6 +207,10 @@ def load_external_data(model: onnx.ModelProto, model_path: str | os.PathLike, mo
         total += length
         if total > limit:
             raise _over(where, "the model with its external data", total, limit)
+    if external and total > PROTOBUF_MAX_BYTES:
+        raise GraphError(f"{where}: the model with its external data is {total / 2**20:.6g} MiB; placer holds a "
+                         f"model's weights in one ONNX message, which protobuf limits to 2 GiB: such models are "
+                         "not supported")
     if external:
         from onnx.external_data_helper import load_external_data_for_model
 

@@ -201,3 +201,21 @@ def test_a_tiny_model_that_folds_into_gibibytes_is_left_unfolded(bound_by):
         tracemalloc.stop()
     assert peak < 64 * 2**20, peak
     assert "fill" in {op.id for op in g.ops} and g.tensors["c"].shape == (n,)
+
+
+def test_external_data_past_protobuf_s_2_gib_is_refused_before_it_is_read(tmp_path):
+    """Within the 4 GiB model limit but past what one protobuf message holds: placer keeps the weights
+    inline, so the model could not be hashed or cut later; refused from the headers (the data file is
+    sparse: nothing is read)."""
+    n = 3 * 2**28  # 3 GiB of float32
+    w = TensorProto()
+    w.name, w.data_type, w.data_location = "w", F, TensorProto.EXTERNAL
+    w.dims.extend([n])
+    for k, v in (("location", "w.bin"), ("offset", "0"), ("length", str(4 * n))):
+        w.external_data.add(key=k, value=v)
+    m = _adds(w, n)
+    with open(tmp_path / "w.bin", "wb") as f:
+        f.truncate(4 * n)
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    with pytest.raises(GraphError, match=r"3072 MiB; .* protobuf limits to 2 GiB"):
+        load_graph(tmp_path / "m.onnx")
