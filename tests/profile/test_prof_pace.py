@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from placer.devices import make_target
@@ -30,6 +31,23 @@ def test_a_rows_factor_is_its_own_pace_over_its_targets_usual_pace():
     assert ("a", "old") not in f
     assert row_pace(rows[0]) == 1.0 and row_pace(rows[-1]) is None
     assert row_pace({"meta": {"pace_ms": "nan"}}) is None and row_pace({"meta": {"pace_ms": -1}}) is None
+
+
+def test_the_pace_a_row_is_judged_against_is_the_one_read_beside_work_of_its_size():
+    """Bigger measurements leave the anchors colder caches, so their pace reads slower with no spell of
+    the host (session 50: whole models 1.1-1.2x the median op's pace, priced 10-17% low): the reference
+    is a line of log pace against log time, and only what departs from it is the host's."""
+    sizes = np.geomspace(0.001, 100.0, 40)
+    rows = [_row("a", f"op{i}", 1.0 * ms ** 0.02, ms) for i, ms in enumerate(sizes)]  # no spell: on the line
+    rows += [_row("a", "spell", 1.5 * 0.1 ** 0.02, 0.1), _row("a", "model", 100.0 ** 0.02, 100.0)]
+    f = pace_factors(rows)
+    assert all(f[("a", f"op{i}")] == pytest.approx(1.0, rel=1e-6) for i in range(40))
+    assert f[("a", "model")] == pytest.approx(1.0, rel=1e-6)  # 1.10x the median pace: its size, not a spell
+    assert f[("a", "spell")] == pytest.approx(1.5, rel=1e-3)
+    # too few rows, or sizes within a decade, to tell a line: the median pace, as before
+    few = [_row("b", f"op{i}", 1.0 * ms ** 0.02, ms) for i, ms in enumerate(sizes[:10])]
+    usual = np.exp(np.median([0.02 * np.log(m) for m in sizes[:10]]))
+    assert pace_factors(few)[("b", "op9")] == pytest.approx(sizes[9] ** 0.02 / usual)
 
 
 @pytest.fixture()
