@@ -125,6 +125,22 @@ def test_segment_and_whole_model(tmp_path, tiny, fast_timing):
         assert st.count() == n + 1
 
 
+def test_a_whole_model_on_all_cores_keeps_the_mean_of_its_windows_on_one_core_the_lower(tmp_path, tiny,
+                                                                                         fast_timing, monkeypatch):
+    """On all cores the host's spells are part of what a request meets: the lower window priced every
+    such whole model below the bench's rounds (session 50); one-thread rows keep the lower."""
+    from placer.profile.engine import ONE_THREAD_WINDOWS_ENV
+
+    monkeypatch.setenv(ONE_THREAD_WINDOWS_ENV, "1")  # one-thread rows take second windows too, as by default
+    db = tmp_path / "w.db"
+    whole = profile_whole_model(tiny, ["onnxruntime:t2", "onnxruntime"], db, timing=fast_timing)
+    two, one = whole["onnxruntime@cpu:t2"], whole["onnxruntime@cpu:t1"]
+    first, second = two.meta["windows_ms"]
+    assert two.meta["windows_kept"] == "mean" and two.median_ms == pytest.approx((first + second) / 2)
+    assert two.p10_ms <= two.median_ms <= two.p90_ms
+    assert "windows_kept" not in one.meta and one.median_ms == _kept_window(one.meta)
+
+
 def test_segment_key_is_structural(tiny):
     ids = [op.id for op in tiny.ops[:2]]
     assert segment_key(tiny, ids) == segment_key(tiny, list(reversed(ids)))
