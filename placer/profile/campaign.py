@@ -41,7 +41,7 @@ from placer.profile import keys as K
 from placer.profile.anchors import anchor_graph
 from placer.profile.drift import row_session
 from placer.profile.engine import CONTENDED_ATTEMPTS, FAILED, Engine, Task
-from placer.profile.links import DEFAULT_LINK_SIZES, fit_cut_points, fit_points
+from placer.profile.links import DEFAULT_LINK_SIZES, LINK_OPS, fit_cut_points, fit_points
 from placer.profile.progress import progress_bar
 from placer.profile.results import CampaignResult, TargetTotals
 from placer.profile.store import OVERHEAD_KEY, Measurement, ProfileStore, open_store
@@ -345,13 +345,21 @@ def _run_links(st: ProfileStore, tlist, res: CampaignResult, *, sizes, isolate: 
                     res.links_measured += 1
                     bar.advance()
                     continue
-                try:
-                    reply = worker.request({"cmd": "link", "src": a.name, "dst": b.name, "sizes": sizes,
-                                            "overhead_ms": overheads}, b"", timeout_s, what=f"while timing link {a.name}->{b.name}")
-                except WorkerDied as exc:
-                    res.problems.append(exc.reason)
+                reply = None
+                for k in range(len(LINK_OPS)):  # a side that kills the worker on one op: the next op, anew
+                    try:
+                        reply = worker.request({"cmd": "link", "src": a.name, "dst": b.name, "sizes": sizes,
+                                                "overhead_ms": overheads, "ops": list(LINK_OPS[k:])}, b"",
+                                               timeout_s, what=f"while timing link {a.name}->{b.name}")
+                        break
+                    except WorkerDied as exc:
+                        died = exc
+                if reply is None and a.name != b.name:
+                    res.problems.append(died.reason)
                     bar.advance()
                     continue
+                if reply is None:  # the cut cost killed the worker: priced as a cut that cannot be measured
+                    reply = {"status": "error", "reason": died.reason}
                 if a.name == b.name:  # a cut cost that cannot be measured prices cuts as before: no failure
                     ok = reply.get("status") == "ok"
                     points = reply["points"] if ok else []

@@ -115,11 +115,11 @@ def elementwise_model(n_elems: int, name: str = "link", op: str = "Relu"):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
-def _link_side(target, n: int, name: str, x: np.ndarray):
-    """``target`` compiled on the first of :data:`LINK_OPS` it compiles and runs (on ``x``); the first
-    op's error where none does."""
+def _link_side(target, n: int, name: str, x: np.ndarray, ops: Sequence[str] = LINK_OPS):
+    """``target`` compiled on the first of ``ops`` (:data:`LINK_OPS`) it compiles and runs (on ``x``);
+    the first op's error where none does."""
     first = None
-    for op in LINK_OPS:
+    for op in ops:
         compiled = None
         try:
             compiled = target.compile(elementwise_model(n, name, op))
@@ -134,8 +134,9 @@ def _link_side(target, n: int, name: str, x: np.ndarray):
 
 def measure_link_points(src, dst, sizes: Sequence[int] = DEFAULT_LINK_SIZES, *, rounds_s: float = 0.25,
                         min_rounds: int = 7, max_rounds: int = 400, overhead_ms: Mapping[str, float] | None = None,
-                        seed: int = 0) -> list[dict]:
-    """Time the hand-off ``src -> dst`` (Target objects, both in this process) at each size.
+                        seed: int = 0, ops: Sequence[str] = LINK_OPS) -> list[dict]:
+    """Time the hand-off ``src -> dst`` (Target objects, both in this process) at each size, each side
+    running the first of ``ops`` it can (a campaign passes the later ones after a crash on the first).
 
     Returns one dict per size: ``nbytes, chain_ms, src_ms, dst_ms, dst_overhead_ms, handoff_ms, rounds``
     (medians over interleaved rounds; see the module doc for the method).
@@ -159,8 +160,8 @@ def measure_link_points(src, dst, sizes: Sequence[int] = DEFAULT_LINK_SIZES, *, 
     for nbytes in sizes:
         n = max(int(nbytes) // 4, 1)
         x = rng.standard_normal(n).astype(np.float32)
-        s_c = _link_side(src, n, "link_src", x)
-        d_c = _link_side(dst, n, "link_dst", x)
+        s_c = _link_side(src, n, "link_src", x, ops)
+        d_c = _link_side(dst, n, "link_dst", x, ops)
         x0 = s_c.run({"x": x})["y"]  # a real source output, reused for dst-alone timing
         for _ in range(3):  # warm-up
             d_c.run_shared({"x": s_c.run_shared({"x": x})["y"]})

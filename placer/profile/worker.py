@@ -18,7 +18,7 @@ Requests (header ``cmd``):
   ``CompiledModel.run`` (see :mod:`placer.profile.timing`), the host's pace timed over the same window
   (:mod:`placer.profile.pace`); answers ``status`` ``ok`` with stats and ``pace_ms``,
   ``unsupported`` (TargetError while compiling, MemoryError) or ``error`` (raised while running);
-* ``link``: ``{"src", "dst", "sizes", "overhead_ms"}`` -> :func:`placer.profile.links.measure_link_points`
+* ``link``: ``{"src", "dst", "sizes", "overhead_ms", "ops"}`` -> :func:`placer.profile.links.measure_link_points`
   (``src == dst``: :func:`placer.profile.links.measure_cut_points`);
 * ``exit``.
 
@@ -43,7 +43,7 @@ from placer.devices.registry import register_target
 from placer.errors import PlacerError, TargetUnavailable, first_line
 from placer.gc_scope import collected_after
 from placer.profile.contention import CpuWindow, core_reference, seed_core_reference
-from placer.profile.links import measure_cut_points, measure_link_points
+from placer.profile.links import LINK_OPS, measure_cut_points, measure_link_points
 from placer.profile.pace import PaceMeter
 from placer.profile.timing import TimingConfig, random_feeds, time_compiled
 
@@ -194,7 +194,8 @@ class WorkerCore:
                 return {"status": "error", "reason": why}
         try:
             pts = measure_link_points(src, dst, header["sizes"], overhead_ms=header.get("overhead_ms") or {},
-                                      rounds_s=float(header.get("rounds_s", 0.25)))
+                                      rounds_s=float(header.get("rounds_s", 0.25)),
+                                      ops=tuple(header.get("ops") or LINK_OPS))
         except Exception as exc:
             return {"status": "error", "reason": f"link {src.name}->{dst.name}: {type(exc).__name__}: {first_line(exc, _REASON_LIMIT)}"}
         return {"status": "ok", "points": pts}

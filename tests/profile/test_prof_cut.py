@@ -69,8 +69,20 @@ def test_a_link_side_whose_target_refuses_relu_runs_the_next_link_op(monkeypatch
         points = measure_link_points(a, b, sizes=[4096], rounds_s=0.01, min_rounds=3, max_rounds=5)
         assert len(points) == 1 and points[0]["nbytes"] == 4096 and points[0]["chain_ms"] > 0
     assert LINK_OPS[0] == "Relu"
-    from placer.profile import links
+    with pytest.raises(TargetError, match="Relu"):  # none runs: the first op's refusal is raised
+        measure_link_points(src, dst, sizes=[4096], rounds_s=0.01, min_rounds=3, max_rounds=5, ops=("Relu",))
 
-    monkeypatch.setattr(links, "LINK_OPS", ("Relu",))  # none runs: the first op's refusal is raised
-    with pytest.raises(TargetError, match="Relu"):
-        measure_link_points(src, dst, sizes=[4096], rounds_s=0.01, min_rounds=3, max_rounds=5)
+
+def test_a_target_that_kills_its_worker_on_relu_gets_its_links_from_the_next_op(tmp_path, monkeypatch):
+    """A segfault is no exception the side can catch: the worker died, the link was a problem, and
+    profile_links (which every plan over two real targets runs) failed on every run. The campaign now
+    asks a fresh worker for the link with the next of LINK_OPS."""
+    from placer.devices.testing import FAULT_ENV, register_test_targets
+    from placer.profile.campaign import profile_links
+
+    register_test_targets()
+    monkeypatch.setenv(FAULT_ENV, "Relu")
+    model = profile_links(["onnxruntime", "test-crash"], tmp_path / "l.db", sizes=[1024, 4096], progress=False)
+    for pair in (("onnxruntime@cpu:t1", "test-crash@cpu:t1"), ("test-crash@cpu:t1", "onnxruntime@cpu:t1")):
+        fit = model.fit(*pair)
+        assert fit is not None and fit.latency_ms >= 0 and len(fit.points) == 2
