@@ -542,8 +542,21 @@ class Engine:
                     continue
                 try:
                     reply = self._measure_quietly(worker, self._header(task, repeat=1), self._payload(task), task)
-                except (WorkerDied, PlacerError):  # the first window's row stands
+                except WorkerDied as exc:  # the first window's row stands
+                    if exc.status == "unavailable":  # its device is gone: the rest stay due for a later run
+                        self.unavailable.setdefault(target.name, exc.reason)
+                        self.store.flag_window_due([t.key for t in queue[i:]], target)
+                        break
+                    if exc.status == "error":  # the worker could not start (each try up to its start timeout)
+                        self._start_failures[target.name] += 1
+                        self.result.problems.append(exc.reason)
+                        if self._start_failures[target.name] >= 2:
+                            self.store.flag_window_due([t.key for t in queue[i:]], target)
+                            break
                     continue
+                except PlacerError:  # the first window's row stands
+                    continue
+                self._start_failures[target.name] = 0
                 if reply.get("status") != "ok":
                     continue
                 self.result.second_windows += 1
@@ -571,6 +584,8 @@ class Engine:
                     # 18%, p90 34%, every one below; the mean 6% / 21%): on all cores the host's spells are
                     # part of what a request meets, not a disturbance a second window can wait out
                     meta["windows_kept"] = "mean"
+                    # a window disturbed by other processes' work (not the host's spells) flags the row
+                    meta["contended"] = bool(meta.get("contended")) or bool(reply.get("contended"))
                     median = (first.median_ms + second) / 2
                     net = max(median - float(meta.get("overhead_ms") or 0.0), 0.0)
                     tails = [v for v in (first.p10_ms, first.p90_ms, st["p10_ms"], st["p90_ms"]) if v is not None]

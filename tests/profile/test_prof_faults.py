@@ -75,3 +75,72 @@ def test_static_unsupported_not_run(tmp_path, tiny, fast_timing, monkeypatch):
             m = st.get(h, "test-crash")
             assert m.status == "unsupported" and "no Relu here" in m.reason and m.meta.get("static")
     assert res.failed == 0
+
+
+class _ScriptedWorker:
+    """A worker whose every request answers with ``reply`` (a dict) or raises it (an exception)."""
+
+    def __init__(self, reply):
+        self.reply, self.calls = reply, 0
+
+    def request(self, header, payload, timeout_s, what=""):
+        self.calls += 1
+        if isinstance(self.reply, Exception):
+            raise self.reply
+        return self.reply
+
+    def stop(self):
+        pass
+
+
+def _engine_with_due_rows(tmp_path, worker, n: int, target_name: str = "onnxruntime:t2", **meta):
+    """An engine over a store holding ``n`` ok rows of ``target_name``, each due a second window."""
+    from placer.devices import make_target
+    from placer.profile.engine import Engine, Task
+    from placer.profile.results import CampaignResult
+    from placer.profile.store import WINDOW_DUE
+
+    st = ProfileStore(tmp_path / "due.db")
+    t = make_target(target_name)
+    kind = "model" if n == 1 else "op"
+    for i in range(n):
+        st.put(f"{kind}:{i}", t, kind=kind, status="ok", median_ms=10.0, net_ms=10.0, p10_ms=9.5, p90_ms=10.5,
+               n=20, meta={WINDOW_DUE: True, "compile_ms": 5.0, "overhead_ms": 0.0, "contended": False, **meta})
+    eng = Engine(st, timeout_s=10, isolate=False, progress=False, timing=None, seed=0, retry_failed=False,
+                 result=CampaignResult())
+    eng._worker = lambda target: worker
+    eng._payload = lambda task: b""
+    tasks = [Task(f"{kind}:{i}", kind, t, f"row {i}", lambda: None, 10.0) for i in range(n)]
+    return st, t, eng, tasks
+
+
+def test_second_windows_stop_asking_a_worker_that_cannot_start(tmp_path):
+    """Each start may take minutes; the second windows tried one per due row and reported nothing (the
+    first windows stop after two)."""
+    from placer.profile.supervisor import WorkerDied
+    from placer.profile.store import WINDOW_DUE
+
+    worker = _ScriptedWorker(WorkerDied("error", "did not start"))
+    st, t, eng, tasks = _engine_with_due_rows(tmp_path, worker, 30)
+    eng.run(tasks)
+    assert worker.calls == 2
+    assert any("did not start" in p for p in eng.result.problems)
+    assert all(st.get(task.key, t).meta.get(WINDOW_DUE) for task in tasks)  # still due: a later run takes them
+    gone = _ScriptedWorker(WorkerDied("unavailable", "device unreachable"))
+    (tmp_path / "b").mkdir()
+    st, t, eng, tasks = _engine_with_due_rows(tmp_path / "b", gone, 30)
+    eng.run(tasks)
+    assert gone.calls == 1 and "device unreachable" in eng.unavailable[t.name]
+
+
+def test_a_whole_model_s_disturbed_second_window_flags_the_mean_it_goes_into(tmp_path):
+    """On all cores a whole model keeps the mean of its windows: a second window that other processes'
+    work disturbed in every attempt flags the row, so that a retry of contended rows takes it again."""
+    stats = {"median_ms": 30.0, "p10_ms": 29.0, "p90_ms": 31.0, "n": 20, "mad_ms": 0.1, "mean_ms": 30.0}
+    worker = _ScriptedWorker({"status": "ok", "contention": 0.9, "contended": True, "slowdown": None,
+                              "stats": stats})
+    st, t, eng, tasks = _engine_with_due_rows(tmp_path, worker, 1)
+    eng.run(tasks)
+    m = st.get(tasks[0].key, t)
+    assert m.median_ms == pytest.approx(20.0) and m.meta["windows_kept"] == "mean"
+    assert m.meta["contended"] is True and (m.p10_ms, m.p90_ms) == (9.5, 31.0)
