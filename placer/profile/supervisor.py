@@ -231,6 +231,9 @@ class InProcessWorker:
     """``isolate=False``: the same requests answered in this process (no timeout, no crash safety)."""
 
     def __init__(self, targets: Sequence):
+        # the core pins this process's thread to its targets' cores: given back on stop(), so that an
+        # unpinned target measured next (or the caller) is not left on them
+        self._affinity = os.sched_getaffinity(0)
         self.core = WorkerCore()
         self.core.init([t.name for t in targets], None)
         # reuse the caller's Target objects (same spec)
@@ -241,6 +244,7 @@ class InProcessWorker:
         return self.core.handle(header, payload)
 
     def stop(self) -> None:
-        pass
+        if os.sched_getaffinity(0) != self._affinity:
+            os.sched_setaffinity(0, self._affinity)
 
     kill = stop

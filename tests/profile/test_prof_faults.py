@@ -144,3 +144,15 @@ def test_a_whole_model_s_disturbed_second_window_flags_the_mean_it_goes_into(tmp
     m = st.get(tasks[0].key, t)
     assert m.median_ms == pytest.approx(20.0) and m.meta["windows_kept"] == "mean"
     assert m.meta["contended"] is True and (m.p10_ms, m.p90_ms) == (9.5, 31.0)
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_profiling_in_process_gives_the_caller_its_cores_back(tmp_path, tiny, fast_timing):
+    """isolate=False answers in the caller's process, and a pinned target's worker pinned the caller's
+    thread to its core for good: an all-core target measured next ran on one core."""
+    import os
+
+    before = os.sched_getaffinity(0)
+    profile_graph(tiny, ["onnxruntime@cpu0"], tmp_path / "aff.db", isolate=False, progress=False,
+                  links=False, whole_model=False, timing=fast_timing)
+    assert os.sched_getaffinity(0) == before
