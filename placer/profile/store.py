@@ -161,13 +161,28 @@ def _json_column(text, what: str):
 
 def _row_to_measurement(r) -> Measurement:
     what = f"measurement {r[0]!r} on {r[3] or r[2]}"
+    damaged = "(a damaged or edited profile store?)"
+
+    def time_ok(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
     for col, x in (("median_ms", r[6]), ("net_ms", r[7])):
-        if r[4] == "ok" and not (isinstance(x, (int, float)) and math.isfinite(x) and x >= 0):
-            raise ProfileError(f"{what}: {col} = {x!r} is not a time >= 0 (a damaged or edited profile store?)")
+        if r[4] == "ok" and not time_ok(x):
+            raise ProfileError(f"{what}: {col} = {x!r} is not a time >= 0 {damaged}")
+    for col, x in (("p10_ms", r[8]), ("p90_ms", r[9])):  # optional, but a time where given (SQLite keeps text)
+        if x is not None and not time_ok(x):
+            raise ProfileError(f"{what}: {col} = {str(x)[:40]!r} is not a time >= 0 {damaged}")
+    if r[10] is not None and not (isinstance(r[10], int) and r[10] >= 0):
+        raise ProfileError(f"{what}: n = {str(r[10])[:40]!r} is not a count of samples {damaged}")
+    if not (isinstance(r[11], (int, float)) and math.isfinite(r[11])):
+        raise ProfileError(f"{what}: timestamp = {str(r[11])[:40]!r} is not a time {damaged}")
+    meta = _json_column(r[12] or "{}", f"{what}: meta")
+    if not isinstance(meta, dict):
+        raise ProfileError(f"{what}: meta is a JSON {type(meta).__name__}, not an object {damaged}")
     return Measurement(
         key=r[0], kind=r[1], target=r[2], target_name=r[3] or r[2], status=r[4], reason=r[5] or "",
         median_ms=r[6], net_ms=r[7], p10_ms=r[8], p90_ms=r[9], n=int(r[10] or 0), timestamp=float(r[11]),
-        meta=_json_column(r[12] or "{}", f"{what}: meta"),
+        meta=meta,
     )
 
 

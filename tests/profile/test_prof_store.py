@@ -116,6 +116,32 @@ def test_json_only(tmp_path, ort):
     con.close()
 
 
+@pytest.mark.parametrize("column, value, expect", [
+    ("meta", "'[1]'", r"meta is a JSON list, not an object"),
+    ("meta", "'5'", r"meta is a JSON int, not an object"),
+    ("n", "'x'", r"n = 'x' is not a count of samples"),
+    ("timestamp", "'soon'", r"timestamp = 'soon' is not a time"),
+    ("p10_ms", "'abc'", r"p10_ms = 'abc' is not a time >= 0"),
+    ("p90_ms", "-1.0", r"p90_ms = '-1.0' is not a time >= 0"),
+])
+def test_an_edited_row_is_named_not_a_traceback_later(tmp_path, ort, column, value, expect):
+    """SQLite keeps text in a REAL column and any JSON in meta: such a row raised AttributeError,
+    ValueError or TypeError wherever it was read (the cost model's reader, the engine)."""
+    db = tmp_path / "p.db"
+    with ProfileStore(db) as st:
+        st.put("k", ort, kind="op", status="ok", median_ms=1, net_ms=1, p10_ms=0.9, p90_ms=1.1, n=5,
+               meta={"pace_ms": 1.0})
+    con = sqlite3.connect(db)
+    con.execute(f"UPDATE measurements SET {column} = {value}")
+    con.commit()
+    con.close()
+    with ProfileStore(db) as st:
+        with pytest.raises(ProfileError, match=f"measurement 'k' on onnxruntime@cpu:t1: {expect}"):
+            st.get("k", ort)
+        with pytest.raises(ProfileError, match=expect):
+            st.measurements()
+
+
 def test_fit_link_nonnegative_monotone():
     n = [1e3, 1e4, 1e5, 1e6, 1e7]
     lat, slope = fit_link(n, [0.01 + x * 2e-9 for x in n])
