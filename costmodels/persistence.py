@@ -396,6 +396,12 @@ def verify_saved(directory: str | Path) -> tuple[dict, dict[str, Path]]:
             and isinstance(ops, dict) and all(isinstance(v, str) and k in artifacts for k, v in ops.items())):
         raise ArtifactIntegrityError(card_path, "malformed: artifacts must map file -> SHA-256 and "
                                                 "op_model_files file -> target, each among the artifacts")
+    shapes = (("targets", dict), ("versions", dict), ("feature_names", list))
+    for key, kind in shapes:  # what reusing a model reads of its card
+        if key in card and card[key] is not None and not isinstance(card[key], kind):
+            raise ArtifactIntegrityError(card_path, f"malformed: {key} must be a JSON {kind.__name__}")
+    if isinstance(card.get("targets"), dict) and not all(isinstance(v, dict) for v in card["targets"].values()):
+        raise ArtifactIntegrityError(card_path, "malformed: each of targets must be a JSON object")
     for rel in artifacts:
         if Path(rel).is_absolute() or ".." in Path(rel).parts:
             raise ArtifactIntegrityError(card_path, f"artifact path {rel!r} leaves the model directory")
@@ -426,15 +432,31 @@ def _load_locked(directory: str | Path) -> dict[str, Any]:
                                                            f"{str(exc)[:160]})") from None
 
 
+def _time(x: Any, what: str, *, unsupported: bool = False) -> float:
+    """A time read from the tables: a number >= 0 (``inf``, an op a target cannot run, where
+    ``unsupported``); ValueError naming ``what`` otherwise (NaN made every cost it entered NaN)."""
+    v = _unnum(x) if not isinstance(x, bool) else math.nan
+    if not (v >= 0 and (math.isfinite(v) or (unsupported and v == math.inf))):
+        raise ValueError(f"{what} is {str(x)[:40]}, not a time >= 0")
+    return v
+
+
 def _from_tables(tables: dict, op_models: dict, transfer: Any, partition: Any, card: dict) -> dict[str, Any]:
     if not isinstance(tables, dict):
         raise TypeError("tables.json is not an object")
+    records = []
+    for item in tables.get("partition_records", []):
+        rec = _partition_record(item)
+        if rec is None:
+            raise ValueError(f"a partition record is not of the shape saved models write: {str(item)[:120]}")
+        records.append(rec)
     return dict(
         op_models=op_models,
         roofline={t: RooflineModel.from_spec(spec) for t, spec in tables.get("roofline", {}).items()},
         transfer=transfer, partition=partition,
-        overheads_ms={t: float(v) for t, v in tables.get("overheads_ms", {}).items()},
-        measured_ms={t: {k: _unnum(v) for k, v in m.items()} for t, m in tables.get("measured_ms", {}).items()},
-        partition_records=[(dict(r), float(m)) for r, m in tables.get("partition_records", [])],
+        overheads_ms={t: _time(v, f"the call overhead of {t}") for t, v in tables.get("overheads_ms", {}).items()},
+        measured_ms={t: {k: _time(v, f"op {k} on {t}", unsupported=True) for k, v in m.items()}
+                     for t, m in tables.get("measured_ms", {}).items()},
+        partition_records=records,
         card=card,
     )

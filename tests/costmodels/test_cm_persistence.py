@@ -74,6 +74,40 @@ def test_pickle_swapped_in_is_refused_even_with_a_resealed_card(saved):
     assert exc.value.path == str(path)
 
 
+def _edit_tables(d, fn):
+    tables = json.loads((d / "tables.json").read_text())
+    fn(tables)
+    (d / "tables.json").write_text(json.dumps(tables))
+    _reseal(d, "tables.json")
+
+
+@pytest.mark.parametrize("edit, expect", [
+    (lambda t: t["overheads_ms"].update({k: float("nan") for k in t["overheads_ms"]}),
+     r"the call overhead of .* is nan, not a time >= 0"),
+    (lambda t: t["overheads_ms"].update({k: -5.0 for k in t["overheads_ms"]}), r"is -5.0, not a time >= 0"),
+    (lambda t: t.update(partition_records=[[{"origin": "tune", "target": "onnxruntime@cpu:t1"}, 1.0]]),
+     r"a partition record is not of the shape saved models write"),
+])
+def test_values_no_measurement_has_are_refused_even_with_a_resealed_card(saved, edit, expect):
+    """The hashes say only that the files are the ones the card lists: a NaN overhead made every net cost
+    NaN, a negative one inflated them, and a malformed record raised KeyError when tune added to them."""
+    _edit_tables(saved, edit)
+    with pytest.raises(ArtifactIntegrityError, match=expect):
+        CostModel.load(saved)
+
+
+@pytest.mark.parametrize("key, value", [("targets", [1]), ("targets", {"onnxruntime@cpu:t1": 3}),
+                                        ("versions", "1.0"), ("feature_names", {"a": 1})])
+def test_a_card_of_the_wrong_shape_is_refused_on_load(saved, key, value):
+    """Reusing a model reads its card's targets, versions and feature names: a card of another shape
+    raised AttributeError in the fit, outside the load's error handling."""
+    card = json.loads((saved / "card.json").read_text())
+    card[key] = value
+    (saved / "card.json").write_text(json.dumps(card))
+    with pytest.raises(ArtifactIntegrityError, match=f"malformed: .*{key}|each of targets"):
+        CostModel.load(saved)
+
+
 def test_untrusted_type_is_refused_even_with_a_resealed_card(saved):
     path = saved / "transfer.skops"
     sio.dump(Evil(), path)
