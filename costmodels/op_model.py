@@ -220,11 +220,16 @@ class OpLatencyModel(RegressorMixin, BaseEstimator):
         jobs = [(D, base, None if self.random_state is None else int(self.random_state) + i)
                 for D, base in designs for i in range(n)]
 
+        # boosting on a subsample scores the rows left out: with none left out (a model of one or two
+        # signatures) scikit-learn divides by their zero weight; all rows then, as with subsample 1
+        rows = len(y)
+        subsample = float(self.subsample) if rows - max(1, int(float(self.subsample) * rows)) >= 1 else 1.0
+
         def fit_one(job: tuple[np.ndarray, np.ndarray, int | None]):
             D, base, seed = job
             reg = make_regressor(self.regressor, n_estimators=self.n_estimators, max_depth=self.max_depth,
                                  learning_rate=self.learning_rate, min_samples_leaf=self.min_samples_leaf,
-                                 subsample=self.subsample, random_state=seed,
+                                 subsample=subsample, random_state=seed,
                                  robust=bool(self.robust) and self.regressor == "gbr")
             # a ridge pipeline takes no sample_weight keyword at all (None included)
             return reg.fit(D, np.log(y) - base, **({} if w is None else {"sample_weight": w}))

@@ -84,6 +84,15 @@ def test_op_model_fits_the_law_and_marks_never_supported_types_inf():
     assert rel.max() < 0.05
 
 
+@pytest.mark.parametrize("rows", [1, 2, 4])
+def test_an_op_model_fits_on_as_few_rows_as_a_one_op_model_gives(rows):
+    """Boosting on a subsample scores the rows it leaves out; one or two rows leave none, and scikit-learn
+    divided by their zero weight (`placer tune` on a one-op model with a fresh store crashed)."""
+    sigs, y = _op_xy()
+    m = OpLatencyModel(n_estimators=20, subsample=0.8, robust=True).fit(sigs[:rows], y[:rows])
+    assert np.all(np.isfinite(m.predict(sigs[:rows]))) and m.n_train_ == rows
+
+
 def test_op_model_averages_its_seeds_in_log_space():
     sigs, y = _op_xy()
     three = OpLatencyModel(n_estimators=40, n_models=3, random_state=5).fit(sigs, y)
