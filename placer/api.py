@@ -144,7 +144,7 @@ def honest(ctx: PlanningContext, solved, *, measure: bool = False, say: Callable
     singles = []
     for t in ctx.problem.targets:
         p = solve(ctx.problem, "latency", f"single:{t}")
-        if len(set(p.assignment.values())) == 1:
+        if set(p.assignment.values()) == {t}:  # a target that runs no op puts it all on another
             singles.append(p)
     chosen, note = _priced_choice(ctx, solved, singles, say)
     if not measure or not singles:

@@ -626,3 +626,27 @@ def test_a_throughput_trial_whose_cores_run_no_kernel_for_an_op_fails_and_the_tu
     assert res.best.throughput_rps > 0 and res.best.numerics_ok
     assert "test-error" not in json.dumps(res.best.plan.assignment if res.best.plan else {})
     assert (tmp_path / "out" / "study.db").is_file()
+
+
+def test_a_target_that_runs_no_op_is_no_baseline_and_does_not_take_another_s_name(tmp_path, monkeypatch):
+    """single:T puts what T cannot run on another target: for a T that runs none of the ops that is
+    another target's whole plan, which was measured under T's name (the verdict then named T, and the
+    other target's own baseline row was never made)."""
+    from onnx import TensorProto, helper
+
+    from placer.devices.testing import FAULT_ENV, register_test_targets
+    from placer.tune import tune
+
+    register_test_targets()
+    monkeypatch.setenv(FAULT_ENV, "Relu")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "relu1",
+                                                [x], [y]), opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    said: list[str] = []
+    res = tune(model, targets=["test-error", "onnxruntime"], db=str(tmp_path / "p.db"), out_dir=tmp_path / "out",
+               n_trials=1, progress=said.append)
+    labels = [r.label for r in res.records if r.kind == "baseline"]
+    assert labels == ["single:onnxruntime@cpu:t1"], labels
+    assert any("baseline test-error@cpu:t1: does not run every op, skipped" in m for m in said), said
+    assert res.best_single.label == "single:onnxruntime@cpu:t1"
