@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import sqlite3
 import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -93,6 +94,9 @@ def final_requests(best_ms: float) -> int:
 CONVERGED_AFTER = 40
 #: the budget when neither a budget nor a trial count is given
 DEFAULT_BUDGET_S = 120.0
+#: the longest budget tune() takes (the command line's --budget has the same bound: placer.cli, which
+#: does not import this module to parse its options)
+MAX_BUDGET_S = 30 * 24 * 3600.0
 #: past this share of the budget, profiling measures nothing twice (no re-take of a disturbed
 #: measurement, which stays flagged for a later run; no second window). In a busy period those
 #: repeats made the 2-minute main job's profiling take 168 s (436 measurements taken again) and the
@@ -216,6 +220,13 @@ def tune(
         raise PlacerError(f"objective must be 'latency' or 'throughput', got {objective!r}")
     if not (2 <= stale_after_s <= 86400):
         raise PlacerError(f"stale-after {stale_after_s}: must be between 2 s and one day")
+    if budget_s is not None and not (isinstance(budget_s, (int, float)) and 0 < budget_s <= MAX_BUDGET_S):
+        # inf overflowed the final race's round count, NaN never ended the search, 0 skipped it
+        raise PlacerError(f"budget {budget_s!r}: must be a number of seconds above 0 and at most 30 days "
+                          "(None: the trials alone bound the search)")
+    if objective == "throughput" and len(os.sched_getaffinity(0)) < 2:  # before the profiling, not after it
+        raise PlacerError("the throughput objective needs at least 2 cores (one pipeline stage per core); "
+                          f"this process may run on {len(os.sched_getaffinity(0))}")
     t_start = time.monotonic() if started is None else min(float(started), time.monotonic())
     say = progress or (lambda msg: None)
     out = Path(out_dir)
@@ -247,9 +258,25 @@ def tune(
     except KeyboardInterrupt:  # interrupted: the study stays, so that the next run resumes it
         raise
     except BaseException:
-        if created:  # a failed run leaves nothing behind it created
+        # a failed run leaves nothing behind it created, unless its study holds measured trials (they
+        # resume; an error after the search, writing the report say, had deleted them)
+        if created and not _has_finished_trials(out / "study.db"):
             shutil.rmtree(out, ignore_errors=True)
         raise
+
+
+def _has_finished_trials(study_db: Path) -> bool:
+    """Whether the Optuna study file ``study_db`` holds a finished trial (False if it cannot be read)."""
+    if not study_db.is_file():
+        return False
+    try:
+        con = sqlite3.connect(f"file:{study_db}?mode=ro", uri=True)
+        try:
+            return bool(con.execute("SELECT 1 FROM trials WHERE state = 'COMPLETE' LIMIT 1").fetchone())
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
 
 
 def _tune_in(out: Path, graph, *, targets, objective, budget_s, storage, db, n_trials, seed, solver_time_limit,

@@ -300,6 +300,46 @@ def test_tune_rejects_bad_objective_and_budget(capsys):
     assert "/nonexistent/model.onnx" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("budget", [float("inf"), float("nan"), 0, -5, "90"])
+def test_the_api_refuses_a_budget_the_search_cannot_keep_before_any_work(tmp_path, budget):
+    """inf overflowed the final race's round count after the whole search, NaN never ended the search,
+    0 silently skipped it (the CLI's --budget was checked, the API's was not)."""
+    from placer.errors import PlacerError
+    from placer.tune import tune
+
+    with pytest.raises(PlacerError, match="budget .*: must be a number of seconds above 0"):
+        tune("zoo:tiny", targets=["onnxruntime"], db=str(tmp_path / "p.db"), out_dir=tmp_path / "out", budget_s=budget)
+    assert not (tmp_path / "p.db").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_throughput_tune_on_one_core_is_refused_before_the_profiling(tmp_path, monkeypatch):
+    import os
+
+    from placer.errors import PlacerError
+    from placer.tune import tune
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    with pytest.raises(PlacerError, match="needs at least 2 cores"):
+        tune("zoo:tiny", targets=["onnxruntime"], db=str(tmp_path / "p.db"), out_dir=tmp_path / "out",
+             objective="throughput", n_trials=1)
+    assert not (tmp_path / "p.db").exists()
+
+
+def test_an_error_after_the_search_keeps_the_study_it_measured(tmp_path, monkeypatch):
+    """A failed run removes the output directory it created, but not once its study holds measured
+    trials: an error writing the report had deleted them, and nothing was left to resume."""
+    from placer.tune import records, tune
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device", "report.md")
+
+    monkeypatch.setattr(records, "write_tune_report", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        tune("zoo:tiny", targets=["onnxruntime"], db=str(tmp_path / "p.db"), out_dir=tmp_path / "out", n_trials=1,
+             cost_model_dir=False)
+    assert (tmp_path / "out" / "study.db").is_file()
+
+
 @pytest.mark.parametrize("objective", ["latency", "throughput"])
 def test_tune_refuses_a_simulated_target_before_any_work(tmp_path, capsys, objective):
     """A simulated target cannot run, and tune measures every plan: each trial placing an op there
