@@ -55,6 +55,9 @@ class PlannedModel:
         self.note = note
 
     def __getattr__(self, name: str):
+        # copy and pickle look up special names on an instance not yet initialised: no plan to forward to
+        if name == "plan" or name.startswith("__"):
+            raise AttributeError(name)
         return getattr(self.plan, name)
 
     def __repr__(self) -> str:

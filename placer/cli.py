@@ -195,6 +195,9 @@ def cmd_plan(args) -> int:
     from placer.solve import solve
 
     out_path = Path(args.out) if args.out else None
+    if out_path is not None and out_path.suffix == ".json" and not out_path.parent.is_dir():
+        # found before the profiling, solving and measuring, not by the write at their end
+        raise PlacerError(f"--out {out_path}: directory {str(out_path.parent)!r} does not exist")
     if args.problem:
         problem = PlacementProblem.from_json(args.problem)
         plan = solve(problem, args.mode, args.solver, time_limit=args.time_limit, num_stages=args.stages,
@@ -460,6 +463,8 @@ def cmd_run(args) -> int:
 
     from placer.run import NumericsMismatch, PartitionError, run_plan
 
+    if args.json and not Path(args.json).resolve().parent.is_dir():  # before the run, not after it
+        raise PlacerError(f"--json {args.json}: directory {str(Path(args.json).parent)!r} does not exist")
     try:
         res = run_plan(args.plan_dir, args.inputs, executor=args.executor, pipeline=args.pipeline,
                        requests=args.requests, warmup=args.warmup, check=args.check, rtol=args.rtol,

@@ -58,6 +58,11 @@ def run_plan(
     for what, tol in (("rtol", rtol), ("atol", atol)):
         if not (math.isfinite(tol) and tol >= 0):
             raise PlacerError(f"{what} must be finite and >= 0, got {tol}")
+    if pipeline and (executor != "hybrid" or compiled or trust):  # they were ignored: the pipeline ran
+        raise PlacerError("pipeline=True runs the pipeline executor (one worker per stage): executor='relax', "
+                          "compiled and trust apply to running the plan in one process")
+    if compiled and executor != "relax":
+        raise PlacerError("compiled=True loads the exported Relax module: it needs executor='relax'")
     mat = plan if isinstance(plan, Materialized) else load_plan_dir(Path(plan))
     n = requests if requests is not None else (100 if pipeline else 1)
     if isinstance(inputs, str):
@@ -72,8 +77,6 @@ def run_plan(
         with PipelineExecutor(mat, queue_size=queue_size) as pe:
             result = pe.run(reqs, warmup=warmup)
     else:
-        if compiled and executor != "relax":
-            raise PlacerError("compiled=True loads the exported Relax module: it needs executor='relax'")
         ex = make_executor(mat, executor, **({"compiled": True, "trust": trust} if compiled else {}))
         try:
             ex.compile()

@@ -78,3 +78,34 @@ def test_show_summary_json_and_ir(plan_dir, capsys):
     assert main(["show", str(plan_dir), "--ir"]) == 0
     ir = capsys.readouterr().out
     assert '"Codegen": "onnxruntime"' in ir and '"Codegen": "openvino"' in ir and "def main(" in ir
+
+
+@pytest.mark.parametrize("extra, expect", [
+    (["--pipeline", "--executor", "relax"], "pipeline=True runs the pipeline executor"),
+    (["--pipeline", "--compiled", "--executor", "relax"], "pipeline=True runs the pipeline executor"),
+    (["--json", "/nonexistent-dir/m.json"], "--json /nonexistent-dir/m.json: directory '/nonexistent-dir'"),
+])
+def test_run_refuses_options_it_would_ignore_or_fail_on_after_the_run(plan_dir, capsys, extra, expect):
+    """--pipeline ran the pipeline executor and ignored --executor relax and --compiled (exit 0); a
+    --json file in a missing directory failed only after the run."""
+    assert main(["run", str(plan_dir), "--requests", "2", *extra]) == 2
+    assert expect in capsys.readouterr().err
+
+
+def test_plan_refuses_a_json_out_in_a_missing_directory_before_any_work(tmp_path, capsys):
+    db = tmp_path / "p.db"
+    assert main(["plan", "zoo:tiny", "--targets", "onnxruntime", "--db", str(db),
+                 "--out", str(tmp_path / "missing" / "p.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err and not db.exists()
+
+
+def test_a_planned_model_copies_and_pickles():
+    """PlannedModel forwards unknown attributes to its plan: copy and pickle, which look up special names
+    on an instance not yet initialised, recursed until RecursionError."""
+    import copy
+    import pickle
+
+    from placer.api import PlannedModel
+
+    pm = PlannedModel(None, None, note="n")
+    assert copy.copy(pm).note == "n" and pickle.loads(pickle.dumps(pm)).note == "n"
