@@ -101,7 +101,13 @@ class TuneResult:
 
     @property
     def yardsticks(self) -> list[TrialRecord]:
-        return [r for r in self.records if r.kind == "yardstick" and (r.measured_ms or r.throughput_rps)]
+        """The yardsticks measured (a figure > 0: one whose process died mid-run has NaN, which must not
+        become the best default)."""
+        def measured(x) -> bool:
+            return x is not None and math.isfinite(x) and x > 0
+
+        return [r for r in self.records if r.kind == "yardstick"
+                and (measured(r.measured_ms) or measured(r.throughput_rps))]
 
     def _fastest(self, records: list[TrialRecord]) -> TrialRecord | None:
         if not records:

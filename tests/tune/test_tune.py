@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import types
@@ -381,6 +382,22 @@ def test_a_throughput_trials_problem_keeps_each_source_targets_cut_scale():
     p = retarget(base, ["ov@cpu0:t1", "ort@cpu1:t1"], [3, 2], [0.01, 0.02])
     np.testing.assert_allclose(p.cut_scale, [1.4, 1.3])
     np.testing.assert_allclose(p.cost_ms, [[4.0, 3.0], [1.0, 2.0]])
+
+
+def test_a_yardstick_whose_process_died_mid_run_is_never_the_best_default(tmp_path):
+    """Its figure is NaN, which was truthy and compared as if measured: it could be taken as the best
+    default, and the verdict read 'nan ms ... nanx'."""
+    from placer.tune.records import TrialRecord, TuneResult
+
+    def rec(key, kind, ms):
+        return TrialRecord(key, key, kind, {}, None, 1.0, measured_ms=ms, numerics_ok=True)
+
+    best = rec("single:ort", "baseline", 4.0)
+    dead, ok = rec("yardstick:ov-default", "yardstick", math.nan), rec("yardstick:ort-default", "yardstick", 5.0)
+    for order in ([dead, ok], [ok, dead]):
+        result = TuneResult(best=best, best_single=best, records=[best, *order], objective="latency",
+                            out_dir=tmp_path, fell_back=False, wall_s=1.0)
+        assert result.yardsticks == [ok] and result.best_default is ok and result.best_default_passing is ok
 
 
 def test_the_verdict_compares_the_final_rounds_paired_figures_not_their_medians(tmp_path):
