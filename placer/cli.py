@@ -199,6 +199,11 @@ def cmd_plan(args) -> int:
         # found before the profiling, solving and measuring, not by the write at their end
         raise PlacerError(f"--out {out_path}: directory {str(out_path.parent)!r} does not exist")
     if args.problem:
+        given = [opt for opt, v in (("--targets", args.targets), ("--shape", args.shape), ("--db", args.db))
+                 if v is not None]
+        if given:  # a problem JSON carries its own targets and costs: these were ignored
+            raise PlacerError(f"{', '.join(given)}: not used with --problem (the problem JSON names its targets "
+                              "and costs); drop them, or plan a model instead")
         problem = PlacementProblem.from_json(args.problem)
         plan = solve(problem, args.mode, args.solver, time_limit=args.time_limit, num_stages=args.stages,
                      seed=args.seed)

@@ -109,3 +109,13 @@ def test_a_planned_model_copies_and_pickles():
 
     pm = PlannedModel(None, None, note="n")
     assert copy.copy(pm).note == "n" and pickle.loads(pickle.dumps(pm)).note == "n"
+
+
+def test_plan_from_a_problem_refuses_the_options_it_would_ignore(tmp_path, capsys):
+    """A problem JSON names its own targets and costs: --targets, --shape and --db were silently ignored."""
+    problem = tmp_path / "p.json"
+    problem.write_text('{"ops": ["a"], "targets": ["cpu"], "cost_ms": {"a": {"cpu": 1.0}}}')
+    assert main(["plan", "--problem", str(problem), "--solver", "greedy"]) == 0
+    capsys.readouterr()
+    assert main(["plan", "--problem", str(problem), "--targets", "onnxruntime", "--db", str(tmp_path / "x.db")]) == 2
+    assert "--targets, --db: not used with --problem" in capsys.readouterr().err
