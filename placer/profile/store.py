@@ -526,10 +526,10 @@ class ProfileStore:
         (:func:`placer.profile.pace.pace_factors`): a row's times divided by its factor read it at
         the target's usual pace. Rows without a pace (older stores) are not listed (factor 1)."""
         th = self.target_hash(target)
-        q = ("SELECT key, median_ms, json_extract(meta, '$.pace_ms') FROM measurements "
+        q = ("SELECT key, kind, median_ms, json_extract(meta, '$.pace_ms') FROM measurements "
              "WHERE target=? AND status='ok' AND json_valid(meta)")
-        rows = [{"target": th, "key": k, "median_ms": ms, "meta": {"pace_ms": p}}
-                for k, ms, p in self._conn.execute(q, [th]) if p is not None]
+        rows = [{"target": th, "key": k, "kind": kind, "median_ms": ms, "meta": {"pace_ms": p}}
+                for k, kind, ms, p in self._conn.execute(q, [th]) if p is not None]
         return {k: f for (_, k), f in pace_factors(rows).items()}
 
     def paced_cost(self, target):

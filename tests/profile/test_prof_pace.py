@@ -39,11 +39,16 @@ def test_the_pace_a_row_is_judged_against_is_the_one_read_beside_work_of_its_siz
     is a line of log pace against log time, and only what departs from it is the host's."""
     sizes = np.geomspace(0.001, 100.0, 40)
     rows = [_row("a", f"op{i}", 1.0 * ms ** 0.02, ms) for i, ms in enumerate(sizes)]  # no spell: on the line
-    rows += [_row("a", "spell", 1.5 * 0.1 ** 0.02, 0.1), _row("a", "model", 100.0 ** 0.02, 100.0)]
+    rows += [_row("a", "spell", 1.5 * 0.1 ** 0.02, 0.1), _row("a", "big", 100.0 ** 0.02, 100.0)]
     f = pace_factors(rows)
     assert all(f[("a", f"op{i}")] == pytest.approx(1.0, rel=1e-6) for i in range(40))
-    assert f[("a", "model")] == pytest.approx(1.0, rel=1e-6)  # 1.10x the median pace: its size, not a spell
+    assert f[("a", "big")] == pytest.approx(1.0, rel=1e-6)  # 1.10x the median pace: its size, not a spell
     assert f[("a", "spell")] == pytest.approx(1.5, rel=1e-3)
+    # whole models: against the median pace of the target's whole models (one alone: as measured)
+    models = [{**_row("a", f"model:{i}", p, 50.0), "kind": "model"} for i, p in enumerate((2.0, 2.2, 3.3))]
+    f = pace_factors(rows + models)
+    assert [f[("a", f"model:{i}")] for i in range(3)] == pytest.approx([2.0 / 2.2, 1.0, 1.5])
+    assert pace_factors(rows + models[:1])[("a", "model:0")] == pytest.approx(1.0)
     # too few rows, or sizes within a decade, to tell a line: the median pace, as before
     few = [_row("b", f"op{i}", 1.0 * ms ** 0.02, ms) for i, ms in enumerate(sizes[:10])]
     usual = np.exp(np.median([0.02 * np.log(m) for m in sizes[:10]]))
