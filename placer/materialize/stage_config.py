@@ -44,6 +44,7 @@ mismatch.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -480,7 +481,7 @@ def _check_partition_ops(cfg: StageConfig, graph) -> set[str]:
     if [p.index for p in parts] != list(range(len(parts))):
         raise PlanError("stage config partition indices are not 0..n-1")
     idx = [s.index for s in cfg.stages]
-    if any(b <= a for a, b in zip(idx, idx[1:])):  # the pipeline runs its stages in the listed order
+    if any(b <= a for a, b in itertools.pairwise(idx)):  # the pipeline runs its stages in the listed order
         raise PlanError(f"stage config lists stages {idx}: they must be in increasing order, each once")
     for s in cfg.stages:
         for p in s.partitions:

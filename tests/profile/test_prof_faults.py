@@ -117,8 +117,8 @@ def _engine_with_due_rows(tmp_path, worker, n: int, target_name: str = "onnxrunt
 def test_second_windows_stop_asking_a_worker_that_cannot_start(tmp_path):
     """Each start may take minutes; the second windows tried one per due row and reported nothing (the
     first windows stop after two)."""
-    from placer.profile.supervisor import WorkerDied
     from placer.profile.store import WINDOW_DUE
+    from placer.profile.supervisor import WorkerDied
 
     worker = _ScriptedWorker(WorkerDied("error", "did not start"))
     st, t, eng, tasks = _engine_with_due_rows(tmp_path, worker, 30)

@@ -351,7 +351,8 @@ def test_a_plan_that_fails_to_compile_closes_the_sessions_it_built(monkeypatch):
     """A partition that cannot compile: the bench closes the sessions the other partitions had built
     (the parallel compile dropped them with the first error, and the bench never closed the executor)."""
     from placer.devices.onnxruntime_target import OrtCompiled
-    from placer.devices.testing import FAULT_ENV, register_test_targets as register_faulty
+    from placer.devices.testing import FAULT_ENV
+    from placer.devices.testing import register_test_targets as register_faulty
     from placer.errors import PlacerError
     from placer.run.bench import PlanBench
 
