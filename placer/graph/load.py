@@ -73,10 +73,6 @@ _NONDETERMINISTIC = frozenset(
 # (data propagation needs the values of shape tensors); bigger ones become typed inputs there.
 _SKELETON_KEEP_NUMEL = 1024
 _MAX_FOLD_ROUNDS = 8
-#: a node whose output (its inferred shape) would exceed this many bytes, or twice the model's
-#: initializers if more, is not folded: it stays an op that a runtime computes. A 200-byte file's
-#: ConstantOfShape of [2**31] had allocated 8 GiB (and as much again in protobuf) while loading.
-FOLD_MIN_BUDGET_BYTES = 256 * 2**20
 # A tensor with more elements than this is refused (no target here holds 2^36 floats = 256 GiB).
 MAX_TENSOR_ELEMENTS = 2**36
 
@@ -529,16 +525,16 @@ class _TooBig(Exception):
     """A folded value would exceed the folding budget."""
 
 
-def _constant_of_shape(n: onnx.NodeProto, shape_arr: np.ndarray, budget: int = FOLD_MIN_BUDGET_BYTES) -> np.ndarray:
+def _constant_of_shape(n: onnx.NodeProto, shape_arr: np.ndarray, budget: int | None = None) -> np.ndarray:
     """ConstantOfShape without np.full (bytes repetition is ~5x faster for big fills); _TooBig past
-    ``budget`` bytes."""
+    ``budget`` bytes (None: no budget)."""
     value = np.zeros(1, dtype=np.float32)
     for a in n.attribute:
         if a.name == "value":
             value = numpy_helper.to_array(a.t).reshape(-1)[:1]
     shape = tuple(int(d) for d in np.asarray(shape_arr).reshape(-1))
     count = math.prod(shape)  # Python ints: no int64 overflow
-    if count * value.dtype.itemsize > budget:
+    if budget is not None and count * value.dtype.itemsize > budget:
         raise _TooBig(n.name)
     if value.dtype.kind in "OUS":
         return np.full(shape, value[0], dtype=value.dtype)
@@ -584,7 +580,7 @@ def _evaluate(
     known: dict[str, np.ndarray],
     init_by_name: dict[str, TensorProto],
     model: onnx.ModelProto,
-    budget: int = FOLD_MIN_BUDGET_BYTES,
+    budget: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Values of the outputs of ``nodes`` (constant inputs only). Nodes that fail stay unfolded, as do
     ConstantOfShape nodes that would fill more than ``budget`` bytes (and the nodes reading them)."""
@@ -651,27 +647,32 @@ def _evaluate(
 
 
 def _fold_budget(g: onnx.GraphProto) -> int:
-    """The most bytes one folded tensor may hold (:data:`FOLD_MIN_BUDGET_BYTES`)."""
+    """The bytes constant folding may still add to the model: what keeps it within the model-size limit
+    and within one protobuf message (placer keeps weights inline). A node whose output would exceed it
+    is not folded but stays an op a runtime computes: a 200-byte file's ConstantOfShape of [2**31] had
+    allocated 8 GiB (and as much again in protobuf) while loading; the onnx package's light_vgg19
+    folds 0.5 GiB of weights from such nodes, within it."""
     weights = sum(P.nbytes_of(tuple(t.dims), t.data_type) for t in g.initializer)
-    return max(FOLD_MIN_BUDGET_BYTES, 2 * weights)
+    return max(0, min(limits.max_model_bytes(), limits.PROTOBUF_MAX_BYTES) - weights)
 
 
-def _too_big_to_fold(n: onnx.NodeProto, types: dict, budget: int) -> bool:
-    """Whether an output of ``n`` is inferred larger than ``budget`` bytes (an output of unknown shape is
-    not: ConstantOfShape, the way to make a big tensor from a small one, checks its count itself)."""
+def _inferred_bytes(n: onnx.NodeProto, types: dict) -> int:
+    """The bytes of ``n``'s outputs by their inferred shapes (0 for outputs of unknown shape:
+    ConstantOfShape, the way to make a big tensor from a small one, checks its count itself)."""
+    total = 0
     for o in n.output:
         vi = types.get(o) if o else None
         tt = P.tensor_type_of(vi) if vi is not None else None
-        if tt is not None and tt[0] and P.is_static(tt[1]) and P.nbytes_of(tt[1], tt[0]) > budget:
-            return True
-    return False
+        if tt is not None and tt[0] and P.is_static(tt[1]):
+            total += P.nbytes_of(tt[1], tt[0])
+    return total
 
 
 def _fold(model: onnx.ModelProto, where: str) -> None:
     g = model.graph
     graph_outputs = {o.name for o in g.output}
-    budget = _fold_budget(g)
     for _ in range(_MAX_FOLD_ROUNDS):
+        budget = round_budget = _fold_budget(g)  # what this round's folded tensors may add, in all
         types = _infer(model, strict=False, where=where)
         const = {t.name for t in g.initializer}
         known: dict[str, np.ndarray] = {}
@@ -692,14 +693,16 @@ def _fold(model: onnx.ModelProto, where: str) -> None:
                     const.add(n.output[0])
                     shape_folded.add(n.name)
                     continue
-            if _foldable(n, const, graph_outputs) and not _too_big_to_fold(n, types, budget):
+            size = _inferred_bytes(n, types) if _foldable(n, const, graph_outputs) else None
+            if size is not None and size <= budget:
+                budget -= size
                 candidates.append(n)
                 const.update(o for o in n.output if o)
         if not candidates and not known:
             return
         init_by_name = {t.name: t for t in g.initializer}
         values = dict(known)
-        values.update(_evaluate(candidates, known, init_by_name, model, budget))
+        values.update(_evaluate(candidates, known, init_by_name, model, round_budget))
         folded = set(shape_folded)
         for n in candidates:
             if all((not o) or o in values for o in n.output):

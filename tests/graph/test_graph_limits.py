@@ -177,12 +177,13 @@ def test_an_external_file_name_that_cannot_be_resolved_is_named(tmp_path, locati
 
 @pytest.mark.parametrize("bound_by", ["inference", "the fill"])
 def test_a_tiny_model_that_folds_into_gibibytes_is_left_unfolded(bound_by):
-    """ConstantOfShape of [2**28] floats (1 GiB) from a 200-byte file: folding allocated it (and copied
-    it into protobuf) while loading; past the folding budget it stays an op for a runtime to fill.
-    Measured with tracemalloc (numpy reports its buffers there): deterministic, whatever the load."""
+    """ConstantOfShape of [2**29] floats (2 GiB) from a 200-byte file: folding allocated it (and copied
+    it into protobuf) while loading; past what one protobuf message holds (the folding budget) it stays
+    an op for a runtime to fill. Measured with tracemalloc (numpy reports its buffers there):
+    deterministic, whatever the load."""
     import tracemalloc
 
-    n = 2**28
+    n = 2**29
     shape = numpy_helper.from_array(np.array([n], np.int64), "s")
     nodes = [helper.make_node("ConstantOfShape", ["s"], ["c"], name="fill"),
              helper.make_node("ReduceSum", ["c"], ["r"], name="sum", keepdims=1),

@@ -381,16 +381,6 @@ def test_a_second_window_mode_other_than_true_false_or_all_is_refused(tmp_path, 
     assert not (tmp_path / "x.db").exists()  # refused before the store is opened
 
 
-def test_a_whole_model_gets_a_second_window_too(tmp_path, tiny, fast_timing, monkeypatch):
-    from placer.profile import profile_whole_model
-    from placer.profile.engine import ONE_THREAD_WINDOWS_ENV
-
-    monkeypatch.delenv(ONE_THREAD_WINDOWS_ENV, raising=False)  # the suite leaves them out (conftest)
-    rows = profile_whole_model(tiny, ["onnxruntime:t2", "onnxruntime"], tmp_path / "m.db", timing=fast_timing)
-    for row in rows.values():
-        assert row.median_ms == _kept_window(row.meta) > 0
-
-
 def test_past_its_hurry_deadline_a_campaign_measures_nothing_twice(tmp_path, tiny, fast_timing):
     """``hurry_after`` (``placer tune`` passes half its budget): past it a disturbed measurement is not
     taken again (it stays flagged for a later campaign) and the 2-thread second windows are left out; a
