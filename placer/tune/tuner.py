@@ -372,10 +372,22 @@ class LatencySearch:
             self.search()
             best, best_single = self.final_rounds()
             mat = materialize(graph, best.plan, self.out)
+        except BaseException:  # interrupted or failed: the partitions measured so far still reach the store
+            self._record_feedback()
+            raise
         finally:
             self.bench.close()
             self.yardsticks.close()
         return self.write(best, best_single, mat)
+
+    def _record_feedback(self) -> None:
+        """What this session's plans measured, partition by partition, into the store (the next session's
+        entry costs); once."""
+        ctx, rows = self.ctx, self.feedback_rows
+        self.feedback_rows = []
+        real = [t for t in ctx.targets if not getattr(t, "simulated", False)]
+        if rows and len(real) > 1 and len(real) == len(ctx.targets):
+            context.record_partitions(ctx.store, ctx.graph, real, rows, "tune")
 
     def measure_plan(self, plan, label: str, kind: str, knobs: dict, problem, solve_s: float) -> TrialRecord:
         """Materialize, check and measure ``plan`` (interleaved with the best single target and yardstick)
@@ -766,8 +778,5 @@ class LatencySearch:
                                    "segment_ratios": segment_ratio_stats(ctx.table), "n_trials": self.n_done,
                                    "final_rounds": FINAL_ROUNDS, "spell": self.spell_note})
         write_outputs(result, ctx, mat)
-        # what this session's plans measured, partition by partition: the next session's entry costs
-        real = [t for t in ctx.targets if not getattr(t, "simulated", False)]
-        if len(real) > 1 and len(real) == len(ctx.targets):
-            context.record_partitions(ctx.store, ctx.graph, real, self.feedback_rows, "tune")
+        self._record_feedback()
         return result

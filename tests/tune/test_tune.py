@@ -707,3 +707,24 @@ def test_a_target_that_runs_no_op_is_no_baseline_and_does_not_take_another_s_nam
     assert labels == ["single:onnxruntime@cpu:t1"], labels
     assert any("baseline test-error@cpu:t1: does not run every op, skipped" in m for m in said), said
     assert res.best_single.label == "single:onnxruntime@cpu:t1"
+
+
+def test_an_interrupted_tune_keeps_the_partitions_it_measured(tmp_path, monkeypatch):
+    """The partitions the trials measured reach the store (the next session's entry costs) only when
+    the outputs are written: an interrupt in the final rounds lost them all."""
+    from placer.profile import ProfileStore
+    from placer.profile.keys import partition_prefix
+    from placer.tune import tune, tuner
+    from placer.zoo import load_graph
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tuner.LatencySearch, "final_rounds", interrupted)
+    db = tmp_path / "p.db"
+    with pytest.raises(KeyboardInterrupt):
+        tune("zoo:tiny", targets=["onnxruntime", "openvino"], db=str(db), out_dir=tmp_path / "out", n_trials=3,
+             cost_model_dir=False)
+    with ProfileStore(db) as st:
+        runs = st.partition_runs(partition_prefix(load_graph("zoo:tiny")))
+    assert any(r.get("source") == "tune" for r in runs), runs
