@@ -207,11 +207,11 @@ def load_external_data(model: onnx.ModelProto, model_path: str | os.PathLike, mo
         total += length
         if total > limit:
             raise _over(where, "the model with its external data", total, limit)
-    if external and total > PROTOBUF_MAX_BYTES:
-        raise GraphError(f"{where}: the model with its external data is {total / 2**20:.6g} MiB; placer holds a "
-                         f"model's weights in one ONNX message, which protobuf limits to 2 GiB: such models are "
-                         "not supported")
     if external:
+        if total > PROTOBUF_MAX_BYTES:
+            raise GraphError(f"{where}: the model with its external data is {total / 2**20:.6g} MiB; placer holds "
+                             "a model's weights in one ONNX message, which protobuf limits to 2 GiB: such models "
+                             "are not supported")
         from onnx.external_data_helper import load_external_data_for_model
 
         try:

@@ -175,10 +175,9 @@ def pace_factors(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], flo
     for r in rows:
         p = row_pace(r)
         if p is not None:
-            get = r.get if isinstance(r, Mapping) else (lambda k, o=r: getattr(o, k, None))
-            ms = get("median_ms")
+            ms = r.get("median_ms")
             lm = math.log(ms) if isinstance(ms, (int, float)) and ms > 0 and math.isfinite(ms) else None
-            by_target[(r["target"], get("kind") == "model")].append((r["key"], math.log(p), lm))
+            by_target[(r["target"], r.get("kind") == "model")].append((r["key"], math.log(p), lm))
     out: dict[tuple[str, str], float] = {}
     for (target, whole), pts in by_target.items():
         ref = float(np.median([lp for _, lp, _ in pts]))

@@ -165,10 +165,9 @@ class HybridExecutor(_Executor):
             self.group_of[parts[i].target] != self.group_of[parts[j].target] and i not in anc[j] and j not in anc[i]
             for i in range(len(parts)) for j in range(i + 1, len(parts))
         )
-        pinned = any(s.cores for s in specs.values())
         #: a worker that ran a pinned target's partition is re-pinned to every core for an unpinned one
-        self._any_pinned = pinned
-        self.parallel = (self.has_parallelism or pinned) if parallel is None else bool(parallel)
+        self._any_pinned = any(s.cores for s in specs.values())
+        self.parallel = (self.has_parallelism or self._any_pinned) if parallel is None else bool(parallel)
         self.compiled: dict[str, Any] = {}
         self.pools: dict[str, cf.ThreadPoolExecutor] = {}
         self._targets: dict[str, Any] = {}
