@@ -143,6 +143,9 @@ def honest(ctx: PlanningContext, solved, *, measure: bool = False, say: Callable
     round) and the fastest kept; rounds in which a runtime on all cores ran at its 1-thread pace
     count as slowed, and where such a spell of the host lasts through the rounds a 1-thread target
     that won by a little gives way to the same runtime on all cores (:mod:`placer.run.spells`).
+    With ``measure`` the chosen plan's outputs are checked even when no rival is priced near it; a
+    plan that fails the check (a bf16 target on a model that does not take bf16) gives way to the
+    fastest-priced single-target plan that passes, and the note says so.
     """
     singles = []
     for t in ctx.problem.targets:
@@ -179,51 +182,91 @@ def _priced_choice(ctx: PlanningContext, solved, singles: Sequence, say: Callabl
 
 def _measured_choice(ctx: PlanningContext, chosen, note: str, singles: Sequence, say: Callable[[str], None]):
     """``chosen`` against the single-target plans priced within :data:`RIVALS_WITHIN` of the best one,
-    measured interleaved; the fastest (round by round) and a note that gives the figures."""
+    measured interleaved; the fastest (round by round) and a note that gives the figures.
+
+    The outputs of ``chosen`` are checked even when no rival is near it: a plan on a target that
+    computes in bf16 can fail the check on a model that does not take bf16 (resnet50 did, session 50).
+    Such a plan is left out, said so, and the fastest-priced single-target plan on another target
+    stands in for it, checked and measured the same way; with none left, a PlacerError."""
     best = min(singles, key=lambda p: p.makespan_ms)
     rivals = [p for p in singles if dict(p.assignment) != dict(chosen.assignment)
               and p.makespan_ms <= RIVALS_WITHIN * max(best.makespan_ms, 1e-9)]
-    if not rivals:
-        return chosen, note
     plans = {"chosen": chosen, **{f"rival {i}": p for i, p in enumerate(rivals)}}
     feeds = load_inputs("seed:0", ctx.graph, 4)
     targets = getattr(ctx, "targets", None) or []
     stored = dict(getattr(getattr(ctx, "table", None), "whole_model_ms", None) or {})
     dropped: list[str] = []
+    wrong = ""  # why the chosen plan cannot be returned
     with PlanBench(feeds, rounds=MEASURE_ROUNDS, per_round=5) as bench:
         for key, p in list(plans.items()):
-            try:
-                bench.add(key, materialize(ctx.graph, p))
-                report = check_against_reference(ctx.graph.model, feeds, bench.outputs(key), **ctx.tolerance)
-                why = ("" if report.passed else
-                       f"its outputs differ from the reference: {report.failures()[0].name}")
-            except PlacerError as exc:
-                why = first_line(exc)
+            why = _cannot_stand(ctx, bench, feeds, key, p)
             if not why:
                 continue
-            if key == "chosen":  # the plan itself is wrong: nothing to return
-                raise PlacerError(f"--measure: the {p.solver} plan: {why}")
+            if key == "chosen":  # the plan itself is wrong: another must stand in for it
+                wrong = why
+                break
             dropped.append(f"{p.solver} ({why})")  # a rival that cannot stand in for it is no rival
             del plans[key]
-        if dropped:
-            say(f"--measure: left out {'; '.join(dropped)}")
-        if len(plans) == 1:
-            note_dropped = f"measured nothing: its rivals left out: {'; '.join(dropped)}"
-            return chosen, (f"{note}; {note_dropped}" if note else note_dropped)
-        # the single-target plans measured, by target: a runtime measured at 1 thread and on all cores
-        # reads the host's spells the probes miss, against the store's whole-model times (placer.run.spells)
-        keys_of = {next(iter(set(p.assignment.values()))): k for k, p in plans.items()
-                   if len(set(p.assignment.values())) == 1}
-        bench.watches = spell_watches(targets, keys_of, stored)
-        # a spell of slowed cores over most rounds: up to EXTRA_ROUNDS more, each after waiting for
-        # quiet cores (within the bench's QUIET_WINDOW_S)
-        stats = bench.measure(list(plans), until_quiet=EXTRA_ROUNDS)
+        if not wrong:
+            if dropped:
+                say(f"--measure: left out {'; '.join(dropped)}")
+            if len(plans) == 1:
+                if not dropped:
+                    return chosen, note
+                note_dropped = f"measured nothing: its rivals left out: {'; '.join(dropped)}"
+                return chosen, (f"{note}; {note_dropped}" if note else note_dropped)
+            keep, measured = _fastest(ctx, bench, plans, targets, stored)
+    if wrong:
+        return _stand_in(ctx, chosen, note, wrong, singles, say)
+    if dropped:
+        measured += f" (left out: {'; '.join(dropped)})"
+    say(measured)
+    return plans[keep], (f"{note}; {measured}" if note else measured)
+
+
+def _cannot_stand(ctx: PlanningContext, bench, feeds, key: str, plan) -> str:
+    """Why ``plan`` (added to ``bench`` as ``key``) cannot be returned: it does not compile or run, or its
+    outputs fail the check at the context's tolerance; "" when it can."""
+    try:
+        bench.add(key, materialize(ctx.graph, plan))
+        report = check_against_reference(ctx.graph.model, feeds, bench.outputs(key), **ctx.tolerance)
+        return "" if report.passed else f"its outputs differ from the reference: {report.failures()[0].name}"
+    except PlacerError as exc:
+        return first_line(exc)
+
+
+def _stand_in(ctx: PlanningContext, chosen, note: str, wrong: str, singles: Sequence, say: Callable[[str], None]):
+    """The plan to return instead of ``chosen``, which cannot stand (``wrong`` says why): the
+    fastest-priced single-target plan on another assignment, itself checked and measured against its
+    own rivals (:func:`_measured_choice`); a PlacerError when no single-target plan is left."""
+    rest = [p for p in singles if dict(p.assignment) != dict(chosen.assignment)]
+    if not rest:
+        raise PlacerError(f"--measure: the {chosen.solver} plan: {wrong}; no single-target plan is left to "
+                          "stand in for it")
+    nxt = min(rest, key=lambda p: p.makespan_ms)
+    left = f"left out the {chosen.solver} plan ({wrong})"
+    say(f"--measure: {left}; {nxt.solver} stands in for it")
+    kept, after = _measured_choice(ctx, nxt, "", rest, say)
+    return kept, "; ".join(x for x in (note, left, after or f"kept {kept.solver}") if x)
+
+
+def _fastest(ctx: PlanningContext, bench, plans: dict, targets, stored) -> tuple[str, str]:
+    """Measure ``plans`` (all in ``bench``) interleaved: the key of the fastest round by round, and the
+    note that gives the figures (see :func:`honest`)."""
+    # the single-target plans measured, by target: a runtime measured at 1 thread and on all cores
+    # reads the host's spells the probes miss, against the store's whole-model times (placer.run.spells)
+    keys_of = {next(iter(set(p.assignment.values()))): k for k, p in plans.items()
+               if len(set(p.assignment.values())) == 1}
+    bench.watches = spell_watches(targets, keys_of, stored)
+    # a spell of slowed cores over most rounds: up to EXTRA_ROUNDS more, each after waiting for
+    # quiet cores (within the bench's QUIET_WINDOW_S)
+    stats = bench.measure(list(plans), until_quiet=EXTRA_ROUNDS)
+    ratio = _ratios_to_chosen(bench, stats, plans)
+    rounds = MEASURE_ROUNDS + bench.extra_rounds
+    if close_call(ratio):  # the rounds so far cannot tell them apart: more of them, counted with these
+        stats = bench.measure(list(plans), rounds=EXTRA_ROUNDS)
         ratio = _ratios_to_chosen(bench, stats, plans)
-        rounds = MEASURE_ROUNDS + bench.extra_rounds
-        if close_call(ratio):  # the rounds so far cannot tell them apart: more of them, counted with these
-            stats = bench.measure(list(plans), rounds=EXTRA_ROUNDS)
-            ratio = _ratios_to_chosen(bench, stats, plans)
-            rounds += EXTRA_ROUNDS
+        rounds += EXTRA_ROUNDS
     keep = min(plans, key=lambda k: ratio[k])
     gave = ""
     spell = unread_spell(targets, keys_of, stored, ratio.get)
@@ -236,11 +279,7 @@ def _measured_choice(ctx: PlanningContext, chosen, note: str, singles: Sequence,
     figures = ", ".join(f"{plans[k].solver} {stats[k].median_ms:.3f} ms (predicted {plans[k].makespan_ms:.3f}"
                         + (f", {ratio[k]:.3f}x its time round by round" if k != "chosen" else "") + ")"
                         for k in plans)
-    measured = f"measured in {rounds} rounds: {figures}: kept {plans[keep].solver}{gave}"
-    if dropped:
-        measured += f" (left out: {'; '.join(dropped)})"
-    say(measured)
-    return plans[keep], (f"{note}; {measured}" if note else measured)
+    return keep, f"measured in {rounds} rounds: {figures}: kept {plans[keep].solver}{gave}"
 
 
 def _ratios_to_chosen(bench, stats, plans) -> dict[str, float]:

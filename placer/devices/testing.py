@@ -6,7 +6,9 @@ Kinds (registered by :func:`register_test_targets`, never part of the defaults):
 * ``test-abort``: ``os.abort()`` when it runs it;
 * ``test-hang``: sleeps forever when it runs it;
 * ``test-error``: raises TargetError when it *compiles* it (a compile error);
-* ``test-raise``: raises RuntimeError when it runs it.
+* ``test-raise``: raises RuntimeError when it runs it;
+* ``test-wrong``: runs it, and returns every floating-point output off by one (outputs that fail the
+  numerics check, as a reduced-precision target's may on a model that does not take it).
 
 The fault op type is ``PLACER_TEST_FAULT_OP`` (environment, read at compile time, so a profiling
 worker started from the test's environment sees it), default ``Relu``. Everything else behaves
@@ -54,7 +56,10 @@ class _Faulty(CompiledModel):
                 time.sleep(3600)
         elif self.fault == "raise":
             raise RuntimeError("test-raise: failing on purpose")
-        return self.inner.run(feeds)
+        out = self.inner.run(feeds)
+        if self.fault == "wrong":
+            out = {k: (v + 1 if np.issubdtype(v.dtype, np.floating) else v) for k, v in out.items()}
+        return out
 
     def close(self) -> None:
         self.inner.close()
@@ -105,12 +110,18 @@ class RaiseTarget(_FaultyTarget):
     fault = "raise"
 
 
+class WrongOutputsTarget(_FaultyTarget):
+    kind = "test-wrong"
+    fault = "wrong"
+
+
 TEST_KINDS = {
     "test-crash": "placer.devices.testing:CrashTarget",
     "test-abort": "placer.devices.testing:AbortTarget",
     "test-hang": "placer.devices.testing:HangTarget",
     "test-error": "placer.devices.testing:CompileErrorTarget",
     "test-raise": "placer.devices.testing:RaiseTarget",
+    "test-wrong": "placer.devices.testing:WrongOutputsTarget",
 }
 
 

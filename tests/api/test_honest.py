@@ -139,3 +139,48 @@ def test_measuring_reads_a_spell_of_the_host_and_says_when_it_gives_the_all_core
         assert kept == {names[1]} and f"kept {plan.solver} instead of single:{names[0]}: a spell" in note
     else:
         assert len(kept) == 1 and note.endswith(f": kept {plan.solver}")
+
+
+def _wrong_ctx(cost_wrong: float, cost_ort: float, with_ort: bool = True):
+    """The diamond model on ``test-wrong`` (ONNX Runtime whose outputs are off by one: the check fails,
+    as a bf16 target's may) and ONNX Runtime, both 1-thread, priced per op (no links)."""
+    from placer.devices.testing import register_test_targets
+
+    register_test_targets()
+    g = graph_of(diamond_model())
+    ops = [op.id for op in g.ops]
+    names = ["test-wrong@cpu:t1"] + (["onnxruntime@cpu:t1"] if with_ort else [])
+    costs = [cost_wrong] + ([cost_ort] if with_ort else [])
+    p = PlacementProblem(ops=ops, targets=names, cost_ms=np.array([costs] * len(ops)), tensors=[])
+    return SimpleNamespace(problem=p, graph=g, tolerance={})
+
+
+def test_a_chosen_plan_whose_outputs_fail_the_check_gives_way_to_a_single_target_that_passes():
+    """`placer plan` returned OpenVINO in bf16 for resnet50, whose outputs fail the bf16 check (session 50):
+    the chosen plan's outputs were checked only when a rival was priced near it, and when one was, a
+    failing plan stopped the command. Now it is left out, said so, and the next single target stands."""
+    from placer.api import RIVALS_WITHIN
+    from placer.solve import solve
+
+    for cost_ort in (1.3, RIVALS_WITHIN * 2):  # a rival priced near it, and none
+        ctx = _wrong_ctx(1.0, cost_ort)
+        chosen = solve(ctx.problem, "latency", "single:test-wrong@cpu:t1")
+        said: list[str] = []
+        plan, note = honest(ctx, chosen, measure=True, say=said.append)
+        assert set(plan.assignment.values()) == {"onnxruntime@cpu:t1"}, note
+        assert said[0].startswith("--measure: left out the single:test-wrong@cpu:t1 plan (its outputs differ")
+        assert "single:onnxruntime@cpu:t1 stands in for it" in said[0]
+        assert note.startswith("left out the single:test-wrong@cpu:t1 plan (its outputs differ")
+        assert note.endswith("kept single:onnxruntime@cpu:t1")
+
+
+def test_a_failing_plan_with_no_single_target_to_stand_in_is_an_error():
+    import pytest
+
+    from placer.errors import PlacerError
+    from placer.solve import solve
+
+    ctx = _wrong_ctx(1.0, 0.0, with_ort=False)
+    chosen = solve(ctx.problem, "latency", "single:test-wrong@cpu:t1")
+    with pytest.raises(PlacerError, match="single:test-wrong@cpu:t1 plan: its outputs differ.*no single-target"):
+        honest(ctx, chosen, measure=True)
