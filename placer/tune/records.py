@@ -157,9 +157,11 @@ class TuneResult:
                 if passing is not None:  # the yardstick of this run's precision: what it can match
                     lines.append(f"vs the best runtime default that passes the check ({passing.label}, "
                                  f"{fig(passing)}): {self.speedup_vs(passing):.2f}x")
-            if self.speedup_vs(default) < 0.97:
-                lines.append(f"{default.label} was faster than every placement measured: "
-                             f"use it ({default.knobs.get('what', '')}), or tune longer.")
+            # advice to run a default only where its outputs pass the check tune held every plan to
+            advice = default if default.numerics_ok is not False else self.best_default_passing
+            if advice is not None and self.speedup_vs(advice) < 0.97:
+                lines.append(f"{advice.label} was faster than every placement measured: "
+                             f"use it ({advice.knobs.get('what', '')}), or tune longer.")
         if single is not best:
             lines.append(f"vs the best single target ({single.label}, {fig(single)}): "
                          f"{self.speedup_vs(single):.2f}x")
