@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from placer.errors import PlacerError, first_line
+from placer.report.comparison import rank_rows, unique_rows
 
 MODELS = {
     "squeezenet": "zoo:squeezenet",
@@ -234,7 +235,11 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
             drow["error"] = deployed.error
         rows.append(drow)
         # up to 8 more rounds, each after waiting for quiet cores, while a row's turns mostly read slowed
-        stats = bench.measure(list(bench.candidates), until_quiet=8, deadline=time.monotonic() + 60.0)
+        final = bench.n_samples()  # the single targets (and the plans sharing their keys) hold the
+        # re-pricing's rounds too: every row's figures are taken over the final rounds alone, one set
+        # of rounds for the whole table (the x columns pair rows over the rounds both ran in)
+        everything = bench.measure(list(bench.candidates), until_quiet=8, deadline=time.monotonic() + 60.0)
+        stats = {k: (s if (s := bench.stats(k, since=final.get(k, 0))).n else everything[k]) for k in everything}
         quiet_rounds = bench.extra_rounds
         paired = bench.paired_ms(list(bench.candidates))  # the figures to compare by, round by round
         paired_ratios = {(a, b): bench.paired_ratio(a, b) for a in bench.candidates for b in bench.candidates}
@@ -267,23 +272,7 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
                 row["anchored_predicted_ms"] = prices[row["key"]]
             else:  # an assignment that does not cover this problem's ops
                 row["anchored_error"] = "not priced: the assignment does not cover the model's ops"
-    best_single = min(singles, key=lambda r: r["paired_ms"]) if singles else None
-    ys = [r for r in rows if r.get("kind") == "yardstick" and r.get("measured_ms")]
-    best_default = min(ys, key=lambda r: r["paired_ms"]) if ys else None
-    # the fastest yardstick whose outputs pass the numerics check at this run's precision (OpenVINO's
-    # default computes bf16 on a CPU that has it: fast, but not within the f32 tolerance)
-    ys_ok = [r for r in ys if r.get("numerics_ok")]
-    best_default_ok = min(ys_ok, key=lambda r: r["paired_ms"]) if ys_ok else None
-    ort_default = next((r for r in ys if r["placement"] == "yardstick:ort-default"), None)
-    ones = [r for r in rows if r.get("kind") == "1-thread" and r.get("measured_ms")]
-    best_one = min(ones, key=lambda r: r["paired_ms"]) if ones else None
-    for r in rows:
-        for col, ref_row in (("speedup_vs_best_single", best_single), ("speedup_vs_best_default", best_default),
-                             ("speedup_vs_best_default_ok", best_default_ok),
-                             ("speedup_vs_ort_default", ort_default), ("speedup_vs_best_1thread", best_one)):
-            if r.get("measured_ms") and ref_row:  # the two rows' own ratio, round by round
-                r[col] = 1.0 / (paired_ratios.get((r["key"], ref_row["key"]))
-                                or r["paired_ms"] / ref_row["paired_ms"])
+    best_single, best_default, best_default_ok = rank_rows(rows, singles, paired_ratios)
     result = {"model": name, "ref": ref, "n_ops": len(graph.ops), "profile_s": prof_s, "rows": rows,
               "quiet_rounds": quiet_rounds,  # rounds the bench added for quiet samples
               "spell_rounds": bench.spell_rounds,  # rounds a runtime's two targets read as a spell
@@ -364,11 +353,11 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
     from placer.report import Document, predicted_vs_measured
 
     doc = Document("placer: placements compared on the zoo")
-    n_all = sum(r.get("n") or 0 for res in results for r in res["rows"])
-    n_slow = sum(r.get("n_slowed") or 0 for res in results for r in res["rows"])
+    n_all = sum(r.get("n") or 0 for res in results for r in unique_rows(res["rows"]))
+    n_slow = sum(r.get("n_slowed") or 0 for res in results for r in unique_rows(res["rows"]))
     # samples taken in slowed turns, left out or not (a row with fewer than half quiet keeps them all)
     n_in_slowed = sum(round((r.get("slowed_share") or 0) * ((r.get("n") or 0) + (r.get("n_slowed") or 0)))
-                      for res in results for r in res["rows"])
+                      for res in results for r in unique_rows(res["rows"]))
     doc.p(f"Machine: {meta['cpu']}, {meta['cores']} cores; targets {', '.join(meta['targets'])}; generated "
           f"{meta['date']} by `{meta['command']}`. Every row of a model was measured in one interleaved bench "
           "(median over rounds of requests, p10/p90 shown); numerics checked against ONNX Runtime. Requests of "
