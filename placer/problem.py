@@ -148,6 +148,8 @@ def _float_array(value: Any, shape: tuple[int, ...], what: str, default: float) 
             arr = np.array(value, dtype=float)
         except (TypeError, ValueError) as exc:
             raise ProblemError(f"{what}: not numeric ({exc})") from None
+        except OverflowError:  # an int beyond any float (10**400)
+            raise ProblemError(f"{what}: out of range (beyond a float's largest value)") from None
         if arr.ndim == 0:
             arr = np.full(shape, float(arr), dtype=float)
         if arr.shape != shape:

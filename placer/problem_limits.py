@@ -31,9 +31,12 @@ def check_table_sizes(n_ops: int, n_tensors: int, n_targets: int) -> None:
     if cells > MAX_COST_ENTRIES:
         raise ProblemError(f"{n_ops} ops on {n_targets} targets need a cost table of {cells:.3g} entries, "
                            f"over placer's limit of {MAX_COST_ENTRIES:.3g}")
-    entries = n_tensors * n_targets * n_targets
+    # the link matrices (T x T per link field) are built whatever the tensors: a problem of one op on
+    # 20,000 targets (a 250 KB JSON) needed minutes and GiBs for them
+    entries = max(n_tensors, 1) * n_targets * n_targets
     if entries > MAX_LINK_ENTRIES:
+        what = f"{n_tensors} tensors between {n_targets} targets" if n_tensors else f"{n_targets} targets"
         raise ProblemError(
-            f"{n_tensors} tensors between {n_targets} targets need a link table of {entries:.3g} entries "
+            f"{what} need a link table of {entries:.3g} entries "
             f"({entries * 8 / 2**30:.1f} GiB), over placer's limit of {MAX_LINK_ENTRIES:.3g}: use fewer "
             f"targets (at most {int((MAX_LINK_ENTRIES / max(n_tensors, 1)) ** 0.5)} for {n_tensors} tensors)")

@@ -23,6 +23,7 @@ Symmetry
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,7 @@ __all__ = [
     "canonical_assign",
     "choose_resolution",
     "first_use_values",
+    "integral_weights",
     "interchangeable_classes",
     "make_solver",
     "read_assign",
@@ -216,11 +218,35 @@ def add_memory_caps(model: cp_model.CpModel, problem: PlacementProblem,
     p = problem
     for d in range(p.n_targets):
         if np.isfinite(p.memory_cap_bytes[d]):
-            terms = [(round(p.weight_bytes[list(unit)].sum()), lits[d])
+            terms = [(float(p.weight_bytes[list(unit)].sum()), lits[d])
                      for unit, lits in zip(p.units, unit_lits) if d in lits]
             terms = [(w_, lit) for w_, lit in terms if w_ > 0]
             if terms and sum(w_ for w_, _ in terms) > p.memory_cap_bytes[d]:
-                model.add(sum(w_ * lit for w_, lit in terms) <= math.floor(p.memory_cap_bytes[d]))
+                coefs, cap = integral_weights([w_ for w_, _ in terms], p.memory_cap_bytes[d])
+                model.add(sum(c * lit for c, (_, lit) in zip(coefs, terms)) <= cap)
+
+
+#: integral weights of a memory row stay below this (CP-SAT's coefficients and sums are int64)
+MAX_INT_WEIGHT_SUM = 2 ** 52
+
+
+def integral_weights(weights: Sequence[float], cap: float) -> tuple[list[int], int]:
+    """``sum_i w_i x_i <= cap`` as integers CP-SAT takes: the weights times a power of two ``s``,
+    rounded up, and ``cap * s`` rounded down. ``s`` is 1 when the weights are whole bytes whose sum fits
+    (the row is then exact), else the largest power of two that keeps the sum within
+    :data:`MAX_INT_WEIGHT_SUM` (fractional bytes: the row is tighter by at most one unit in 2^52 of
+    the sum; sums above 2^52 bytes: scaled down, tighter by a unit of ``1 / s`` bytes per op). A row
+    so built never admits an assignment over the cap: fractional weights were rounded to whole bytes
+    (0.4 -> 0, three ops over a cap of 1 accepted, the plan then refused), and weights of 1e19
+    overflowed OR-Tools."""
+    total = float(sum(weights))
+    whole = all(float(w).is_integer() for w in weights)
+    if whole and total <= MAX_INT_WEIGHT_SUM:
+        scale = 1.0
+    else:
+        scale = 2.0 ** math.floor(math.log2(MAX_INT_WEIGHT_SUM / max(total, 1e-300)))
+    coefs = [math.ceil(w * scale) for w in weights]
+    return coefs, math.floor(min(cap * scale, 2.0 ** 62))
 
 
 def read_assign(problem: PlacementProblem, unit_lits: list[dict[int, Any]], is_true: Any) -> np.ndarray:

@@ -114,3 +114,25 @@ def test_cpsat_deterministic_option_on_a_medium_problem():
 
 def test_every_solver_is_covered():
     assert set(SOLVERS) >= {"bruteforce", "cpsat", "dp", "greedy", "heft", "single"}
+
+
+@pytest.mark.parametrize("weight, cap", [(0.4, 1.0), (1e19, 2.5e19)])
+@pytest.mark.parametrize("mode", ["latency", "pipeline"])
+def test_cpsat_memory_rows_hold_fractional_and_huge_weights(weight, cap, mode):
+    """CP-SAT's memory rows rounded weights to whole bytes: three ops of 0.4 bytes over a cap of 1 were
+    all let onto x, and the plan was then refused ("memory cap of 'x' exceeded") on a feasible
+    problem; weights of 1e19 overflowed OR-Tools (a TypeError)."""
+    from placer.problem import Tensor
+    from placer.solve.cpsat_util import integral_weights
+
+    p = PlacementProblem(ops=["a", "b", "c"], targets=["x", "y"], cost_ms=np.array([[1.0, 5.0]] * 3),
+                         tensors=[Tensor("t", "a", ("b",)), Tensor("u", "b", ("c",))],
+                         weight_bytes=[weight] * 3, memory_cap_bytes=[cap, float("inf")])
+    plan, best = solve(p, mode, "cpsat"), solve(p, mode, "bruteforce")
+    key = (lambda q: q.makespan_ms) if mode == "latency" else (lambda q: q.bottleneck_ms)
+    assert key(plan) == pytest.approx(key(best))
+    assert sum(1 for t in plan.assignment.values() if t == "x") == 2
+    # whole bytes that fit stay exact; the others are rounded up, the cap down: never over the cap
+    assert integral_weights([3, 2, 2], 4.0) == ([3, 2, 2], 4)
+    coefs, room = integral_weights([0.4, 0.4, 0.4], 1.0)
+    assert 2 * coefs[0] <= room < 3 * coefs[0]

@@ -53,6 +53,17 @@ def test_a_link_table_that_cannot_fit_is_refused_before_allocation():
         check_table_sizes(2**20, 0, 32)
     with pytest.raises(ProblemError, match="link table"):
         check_table_sizes(10, MAX_LINK_ENTRIES // 100 + 1, 10)
+    # the link matrices are T x T even without a tensor: one op on 5,000 targets took seconds and GiBs
+    with pytest.raises(ProblemError, match=r"^5000 targets need a link table"):
+        check_table_sizes(1, 0, 5000)
+    check_table_sizes(1, 0, 4096)
+
+
+@pytest.mark.parametrize("field", ["latency_ms", "ms_per_byte"])
+def test_a_link_value_beyond_any_float_is_a_problem_error(field):
+    data = {"ops": ["a"], "targets": ["x", "y"], "cost_ms": {"a": {"x": 1, "y": 1}}, "links": {field: 10**400}}
+    with pytest.raises(ProblemError, match="out of range"):  # was an OverflowError traceback
+        PlacementProblem.from_json(data)
 
 
 @pytest.mark.parametrize("solver", ["cpsat", "heft", "greedy"])
