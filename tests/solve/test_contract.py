@@ -136,3 +136,15 @@ def test_cpsat_memory_rows_hold_fractional_and_huge_weights(weight, cap, mode):
     assert integral_weights([3, 2, 2], 4.0) == ([3, 2, 2], 4)
     coefs, room = integral_weights([0.4, 0.4, 0.4], 1.0)
     assert 2 * coefs[0] <= room < 3 * coefs[0]
+
+
+def test_a_heuristic_that_finds_no_memory_room_says_it_is_its_placement_not_the_problem():
+    from placer.problem import Tensor
+
+    p = PlacementProblem(ops=["a", "b", "c"], targets=["x", "y"], cost_ms=np.array([[1.0, 2.0]] * 3),
+                         tensors=[Tensor("t", "a", ("b",)), Tensor("u", "b", ("c",))],
+                         weight_bytes=[3, 2, 2], memory_cap_bytes=[4, 3])  # fits one way: a on y
+    for solver in ("heft", "greedy"):
+        with pytest.raises(HeuristicError, match="first-fit placement: the problem may still fit"):
+            solve(p, "latency", solver)
+    assert solve(p, "latency", "cpsat").assignment == {"a": "y", "b": "x", "c": "x"}

@@ -104,3 +104,14 @@ def test_dual_load_bound_is_valid_with_many_targets():
     assert 0 < bound <= best_load + 1e-9
     assert bound >= uc.min(axis=1).sum() / 64 - 1e-9  # at least the trivial average bound
     assert prices.shape == (64,)
+
+
+@pytest.mark.parametrize("kw", [{"cut_scale": [1e308, 1e308]},
+                                {"cost_ms": [[1e307, 1.0], [1.0, 1e307]], "link_latency_ms": 1e308}])
+def test_values_finite_alone_whose_schedule_is_not_are_a_problem_error(kw):
+    """Each value was checked finite on its own; a cut scale of 1e308 on costs of 1-2 ms made the
+    solvers' sums NaN ("cannot convert float NaN to integer", "no feasible assignment")."""
+    args = {"ops": ["a", "b"], "targets": ["x", "y"], "cost_ms": [[1.0, 2.0], [2.0, 1.0]],
+            "tensors": [Tensor("t", "a", ("b",), 10)], **kw}
+    with pytest.raises(ProblemError, match="costs too large: the slowest schedule"):
+        PlacementProblem(**args)

@@ -11,7 +11,7 @@ import numpy as np
 from placer.errors import ProblemError
 from placer.problem import PlacementProblem
 
-__all__ = ["HeuristicError", "Timeline", "earliest_slot", "group_target", "unit_weight"]
+__all__ = ["HeuristicError", "Timeline", "earliest_slot", "group_target", "no_room", "unit_weight"]
 
 
 class HeuristicError(ProblemError):
@@ -33,8 +33,17 @@ def group_target(problem: PlacementProblem, unit: Sequence[int], first_choice: i
     for d in range(p.n_targets):
         if p.allowed[unit[0], d] and mem_free[d] >= w:
             return d
-    names = [p.ops[i] for i in unit]
-    raise HeuristicError(f"{who}: no target has memory room for {names if len(unit) > 1 else names[0]!r}")
+    raise no_room(who, [p.ops[i] for i in unit])
+
+
+def no_room(who: str, names: Sequence[str]) -> HeuristicError:
+    """The error of a heuristic that placed ops first-fit and found no target with memory room left for
+    ``names``: a fact about its placement, not the problem's (weights 3, 2, 2 on caps 4 and 3 fit, one
+    way only)."""
+    what = list(names) if len(names) > 1 else names[0]
+    return HeuristicError(f"{who}: no target had memory room left for {what!r} after the ops it placed "
+                          "first (a first-fit placement: the problem may still fit; cpsat searches every "
+                          "placement)")
 
 
 class Timeline:

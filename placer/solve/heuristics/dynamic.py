@@ -19,7 +19,7 @@ from placer.problem import PlacementProblem
 from placer.solve.bound_utils import unit_costs
 from placer.solve.bounds import dual_load, edge_delays
 from placer.solve.evaluate import Costs, latency_schedule
-from placer.solve.heuristics.common import HeuristicError, unit_weight
+from placer.solve.heuristics.common import HeuristicError, no_room, unit_weight
 from placer.solve.heuristics.earliest_finish import upward_rank
 
 __all__ = ["DynamicList", "DynamicListSearch", "dynamic_list"]
@@ -109,7 +109,7 @@ class DynamicList:
             if runnable[e_] and (d < 0 or avail[e_] < avail[d]):
                 d = e_
         if d < 0:
-            raise HeuristicError(f"{who}: no target has memory room for {self.p.ops[int(idx[0])]!r}")
+            raise no_room(who, [self.p.ops[int(idx[0])]])
         return okm, d
 
     def _best_op(self, st: _Pass, sel: np.ndarray, d: int, value: np.ndarray, lam_d: float,

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from placer.problem import PlacementProblem
-from placer.solve.heuristics.common import HeuristicError, group_target, unit_weight
+from placer.solve.heuristics.common import group_target, no_room, unit_weight
 
 __all__ = ["priority_assign"]
 
@@ -74,7 +74,7 @@ def _priority_assign_uncapped(p: PlacementProblem, pref: list[int], fastest_fall
     stuck = np.flatnonzero(~good & ~allowed.any(axis=1))
     if len(stuck):
         names = [p.ops[i] for i in units[int(stuck[0])]]
-        raise HeuristicError(f"{who}: no target has memory room for {names if len(names) > 1 else names[0]!r}")
+        raise no_room(who, names)
     assign = np.full(p.n_ops, -1, dtype=int)
     if len(units) == p.n_ops:  # single-op units
         assign[first] = choice

@@ -17,7 +17,7 @@ import numpy as np
 from placer.problem import PlacementProblem
 from placer.solve.bounds import MinMaxLoadLP, shave
 from placer.solve.evaluate import Costs, latency_schedule, resource_busy_ms
-from placer.solve.heuristics.common import HeuristicError, unit_weight
+from placer.solve.heuristics.common import HeuristicError, no_room, unit_weight
 from placer.solve.heuristics.fixed_schedule import schedule_fixed
 
 __all__ = ["lp_assign", "lp_list"]
@@ -54,7 +54,7 @@ def lp_assign(problem: PlacementProblem, costs: Costs | None = None, num_stages:
         prefs = sorted(allowed, key=lambda d: (-round(frac[i, d], 6), uc[i, d]))
         d = next((d for d in prefs if mem_free[d] >= uw[i]), None)
         if d is None:
-            raise HeuristicError(f"{who}: no target has memory room for {p.ops[units[i][0]]!r}")
+            raise no_room(who, [p.ops[units[i][0]]])
         assign[list(units[i])] = d
         mem_free[d] -= uw[i]
     return assign
