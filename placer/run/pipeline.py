@@ -153,6 +153,9 @@ class PipelineExecutor:
         self._queues: list[queue.Queue] = []
         self._abort = threading.Event()
         self._lock = threading.Lock()
+        # one run() at a time: the last stage delivers to the batch in flight, by request id, so two
+        # batches at once swapped outputs (188 of 200 of one call's were the other's) and one never ended
+        self._run_lock = threading.Lock()
         self._started = False
         self._closed = False
         self._failed_at: int | None = None
@@ -402,7 +405,9 @@ class PipelineExecutor:
             while not batch.finished.wait(_POLL_S):
                 if self._worker_crash is not None:
                     raise self._worker_crash
-                if not all(t.is_alive() for t in self._threads):
+                if self._closed:  # close() from another thread: no worker serves this batch any more
+                    raise PlacerError("pipeline executor is closed (close() was called during run())")
+                if not self._threads or not all(t.is_alive() for t in self._threads):
                     raise PlacerError("pipeline: a stage worker exited unexpectedly") from self._worker_crash
         except BaseException:
             self._abort.set()
@@ -426,6 +431,12 @@ class PipelineExecutor:
 
     def run(self, requests: Sequence[Mapping[str, np.ndarray]], *, warmup: int = 2,
             consume: Callable[[int, dict[str, np.ndarray]], Any] | None = None) -> RunResult:
+        """See :meth:`_run`; calls from several threads run one after the other."""
+        with self._run_lock:
+            return self._run(requests, warmup=warmup, consume=consume)
+
+    def _run(self, requests: Sequence[Mapping[str, np.ndarray]], *, warmup: int = 2,
+             consume: Callable[[int, dict[str, np.ndarray]], Any] | None = None) -> RunResult:
         """Push requests through the stages; outputs in request order (see the error policy above).
 
         ``warmup`` requests (at least two per worker of the widest stage when nonzero) run first, untimed.

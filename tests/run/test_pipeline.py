@@ -316,3 +316,54 @@ def test_stages_with_gaps_in_their_indices_are_named_by_their_own_index():
         res = pe.run(reqs, warmup=0)
     err = res.errors[1]
     assert isinstance(err, StageError) and err.stage == 1 and "stage 1 failed on request 1" in str(err)
+
+
+def test_runs_from_two_threads_each_get_their_own_outputs_and_close_during_a_run_ends_it():
+    """Two run() calls at once: the last stage delivered to whichever batch was current, so one call
+    returned the other's outputs and the other never returned. Now they run one after the other. And
+    close() from another thread while a run waits ended the workers but left run() waiting forever."""
+    g = graph_of(chain_model(4, shape=(1, 4, 8, 8)))
+    stage_of = {op.id: op.index // 2 for op in g.ops}
+    mat = materialize(g, {op.id: "onnxruntime" for op in g.ops}, stage_of=stage_of)
+    batches = [[random_inputs(g, 100 * b + i) for i in range(60)] for b in range(2)]
+    results: list = [None, None]
+    with PipelineExecutor(mat, queue_size=2) as pe:
+        threads = [threading.Thread(target=lambda b=b: results.__setitem__(b, pe.run(batches[b], warmup=0)))
+                   for b in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads)
+        ref = ReferenceRunner(g.model)
+        for b in range(2):
+            assert results[b].ok
+            for feeds, out in zip(batches[b], results[b].outputs):
+                assert compare(out, ref.run(feeds)).passed
+    # close() while a run is in flight: run() raises instead of waiting on workers that are gone
+    pe = PipelineExecutor(mat, queue_size=2)
+    pe.start()
+    real_batch, calls = pe._batch, []
+
+    def batch_then_close(requests, consume=None):
+        calls.append(1)
+        if len(calls) == 2:  # between the warm-up batch and the measured one
+            closer = threading.Thread(target=pe.close)
+            closer.start()
+            closer.join(timeout=60)
+        return real_batch(requests, consume)
+
+    pe._batch = batch_then_close
+    outcome: list = []
+
+    def runner():
+        try:
+            outcome.append(pe.run(batches[0], warmup=2))
+        except PlacerError as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=runner)
+    t.start()
+    t.join(timeout=60)
+    assert not t.is_alive(), "run() still waiting after close()"
+    assert isinstance(outcome[0], PlacerError) and "closed" in str(outcome[0])
