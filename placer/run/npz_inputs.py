@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import zipfile
+import zlib
 from collections.abc import Mapping
 
 import numpy as np
@@ -51,7 +52,11 @@ def _header(f, where: str) -> tuple[np.dtype, tuple[int, ...], bool, int]:
 def _read_exact(f, nbytes: int, where: str) -> bytes:
     chunks, got = [], 0
     while got < nbytes:
-        chunk = f.read(min(1 << 24, nbytes - got))
+        try:
+            chunk = f.read(min(1 << 24, nbytes - got))
+        except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:  # CRC, inflate, bz2/lzma data
+            raise PlacerError(f"{where}: the archive's data is damaged ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
         if not chunk:
             raise PlacerError(f"{where}: the array is truncated ({got} of {nbytes} bytes)")
         chunks.append(chunk)

@@ -231,6 +231,16 @@ class YardstickSet:
         if unknown:
             raise PlacerError(f"unknown yardstick(s) {unknown}; known: {', '.join(DESCRIPTIONS)}")
         self.workdir = Path(tempfile.mkdtemp(prefix="placer-yardsticks-"))
+        self.all: dict[str, Yardstick] = {}
+        #: placer plans deployed in processes of their own (:meth:`add_plan`), by key
+        self.plans: dict[str, Yardstick] = {}
+        try:
+            self._start(model, feeds, kinds, say)
+        except BaseException:  # an interrupt while a yardstick loads, feeds numpy cannot save, ...:
+            self.close()  # the caller never gets the set to close: its processes and files go now
+            raise
+
+    def _start(self, model, feeds: Sequence[Mapping[str, np.ndarray]], kinds: Sequence[str], say) -> None:
         self.output_names = [o.name for o in model.graph.output]
         model_path = self.workdir / "model.onnx"
         model_path.write_bytes(_without_opaque_regions(model).SerializeToString())
@@ -238,10 +248,9 @@ class YardstickSet:
         np.savez(feeds_path, **{f"{i}__{k}": np.asarray(v) for i, f in enumerate(feeds) for k, v in f.items()},
                  **{N_FEEDS_KEY: np.asarray(len(feeds))})  # a model may have no inputs: the count is its own
         self.n_feeds = len(feeds)
-        #: placer plans deployed in processes of their own (:meth:`add_plan`), by key
-        self.plans: dict[str, Yardstick] = {}
         # started together (loading overlaps), then awaited one by one
-        self.all = {k: Yardstick(k, model_path, feeds_path, self.workdir) for k in kinds}
+        for k in kinds:
+            self.all[k] = Yardstick(k, model_path, feeds_path, self.workdir)
         for k, y in self.all.items():
             if not y.wait_ready():
                 say(f"yardstick {k}: not available ({y.error})")

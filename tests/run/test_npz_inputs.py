@@ -108,3 +108,19 @@ def test_more_requests_than_rows_take_the_rows_in_turn(graph, tmp_path):
     np.savez(f, x=np.stack([np.full((1, 3, 8, 8), i, np.float32) for i in range(2)]))
     reqs = load_inputs(str(f), graph, 5)
     assert [float(r["x"].flat[0]) for r in reqs] == [0.0, 1.0, 0.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_damaged_array_data_is_a_placer_error_naming_the_input(graph, tmp_path, compressed):
+    """A flipped byte in an array's data (past what the header read buffers) surfaced as a raw
+    zipfile.BadZipFile ("Bad CRC-32") or zlib error: a traceback from `placer run --inputs`."""
+    rng = np.random.default_rng(0)
+    arr = rng.standard_normal((4000, 1, 3, 8, 8)).astype(np.float32)  # 3 MiB: read past the header's buffer
+    path = tmp_path / "x.npz"
+    (np.savez_compressed if compressed else np.savez)(path, x=arr)
+    raw = bytearray(path.read_bytes())
+    at = len(raw) // 2
+    raw[at:at + 16] = bytes(16) if compressed else bytes(b ^ 0xFF for b in raw[at:at + 16])
+    path.write_bytes(bytes(raw))
+    with pytest.raises(PlacerError, match=r"'x'.*(damaged|truncated|not a readable)"):
+        load_inputs(str(path), graph, 4000)

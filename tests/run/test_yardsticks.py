@@ -204,3 +204,18 @@ def test_a_yardstick_worker_imports_its_runtime_alone(fresh_python):
             "print(callable(make_executor) and callable(random_inputs))")
     lines = fresh_python(code)
     assert lines[:2] == ["[]", "True"], lines
+
+
+def test_a_set_that_fails_to_start_leaves_no_directory_behind(monkeypatch, tmp_path):
+    """Feeds numpy cannot save (a ragged list) raised out of the constructor: the caller never got the set
+    to close, and its temp directory with a full copy of the model stayed."""
+    import tempfile
+
+    from placer import zoo
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    model = zoo.load_model("zoo:tiny")
+    ok = zoo.random_inputs(model, seed=0)
+    with pytest.raises(ValueError):
+        YardstickSet(model, [ok, {"x": [[1.0], [1.0, 2.0]]}], ())
+    assert not list(tmp_path.glob("placer-yardsticks-*"))
