@@ -555,7 +555,9 @@ def add_profile(sub) -> None:
         b.add_argument("--targets", default=None, help=TARGETS_HELP)
         b.add_argument("--db", default=None, type=db_path,
                        help="store to use (default: a fresh temporary one)")
-        b.add_argument("--timeout", type=float, default=60.0, help="seconds per measurement (default 60)")
+        # in range as `placer profile --timeout` (0 or -1 stored every op as timed out, nan was a traceback)
+        b.add_argument("--timeout", type=float_in(1e-3, 86400.0), default=60.0,
+                       help="seconds per measurement (default 60; at most a day)")
         b.add_argument("--json", default=None, help="write the figures here")
         b.set_defaults(func=cmd_bench)
 

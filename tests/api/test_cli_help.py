@@ -79,3 +79,13 @@ def test_command_help(command, capsys):
     # a description paragraph between the usage and the argument list
     body = text.split("\n\n", 1)[1]
     assert not body.startswith(("positional arguments:", "options:")), text
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e9"])
+def test_bench_profile_timeout_is_checked_as_profile_s(value, capsys):
+    """`placer bench profile --timeout 0` stored every op as timed out in the --db store (later campaigns
+    then priced them at inf); nan was a traceback from select()."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "profile", "--timeout", value])
+    assert "--timeout" in capsys.readouterr().err
+    assert build_parser().parse_args(["bench", "profile", "--timeout", "30"]).timeout == 30.0
