@@ -377,6 +377,26 @@ def _load_skops(path: Path) -> Any:
         raise ArtifactIntegrityError(path, f"skops could not load it ({type(exc).__name__}: {exc})") from None
 
 
+def _checked_op_model(model: Any, path: Path) -> Any:
+    """``model`` (an op model just loaded from ``path``) once its flat forests are well formed and it
+    predicts a row of zeros: the allowlist checks types only, and a forest's contents decide what
+    :func:`~costmodels.flat_forest.predict` reads (a feature index off by 10**6 was an IndexError at
+    the first prediction; a depth of 10**15, a prediction that never ends)."""
+    from costmodels._common import FEATURE_NAMES
+    from costmodels.flat_forest import check_forest
+
+    try:
+        for name, value in vars(model).items():
+            if name.endswith("forest_") and value is not None:
+                check_forest(value)
+        if hasattr(model, "predict") and hasattr(model, "n_train_"):
+            model.predict(np.zeros((1, len(FEATURE_NAMES))))
+    except Exception as exc:  # noqa: BLE001 - whatever the file's contents make it raise
+        raise ArtifactIntegrityError(path, f"its op model is malformed ({type(exc).__name__}: "
+                                           f"{str(exc)[:200]})") from None
+    return model
+
+
 def verify_saved(directory: str | Path) -> tuple[dict, dict[str, Path]]:
     """``(card, {relative path: path})`` of a saved model whose card this code reads and whose every
     file passes its hash (nothing unpickled, nothing loaded); CostModelError naming the file otherwise."""
@@ -422,7 +442,8 @@ def load_cost_model_parts(directory: str | Path) -> dict[str, Any]:
 def _load_locked(directory: str | Path) -> dict[str, Any]:
     card, paths = verify_saved(directory)
     tables = load_json(paths["tables.json"], "the cost model's tables", CostModelError)
-    op_models = {t: _load_skops(paths[rel]) for rel, t in card.get("op_model_files", {}).items()}
+    op_models = {t: _checked_op_model(_load_skops(paths[rel]), paths[rel])
+                 for rel, t in card.get("op_model_files", {}).items()}
     transfer = _load_skops(paths["transfer.skops"])
     partition = _load_skops(paths["partition.skops"]) if "partition.skops" in paths else None
     try:

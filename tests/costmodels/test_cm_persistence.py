@@ -298,3 +298,27 @@ def test_a_save_that_fails_on_one_file_leaves_the_saved_model_whole(fitted_model
     after = CostModel.load(saved)  # every file still matches the card
     assert {t: [after.predict_op_ms(s, t) for s in sigs] for t in TARGETS} == expected
     assert not [p.name for p in saved.rglob("*.tmp")]
+
+
+@pytest.mark.parametrize("edit, expect", [
+    (lambda f: f.update(feature=f["feature"] + 10**6), "splits on feature"),
+    (lambda f: f.update(depth=10**15), "depth"),
+    (lambda f: f.update(left=f["left"][:-1]), "not a node array"),
+    (lambda f: f.update(right=f["right"] + len(f["right"])), "indices outside"),
+])
+def test_an_op_model_whose_forest_is_malformed_is_refused_on_load(saved, edit, expect):
+    """The allowlist checks types only: a forest's feature indices off by 10**6 loaded cleanly and were an
+    IndexError at the first prediction; a depth of 10**15, a prediction that never ends."""
+    from costmodels.persistence import _load_skops
+
+    path = saved / "op_models/0.skops"
+    model = _load_skops(path)
+    name = next(k for k, v in vars(model).items() if k.endswith("forest_") and v is not None)
+    forest = dict(getattr(model, name))
+    edit(forest)
+    setattr(model, name, forest)
+    sio.dump(model, path)
+    _reseal(saved, "op_models/0.skops")
+    with pytest.raises(ArtifactIntegrityError, match=f"op model is malformed.*{expect}") as exc:
+        CostModel.load(saved)
+    assert exc.value.path == str(path)
