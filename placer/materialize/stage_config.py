@@ -487,6 +487,11 @@ def _check_partition_ops(cfg: StageConfig, graph) -> set[str]:
         for p in s.partitions:
             if p.stage != s.index:
                 raise PlanError(f"partition {p.id} says stage {p.stage} but is listed under stage {s.index}")
+        ix = [p.index for p in s.partitions]
+        if any(b <= a for a, b in itertools.pairwise(ix)):  # the pipeline runs them in the listed order
+            raise PlanError(f"stage {s.index} lists partitions {[p.id for p in s.partitions]} out of their "
+                            f"order (indices {ix}): a stage runs its partitions as listed, each after those "
+                            "it reads from, in increasing index")
     known_ops = {op.id for op in graph.ops}
     where: dict[str, str] = {}
     for p in parts:

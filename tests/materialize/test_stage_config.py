@@ -254,6 +254,19 @@ def test_stages_listed_out_of_order_are_refused(diamond):
         check_stage_config(StageConfig.from_dict(d), diamond)
 
 
+def test_partitions_listed_out_of_order_within_a_stage_are_refused(diamond):
+    """The hybrid executor runs partitions by index, the pipeline's stage worker as listed: a stage
+    config with a stage's partitions reversed loaded, ran under the hybrid executor, and failed every
+    pipeline request (KeyError on a tensor not produced yet)."""
+    cfg = materialize(diamond, ASG, stage_of={op: 0 for op in ("a", "b", "c", "d", "e", "f")}).stage_config
+    assert len(cfg.stages[0].partitions) >= 2
+    d = cfg.to_dict()
+    d["stages"][0]["partitions"].reverse()
+    with pytest.raises(PlanError, match=r"stage 0 lists partitions .* out of their order"):
+        check_stage_config(StageConfig.from_dict(d), diamond)
+    check_stage_config(cfg, diamond)  # as written, it holds
+
+
 @pytest.mark.parametrize("edit, expect", [
     (lambda g: g.node[1].input.__setitem__(0, "ghost"), r"reads tensor 'ghost'.*dangling input"),
     (lambda g: setattr(g.node[1], "name", g.node[0].name), r"node names must be given once each.*repeated"),
