@@ -96,7 +96,11 @@ class _Executor:
 
     # subclasses: compile(), run(feeds), run_timed(feeds) -> (outputs, {pid: ms}), close()
     def __enter__(self):
-        self.compile()
+        try:
+            self.compile()
+        except BaseException:  # __exit__ does not run when __enter__ raises: free what was built
+            self.close()
+            raise
         return self
 
     def __exit__(self, *exc):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -369,3 +370,12 @@ def test_a_plan_that_fails_to_compile_closes_the_sessions_it_built(monkeypatch):
     with PlanBench([feeds]) as bench, pytest.raises(PlacerError, match="test-error|Neg"):
         bench.add("k", mat)
     assert len(closed) == len(mat.partitions) - 1  # every session that was built
+    # the executor as a context manager: a compile that fails in __enter__ closes what it built too
+    # (__exit__ does not run then: its sessions and its cores' pool threads stayed)
+    from placer.run.executors import make_executor
+
+    closed.clear()
+    with pytest.raises(PlacerError, match="test-error|Neg"), make_executor(mat, "hybrid"):
+        pass
+    assert len(closed) == len(mat.partitions) - 1
+    assert not [t for t in threading.enumerate() if t.name.startswith("placer-cores")]
