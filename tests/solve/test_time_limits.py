@@ -107,7 +107,7 @@ def test_dual_load_bound_is_valid_with_many_targets():
 
 
 @pytest.mark.parametrize("kw", [{"cut_scale": [1e308, 1e308]},
-                                {"cost_ms": [[1e307, 1.0], [1.0, 1e307]], "link_latency_ms": 1e308}])
+                                {"cost_ms": [[1e308, 1.0], [1.0, 1.0]], "link_latency_ms": 1e308}])
 def test_values_finite_alone_whose_schedule_is_not_are_a_problem_error(kw):
     """Each value was checked finite on its own; a cut scale of 1e308 on costs of 1-2 ms made the
     solvers' sums NaN ("cannot convert float NaN to integer", "no feasible assignment")."""
