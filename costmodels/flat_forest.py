@@ -91,12 +91,12 @@ _ARRAYS = ("left", "right", "feature", "threshold", "value", "missing_left")
 
 
 def check_forest(forest: Any) -> None:
-    """ValueError unless ``forest`` is a flat forest :func:`predict` can run to its end: its node arrays
+    """ValueError (TypeError for a non-dict) unless ``forest`` is a flat forest :func:`predict` can run to its end: its node arrays
     one-dimensional and of one length, children and roots indices of nodes, features non-negative,
     tree weights as many as roots, and a depth within :data:`MAX_DEPTH` (a saved model a user hands
     over: a feature index off by 10**6 was an IndexError at the first prediction)."""
     if not isinstance(forest, dict):
-        raise ValueError(f"a flat forest is a dict, got {type(forest).__name__}")
+        raise TypeError(f"a flat forest is a dict, got {type(forest).__name__}")
     missing = [k for k in (*_ARRAYS, "roots", "weight", "depth", "constant") if k not in forest]
     if missing:
         raise ValueError(f"flat forest lacks {missing}")

@@ -2,11 +2,17 @@
 
     python experiments/report_s51/probes/ov_config.py zoo:hf-distilbert [ROUNDS]
 """
-import sys, time, statistics, numpy as np, openvino as ov
+import statistics
+import sys
+import time
+
+import openvino as ov
+
 from placer import zoo
-from placer.graph import build_graph
 from placer.devices.openvino_target import OvCompiled
+from placer.graph import build_graph
 from placer.materialize import materialize
+
 name = sys.argv[1]
 model = zoo.load_model(name)
 graph = build_graph(model, source=name)
@@ -26,6 +32,7 @@ for k, c in cfgs.items():
     runs[k] = OvCompiled(cm, ins, range(len(cm.outputs)))
 # materialized plan, hybrid executor in-process
 from placer.run.executors import make_executor
+
 mat = materialize(graph, {op.id: "openvino-bf16:t2" for op in graph.ops})
 ex = make_executor(mat, "hybrid"); ex.compile()
 fns = {k: (lambda f, r=r: r.run_shared(f)) for k, r in runs.items()}

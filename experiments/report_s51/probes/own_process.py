@@ -3,11 +3,13 @@
     python experiments/report_s51/probes/own_process.py zoo:hf-distilbert [ROUNDS]
 """
 import sys
+
 from placer import zoo
 from placer.graph import build_graph
 from placer.materialize import materialize
 from placer.run.bench import PlanBench
 from placer.run.yardsticks import YardstickSet
+
 name = sys.argv[1]; rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 12
 model = zoo.load_model(name)
 graph = build_graph(model, source=name)
@@ -25,5 +27,5 @@ with PlanBench(feeds, rounds=rounds, per_round=5) as bench, YardstickSet(graph.m
     print(keys)
     stats = bench.measure(keys, rounds=rounds)
     for k in keys:
-        base = [k2 for k2 in keys if "ov-default" in k2][0]
+        base = next(k2 for k2 in keys if "ov-default" in k2)
         print(f"{k:28s} {stats[k].median_ms:7.3f} ms p10 {stats[k].p10_ms:7.3f} p90 {stats[k].p90_ms:7.3f}  x ov-default {bench.paired_ratio(base, k):.3f}")

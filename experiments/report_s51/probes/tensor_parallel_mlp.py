@@ -7,10 +7,18 @@ whole-on-both-cores / this, round by round.
 
     SEQ=128 HID=768 FFN=3072 python experiments/report_s51/probes/tensor_parallel_mlp.py f32|bf16
 """
-import os, sys, time, threading, statistics, numpy as np, onnx, openvino as ov
-from onnx import helper, numpy_helper, TensorProto
+import os
+import statistics
+import sys
+import threading
+import time
+
+import numpy as np
+import openvino as ov
+from onnx import TensorProto, helper, numpy_helper
+
 prec = sys.argv[1] if len(sys.argv) > 1 else "bf16"
-seq, hid, ffn = int(os.environ.get("SEQ", 128)), int(os.environ.get("HID", 768)), int(os.environ.get("FFN", 3072))
+seq, hid, ffn = int(os.environ.get("SEQ", "128")), int(os.environ.get("HID", "768")), int(os.environ.get("FFN", "3072"))
 rng = np.random.default_rng(0)
 W1 = rng.standard_normal((hid, ffn), dtype=np.float32) * 0.02
 W2 = rng.standard_normal((ffn, hid), dtype=np.float32) * 0.02
