@@ -592,6 +592,10 @@ class Engine:
                     p10, p90 = (min(tails), max(tails)) if tails else (None, None)
                     n = (first.n or 0) + (st["n"] or 0)
                 elif lower:
+                    # the row is now this window's: its pace (none if this window had none: the first's
+                    # would divide it by a pace it was not measured at) and this campaign's session
+                    meta.pop("pace_ms", None)
+                    meta["session"] = self.session
                     meta.update(mad_ms=st["mad_ms"], mean_ms=st["mean_ms"], contention=reply.get("contention"),
                                 loadavg=reply.get("loadavg"), slowdown=reply.get("slowdown"),
                                 contended=bool(reply.get("contended")), **_pace_meta(reply))

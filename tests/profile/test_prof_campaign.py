@@ -394,3 +394,36 @@ def test_past_its_hurry_deadline_a_campaign_measures_nothing_twice(tmp_path, tin
     assert len(rows) == n_sigs and all(m.meta["attempts"] == 1 and "windows_ms" not in m.meta for m in rows)
     early = profile_graph(tiny, ["onnxruntime:t2"], tmp_path / "early.db", hurry_after=float("inf"), **kw)
     assert early.second_windows == n_sigs and early.hurried == 0
+
+
+def test_a_second_window_kept_as_the_lower_carries_its_own_pace_and_session(tmp_path, tiny, fast_timing,
+                                                                           monkeypatch):
+    """A row's second window taken by a later campaign (the first left it due) and kept as the lower kept
+    the first window's pace and session: divided by a pace it was not measured at, and read with the
+    first session's drift factor. Here the later campaign times no pace (PLACER_PACE=0)."""
+    from placer.profile.engine import ONE_THREAD_WINDOWS_ENV, Engine
+    from placer.profile.pace import PACE_ENV
+    from placer.profile.store import WINDOW_DUE
+
+    monkeypatch.delenv(ONE_THREAD_WINDOWS_ENV, raising=False)  # one-thread rows take second windows
+    db = tmp_path / "p.db"
+    kw = dict(progress=False, links=False, whole_model=False, timing=fast_timing)
+    with monkeypatch.context() as m:
+        m.setenv(PACE_ENV, "1")  # the pace beside each first window
+        m.setattr(Engine, "_hurried", lambda self: True)  # every second window left due
+        first = profile_graph(tiny, ["onnxruntime"], db, **kw)
+    with ProfileStore(db) as st:
+        due = [r for r in st.measurements(kind="op") if r["status"] == "ok" and r["meta"].get(WINDOW_DUE)]
+        assert due and all(r["meta"].get("pace_ms") for r in due)
+        for r in due:  # first windows far slower than any second one: the second is kept
+            st.put(r["key"], r["target"], kind="op", status="ok", median_ms=r["median_ms"] * 100,
+                   net_ms=(r["net_ms"] or 0) * 100, p10_ms=r["p10_ms"], p90_ms=r["p90_ms"], n=r["n"],
+                   meta=r["meta"])
+    monkeypatch.setenv(PACE_ENV, "0")
+    then = profile_graph(tiny, ["onnxruntime"], db, **kw)
+    assert then.second_windows == len(due)
+    rows = {k: m for (k, _), m in then.results.items() if m.kind == "op"}
+    for r in due:
+        meta = rows[r["key"]].meta
+        assert rows[r["key"]].median_ms == meta["windows_ms"][1]  # the second window, kept
+        assert "pace_ms" not in meta and meta["session"] == then.session != first.session
