@@ -84,40 +84,6 @@ def flatten(regressors: Sequence[Any]) -> dict[str, Any] | None:
     }
 
 
-#: the deepest forest :func:`check_forest` accepts (a step per level for every row: a file claiming
-#: 10**15 levels would run for ever; fitted trees here are 3-40 deep)
-MAX_DEPTH = 512
-_ARRAYS = ("left", "right", "feature", "threshold", "value", "missing_left")
-
-
-def check_forest(forest: Any) -> None:
-    """ValueError (TypeError for a non-dict) unless ``forest`` is a flat forest :func:`predict` can run to its end: its node arrays
-    one-dimensional and of one length, children and roots indices of nodes, features non-negative,
-    tree weights as many as roots, and a depth within :data:`MAX_DEPTH` (a saved model a user hands
-    over: a feature index off by 10**6 was an IndexError at the first prediction)."""
-    if not isinstance(forest, dict):
-        raise TypeError(f"a flat forest is a dict, got {type(forest).__name__}")
-    missing = [k for k in (*_ARRAYS, "roots", "weight", "depth", "constant") if k not in forest]
-    if missing:
-        raise ValueError(f"flat forest lacks {missing}")
-    arrays = {k: np.asarray(forest[k]) for k in (*_ARRAYS, "roots", "weight")}
-    n = arrays["left"].shape[0] if arrays["left"].ndim == 1 else -1
-    for k in _ARRAYS:
-        if arrays[k].ndim != 1 or arrays[k].shape[0] != n:
-            raise ValueError(f"flat forest: {k} is not a node array of the forest's {n} nodes")
-    for k in ("left", "right", "roots"):
-        a = arrays[k]
-        if a.dtype.kind not in "iu" or (a.size and (a.min() < 0 or a.max() >= n)):
-            raise ValueError(f"flat forest: {k} holds indices outside its {n} nodes")
-    if arrays["feature"].dtype.kind not in "iu" or (n and arrays["feature"].min() < 0):
-        raise ValueError("flat forest: negative or non-integer feature indices")
-    if arrays["weight"].shape != arrays["roots"].shape:
-        raise ValueError("flat forest: a weight per tree root expected")
-    depth = forest["depth"]
-    if not isinstance(depth, (int, np.integer)) or not 0 <= int(depth) <= MAX_DEPTH:
-        raise ValueError(f"flat forest: depth {str(depth)[:20]} outside [0, {MAX_DEPTH}]")
-
-
 def predict(forest: dict[str, Any], X: Any) -> np.ndarray:
     """The forest's prediction for each row of ``X`` (n_rows x n_features)."""
     X = np.asarray(X, dtype=np.float32)

@@ -377,20 +377,51 @@ def _load_skops(path: Path) -> Any:
         raise ArtifactIntegrityError(path, f"skops could not load it ({type(exc).__name__}: {exc})") from None
 
 
+#: the deepest forest :func:`_check_forest` accepts (a step per level for every row: a file claiming
+#: 10**15 levels would run for ever; fitted trees here are 3-40 deep)
+MAX_FOREST_DEPTH = 512
+_FOREST_ARRAYS = ("left", "right", "feature", "threshold", "value", "missing_left")
+
+
+def _check_forest(forest: Any) -> None:
+    """ValueError (TypeError for a non-dict) unless ``forest`` is a flat forest :func:`~costmodels.flat_forest.predict` can run to its end: its node arrays
+    one-dimensional and of one length, children and roots indices of nodes, features non-negative,
+    tree weights as many as roots, and a depth within :data:`MAX_FOREST_DEPTH` (a saved model a user hands
+    over: a feature index off by 10**6 was an IndexError at the first prediction)."""
+    if not isinstance(forest, dict):
+        raise TypeError(f"a flat forest is a dict, got {type(forest).__name__}")
+    missing = [k for k in (*_FOREST_ARRAYS, "roots", "weight", "depth", "constant") if k not in forest]
+    if missing:
+        raise ValueError(f"flat forest lacks {missing}")
+    arrays = {k: np.asarray(forest[k]) for k in (*_FOREST_ARRAYS, "roots", "weight")}
+    n = arrays["left"].shape[0] if arrays["left"].ndim == 1 else -1
+    for k in _FOREST_ARRAYS:
+        if arrays[k].ndim != 1 or arrays[k].shape[0] != n:
+            raise ValueError(f"flat forest: {k} is not a node array of the forest's {n} nodes")
+    for k in ("left", "right", "roots"):
+        a = arrays[k]
+        if a.dtype.kind not in "iu" or (a.size and (a.min() < 0 or a.max() >= n)):
+            raise ValueError(f"flat forest: {k} holds indices outside its {n} nodes")
+    if arrays["feature"].dtype.kind not in "iu" or (n and arrays["feature"].min() < 0):
+        raise ValueError("flat forest: negative or non-integer feature indices")
+    if arrays["weight"].shape != arrays["roots"].shape:
+        raise ValueError("flat forest: a weight per tree root expected")
+    depth = forest["depth"]
+    if not isinstance(depth, (int, np.integer)) or not 0 <= int(depth) <= MAX_FOREST_DEPTH:
+        raise ValueError(f"flat forest: depth {str(depth)[:20]} outside [0, {MAX_FOREST_DEPTH}]")
+
+
 def _checked_op_model(model: Any, path: Path) -> Any:
     """``model`` (an op model just loaded from ``path``) once its flat forests are well formed and it
     predicts a row of zeros: the allowlist checks types only, and a forest's contents decide what
     :func:`~costmodels.flat_forest.predict` reads (a feature index off by 10**6 was an IndexError at
     the first prediction; a depth of 10**15, a prediction that never ends)."""
-    from costmodels._common import FEATURE_NAMES
-    from costmodels.flat_forest import check_forest
-
     try:
         for name, value in vars(model).items():
             if name.endswith("forest_") and value is not None:
-                check_forest(value)
+                _check_forest(value)
         if hasattr(model, "predict") and hasattr(model, "n_train_"):
-            model.predict(np.zeros((1, len(FEATURE_NAMES))))
+            model.predict(np.zeros((1, int(model.n_features_in_))))
     except Exception as exc:  # noqa: BLE001 - whatever the file's contents make it raise
         raise ArtifactIntegrityError(path, f"its op model is malformed ({type(exc).__name__}: "
                                            f"{str(exc)[:200]})") from None
