@@ -36,6 +36,7 @@ from placer.solve.evaluate import float_noise
 __all__ = [
     "add_first_use_order",
     "add_memory_caps",
+    "add_weight_row",
     "canonical_assign",
     "choose_resolution",
     "first_use_values",
@@ -218,12 +219,19 @@ def add_memory_caps(model: cp_model.CpModel, problem: PlacementProblem,
     p = problem
     for d in range(p.n_targets):
         if np.isfinite(p.memory_cap_bytes[d]):
-            terms = [(float(p.weight_bytes[list(unit)].sum()), lits[d])
-                     for unit, lits in zip(p.units, unit_lits) if d in lits]
-            terms = [(w_, lit) for w_, lit in terms if w_ > 0]
-            if terms and sum(w_ for w_, _ in terms) > p.memory_cap_bytes[d]:
-                coefs, cap = integral_weights([w_ for w_, _ in terms], p.memory_cap_bytes[d])
-                model.add(sum(c * lit for c, (_, lit) in zip(coefs, terms)) <= cap)
+            add_weight_row(model, [(float(p.weight_bytes[list(unit)].sum()), lits[d])
+                                   for unit, lits in zip(p.units, unit_lits) if d in lits],
+                           p.memory_cap_bytes[d])
+
+
+def add_weight_row(model: cp_model.CpModel, terms: Sequence[tuple[float, Any]], cap: float) -> None:
+    """``sum w * lit <= cap`` over ``terms`` (``(weight, literal)``), in :func:`integral_weights`' integers;
+    nothing when the positive weights cannot exceed ``cap`` together (the memory rows of the full model
+    and of the LNS windows)."""
+    terms = [(w_, lit) for w_, lit in terms if w_ > 0]
+    if terms and sum(w_ for w_, _ in terms) > cap:
+        coefs, room = integral_weights([w_ for w_, _ in terms], cap)
+        model.add(sum(c * lit for c, (_, lit) in zip(coefs, terms)) <= room)
 
 
 #: integral weights of a memory row stay below this (CP-SAT's coefficients and sums are int64)

@@ -36,7 +36,7 @@ from ortools.sat.python import cp_model
 
 from placer.problem import PlacementProblem
 from placer.solve.bounds import edge_delays
-from placer.solve.cpsat_util import choose_resolution, integral_weights, make_solver
+from placer.solve.cpsat_util import add_weight_row, choose_resolution, make_solver
 from placer.solve.evaluate import Costs, latency_schedule
 
 __all__ = ["LatencyLNS", "improve_latency"]
@@ -280,12 +280,8 @@ class LatencyLNS:
             if not np.isfinite(cap):
                 continue
             fixed = float(p.weight_bytes[(assign == d) & ~m.free].sum())
-            terms = [(float(p.weight_bytes[list(unit)].sum()), u_lits[d])
-                     for unit, u_lits in m.lits if d in u_lits]
-            terms = [(w_, lit) for w_, lit in terms if w_ > 0]
-            if terms and sum(w_ for w_, _ in terms) > cap - fixed:
-                coefs, room = integral_weights([w_ for w_, _ in terms], cap - fixed)
-                model.add(sum(c * lit for c, (_, lit) in zip(coefs, terms)) <= room)
+            add_weight_row(model, [(float(p.weight_bytes[list(unit)].sum()), u_lits[d])
+                                   for unit, u_lits in m.lits if d in u_lits], cap - fixed)
 
     def _apply(self, w: _Window, m: _WindowModel, solver: cp_model.CpSolver) -> bool:
         """Take the solved window if the float re-timed makespan improves; True if it did."""
