@@ -215,7 +215,7 @@ def _measured_choice(ctx: PlanningContext, chosen, note: str, singles: Sequence,
                     return chosen, note
                 note_dropped = f"measured nothing: its rivals left out: {'; '.join(dropped)}"
                 return chosen, (f"{note}; {note_dropped}" if note else note_dropped)
-            keep, measured = _fastest(ctx, bench, plans, targets, stored)
+            keep, measured = _fastest(bench, plans, targets, stored)
     if wrong:
         return _stand_in(ctx, chosen, note, wrong, singles, say)
     if dropped:
@@ -250,7 +250,7 @@ def _stand_in(ctx: PlanningContext, chosen, note: str, wrong: str, singles: Sequ
     return kept, "; ".join(x for x in (note, left, after or f"kept {kept.solver}") if x)
 
 
-def _fastest(ctx: PlanningContext, bench, plans: dict, targets, stored) -> tuple[str, str]:
+def _fastest(bench, plans: dict, targets, stored) -> tuple[str, str]:
     """Measure ``plans`` (all in ``bench``) interleaved: the key of the fastest round by round, and the
     note that gives the figures (see :func:`honest`)."""
     # the single-target plans measured, by target: a runtime measured at 1 thread and on all cores

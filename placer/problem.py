@@ -378,9 +378,10 @@ def _check_total_time(cost: np.ndarray, scale: np.ndarray, lat: np.ndarray, per_
     handle them: tests/reliability's control case)."""
     with np.errstate(over="ignore", invalid="ignore"):
         ops = float(np.where(np.isfinite(cost), cost, 0.0).max(axis=1).sum()) * float(scale.max(initial=1.0))
+        entry = float(overhead.max(initial=0.0))
         copy = float(lat.max(initial=0.0)) + float(per_byte.max(initial=0.0)) * max(
-            (t.nbytes for t in tensors), default=0) + float(overhead.max(initial=0.0))
-        copies = copy * sum(len(t.consumers) for t in tensors) + float(overhead.max(initial=0.0)) * len(cost)
+            (t.nbytes for t in tensors), default=0) + entry
+        copies = copy * sum(len(t.consumers) for t in tensors) + entry * len(cost)
         total = ops + copies
     if not math.isfinite(total):
         raise ProblemError("costs too large: the slowest schedule would add up to more than a float holds "

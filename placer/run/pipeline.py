@@ -407,7 +407,7 @@ class PipelineExecutor:
                     raise self._worker_crash
                 if self._closed:  # close() from another thread: no worker serves this batch any more
                     raise PlacerError("pipeline executor is closed (close() was called during run())")
-                if not self._threads or not all(t.is_alive() for t in self._threads):
+                if not all(t.is_alive() for t in self._threads):
                     raise PlacerError("pipeline: a stage worker exited unexpectedly") from self._worker_crash
         except BaseException:
             self._abort.set()
