@@ -380,6 +380,28 @@ class PlanBench:
         return LatencyStats(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)),
                             len(s), left_out, sum(flags) / len(values))
 
+    def mark(self) -> dict[str, tuple[int, int, int, dict[str, int]]]:
+        """Where each candidate's figures stand now, for :meth:`rewind`: its samples, turns and timed
+        partition runs."""
+        return {key: (len(c.samples_ms), len(c.turns), len(c.partition_slowed),
+                      {pid: len(v) for pid, v in c.partition_ms.items()})
+                for key, c in self.candidates.items()}
+
+    def rewind(self, mark: Mapping[str, tuple[int, int, int, dict[str, int]]]) -> None:
+        """Forget every sample, turn and timed partition run taken since ``mark`` (:meth:`mark`):
+        rounds run to decide something else (a spell's end) then leave the figures as they were."""
+        for key, (n_samples, n_turns, n_parts, parts) in mark.items():
+            cand = self.candidates.get(key)
+            if cand is None:
+                continue
+            del cand.samples_ms[n_samples:], cand.samples_slowed[n_samples:], cand.turns[n_turns:]
+            del cand.partition_slowed[n_parts:]
+            for pid in list(cand.partition_ms):
+                if pid in parts:
+                    del cand.partition_ms[pid][parts[pid]:]
+                else:
+                    del cand.partition_ms[pid]
+
     def n_samples(self) -> dict[str, int]:
         """How many requests each candidate has timed so far: marks for :meth:`stats`' ``since``."""
         return {key: len(cand.samples_ms) for key, cand in self.candidates.items()}

@@ -106,22 +106,27 @@ def wait_spell_end(bench: PlanBench, pairs: Sequence[SpellPair], *, polls: int, 
     """Poll, up to ``polls`` times, each :func:`~placer.run.bench.quiet_wait_s` seconds after the last
     (the probes read such a spell quiet: waiting for them would not wait), one round of each pair's
     two targets; True once every pair's ratio in a poll is within :data:`SPELL_OVER` of the store's.
-    None begins after ``deadline`` (``time.monotonic()``). The polls' samples join the candidates'
-    (a fresh measurement clears them)."""
+    None begins after ``deadline`` (``time.monotonic()``). The polls' samples are forgotten when it
+    returns (:meth:`~placer.run.bench.PlanBench.rewind`): they only tell whether the spell ended, and
+    the figures stay those of the rounds measured before (one set of rounds for every candidate)."""
     keys = [k for p in pairs for k in (p.one_key, p.all_key)]
-    for _ in range(max(0, int(polls))):
-        wait = quiet_wait_s()
-        if deadline is not None:
-            wait = min(wait, max(0.0, deadline - time.monotonic()))
-        time.sleep(wait)
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
-        bench.measure(keys, rounds=1, per_round=per_round)
-        last = {k: bench.candidates[k].turns[-1][1] for k in keys if bench.candidates[k].turns}
-        if all(p.one_key in last and p.all_key in last and last[p.one_key] > 0
-               and last[p.all_key] / last[p.one_key] <= SPELL_OVER * p.stored_ratio for p in pairs):
-            return True
-    return False
+    before = bench.mark()
+    try:
+        for _ in range(max(0, int(polls))):
+            wait = quiet_wait_s()
+            if deadline is not None:
+                wait = min(wait, max(0.0, deadline - time.monotonic()))
+            time.sleep(wait)
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            bench.measure(keys, rounds=1, per_round=per_round)
+            last = {k: bench.candidates[k].turns[-1][1] for k in keys if bench.candidates[k].turns}
+            if all(p.one_key in last and p.all_key in last and last[p.one_key] > 0
+                   and last[p.all_key] / last[p.one_key] <= SPELL_OVER * p.stored_ratio for p in pairs):
+                return True
+        return False
+    finally:
+        bench.rewind(before)
 
 
 def quiet_choice(best_key: str, pairs: Sequence[SpellPair],

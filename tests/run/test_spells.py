@@ -92,6 +92,37 @@ def test_polling_for_a_spells_end_stops_at_its_deadline():
     assert wait_spell_end(bench, [pair], polls=10, per_round=2, deadline=time.monotonic() - 1.0) is False
 
 
+def test_polls_for_a_spells_end_leave_the_figures_of_the_rounds_before_them(monkeypatch):
+    from mz_models import diamond_model, graph_of
+
+    from placer.materialize import materialize
+    from placer.run.bench import QUIET_WAIT_ENV, PlanBench
+    from placer.run.numerics import random_inputs
+    from placer.run.spells import wait_spell_end
+
+    monkeypatch.setenv(QUIET_WAIT_ENV, "0")
+    g = graph_of(diamond_model())
+    mat = materialize(g, {op.id: "onnxruntime" for op in g.ops})
+    with PlanBench([random_inputs(g, seed=0)], rounds=2, per_round=3) as bench:
+        for key in ("one", "all", "plan"):
+            bench.add(key, mat)
+        bench.measure(["one", "all", "plan"], fresh=True)
+        before = {k: (list(c.samples_ms), list(c.turns), list(c.partition_slowed),
+                      {p: list(v) for p, v in c.partition_ms.items()}) for k, c in bench.candidates.items()}
+        figures = bench.paired_ms(["one", "all", "plan"], anchor="plan")
+        # a stored ratio of 0: no poll reads the spell as over, so every poll runs (a lasting spell)
+        lasting = SpellPair("onnxruntime", "one", "all", stored_ratio=0.0, measured_ratio=1.0)
+        assert wait_spell_end(bench, [lasting], polls=2, per_round=3) is False
+        assert bench._round == 2 + 2  # the polls ran ...
+        after = {k: (c.samples_ms, c.turns, c.partition_slowed, c.partition_ms) for k, c in bench.candidates.items()}
+        assert after == before  # ... and left no sample, turn or timed partition behind
+        assert bench.paired_ms(["one", "all", "plan"], anchor="plan") == figures
+        # a spell that ends at the first poll: its round is forgotten too (the caller measures afresh)
+        ended = SpellPair("onnxruntime", "one", "all", stored_ratio=float("inf"), measured_ratio=1.0)
+        assert wait_spell_end(bench, [ended], polls=2, per_round=3) is True
+        assert bench._round == 5 and len(bench.candidates["one"].turns) == 2
+
+
 def test_each_runtime_with_both_stored_rows_watches_its_rounds_at_the_spell_ratio():
     watches = spell_watches(TARGETS, KEYS, STORED)
     assert [(w.base, w.key) for w in watches] == [("key:onnxruntime@cpu:t1", "key:onnxruntime@cpu:t2"),
