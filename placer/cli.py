@@ -522,7 +522,10 @@ def add_profile(sub) -> None:
                        description="Time every unique op signature of a model on every target, plus the "
                                    "whole model and the hand-off cost between targets, in worker "
                                    "subprocesses, into a SQLite store. Resumable: what the store already "
-                                   "holds is not measured again.")
+                                   "holds is not measured again. An op a target fails on is marked "
+                                   "unsupported there and the campaign goes on; the exit status is 1 "
+                                   "when a target ran none of the model's ops (unavailable, or failing "
+                                   "on every op).")
     p.add_argument("model", help="ONNX file or zoo:NAME (zoo:squeezenet, zoo:bert-tiny, ...)")
     p.add_argument("--targets", default=None, help=TARGETS_HELP)
     p.add_argument("--db", default=None, type=db_path, help=DB_HELP)

@@ -118,7 +118,39 @@ def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None
     out.print(summary_table(graph, res))
     for line in summary_lines(res) + ([drift] if drift else []):
         out.print(printable(line), highlight=False, markup=False)
+    unusable = unusable_targets(res, tlist)
+    if unusable:
+        import sys
+
+        for name, why in unusable.items():
+            print(printable(f"placer profile: error: {name} ran none of the {res.unique_signatures} op "
+                            f"signature(s) of {graph.name} ({why}): a plan cannot place anything there"),
+                  file=sys.stderr)
+        return 1
     return 0
+
+
+def unusable_targets(res: CampaignResult, targets: Sequence) -> dict[str, str]:
+    """Target name -> why, for each target (simulated ones aside) that has no op of the model measured
+    ok, in this campaign or stored by an earlier one: unavailable, unable to start its worker, or failing
+    on every op. ``placer profile`` exits 1 for them: the store cannot price a plan that uses them, while
+    a target failing on some ops only has them marked unsupported there (the campaign goes on)."""
+    ok: set[str] = set()
+    reasons: dict[str, str] = {}
+    for (_key, name), m in res.results.items():
+        if m.kind != "op":
+            continue
+        if m.ok:
+            ok.add(name)
+        elif m.reason:
+            reasons.setdefault(name, f"{m.status}: {m.reason.splitlines()[0][:200]}")
+    out = {}
+    for t in targets:
+        if getattr(t, "simulated", False) or t.name in ok:
+            continue
+        said = next((p for p in res.problems if t.name in p), None)
+        out[t.name] = reasons.get(t.name) or (said.splitlines()[0][:200] if said else "no op measured")
+    return out
 
 
 def drift_line(store, targets, res: CampaignResult) -> str:
