@@ -92,6 +92,14 @@ def db_path(text: str) -> str:
     return text
 
 
+def nonempty_path(text: str) -> str:
+    """An argparse ``type`` for an output or model path (``--out``, ``--cost-model``, ``--json``): not
+    empty nor blank, which would fall back to a default place (or the working directory) unasked."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a path (an empty name names no place)")
+    return text
+
+
 def say_plain(console) -> Callable[[str], None]:
     """A progress callback printing each message dim, as plain text, control characters escaped."""
     return lambda msg: console.print(printable(msg), style="dim", markup=False, highlight=False)
@@ -179,7 +187,7 @@ def add_plan(sub) -> None:
     p.add_argument("--time-limit", type=float, default=10.0, help="solver time limit, seconds (default 10)")
     p.add_argument("--db", default=None, type=db_path, help=DB_HELP)
     p.add_argument("--shape", action="append", help="bind an input shape: NAME=1x3x224x224 (repeatable)")
-    p.add_argument("--out", default=None, metavar="DIR",
+    p.add_argument("--out", default=None, metavar="DIR", type=nonempty_path,
                    help="write a runnable plan directory here (plan.json, stage_config.json, Relax module, "
                         "partitions: `placer run DIR`); a path ending in .json gets the plan JSON alone")
     p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, help="solver random seed (default 0)")
@@ -269,7 +277,7 @@ def add_tune(sub) -> None:
                    help="time budget, e.g. 90s, 10m (default 2m, or none when --trials is given)")
     p.add_argument("--trials", type=int_in(1, MAX_TRIALS), default=None,
                    help="stop after this many trials (with --budget: whichever comes first)")
-    p.add_argument("--out", default="placer-out", help="output directory (default placer-out)")
+    p.add_argument("--out", default="placer-out", type=nonempty_path, help="output directory (default placer-out)")
     p.add_argument("--storage", default=None,
                    help="Optuna storage URL (default sqlite:///OUT/study.db); several workers, on several "
                         "hosts, share one study through postgresql://USER@HOST/DB (pip install "
@@ -279,10 +287,11 @@ def add_tune(sub) -> None:
                         "failed by the next worker (default 60)")
     p.add_argument("--db", default=None, type=db_path, help=DB_HELP)
     p.add_argument("--shape", action="append", help="bind an input shape: NAME=1x3x224x224 (repeatable)")
-    p.add_argument("--cost-model", default=None, metavar="DIR",
-                   help="learned cost model to update (default: costmodel/ next to the profile store)")
-    p.add_argument("--no-cost-model", action="store_true",
-                   help="do not fit, use or save the learned cost model (measured costs only)")
+    learned = p.add_mutually_exclusive_group()
+    learned.add_argument("--cost-model", default=None, metavar="DIR", type=nonempty_path,
+                         help="learned cost model to update (default: costmodel/ next to the profile store)")
+    learned.add_argument("--no-cost-model", action="store_true",
+                         help="do not fit, use or save the learned cost model (measured costs only)")
     p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, help="random seed (default 0)")
     p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
                    help="f32 (default): every output within the f32 tolerance of the reference; bf16: the "
@@ -391,7 +400,7 @@ def add_fit(sub) -> None:
                                    "partition correction) on a profile store and save it where "
                                    "`placer tune` starts from it (or to --out DIR, for `--cost-model DIR`).")
     p.add_argument("--db", default=None, type=db_path, help=DB_HELP)
-    p.add_argument("--out", default=None,
+    p.add_argument("--out", default=None, type=nonempty_path,
                    help="directory for the model (skops + JSON + card.json); default: costmodel/ next to the "
                         "profile store, where placer tune finds it")
     p.add_argument("--targets", default=None, help="comma-separated targets (default: all in the store)")
@@ -459,7 +468,7 @@ def add_run(sub) -> None:
     p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of the numerics check")
     p.add_argument("--atol", type=float, default=1e-4,
                    help="absolute tolerance, relative to max|reference| per output")
-    p.add_argument("--json", default=None, help="write the measurement and numerics report here")
+    p.add_argument("--json", default=None, type=nonempty_path, help="write the measurement and numerics report here")
     p.set_defaults(func=cmd_run)
 
 
@@ -561,7 +570,7 @@ def add_profile(sub) -> None:
         # in range as `placer profile --timeout` (0 or -1 stored every op as timed out, nan was a traceback)
         b.add_argument("--timeout", type=float_in(1e-3, 86400.0), default=60.0,
                        help="seconds per measurement (default 60; at most a day)")
-        b.add_argument("--json", default=None, help="write the figures here")
+        b.add_argument("--json", default=None, type=nonempty_path, help="write the figures here")
         b.set_defaults(func=cmd_bench)
 
 

@@ -89,3 +89,31 @@ def test_bench_profile_timeout_is_checked_as_profile_s(value, capsys):
         build_parser().parse_args(["bench", "profile", "--timeout", value])
     assert "--timeout" in capsys.readouterr().err
     assert build_parser().parse_args(["bench", "profile", "--timeout", "30"]).timeout == 30.0
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["plan", "zoo:tiny", "--out", ""], "--out"),
+    (["tune", "zoo:tiny", "--out", "  "], "--out"),
+    (["tune", "zoo:tiny", "--cost-model", ""], "--cost-model"),
+    (["fit", "--out", ""], "--out"),
+    (["run", "placer-out", "--json", ""], "--json"),
+    (["bench", "profile", "--json", ""], "--json"),
+])
+def test_an_empty_path_is_refused_where_it_is_parsed(argv, option, capsys):
+    """`--out ""` wrote nothing (plan) or fell back to a default place unasked (tune, fit); `--cost-model
+    ""` updated the default cost model."""
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert option in err and "expected a path" in err, err
+
+
+def test_a_cost_model_and_no_cost_model_cannot_be_asked_for_together(capsys):
+    """`--cost-model DIR --no-cost-model` silently left DIR unused."""
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["tune", "zoo:tiny", "--cost-model", "cm", "--no-cost-model"])
+    assert e.value.code == 2
+    assert "not allowed with argument --cost-model" in capsys.readouterr().err
+    assert build_parser().parse_args(["tune", "zoo:tiny", "--cost-model", "cm"]).cost_model == "cm"
+    assert build_parser().parse_args(["tune", "zoo:tiny", "--no-cost-model"]).no_cost_model is True
