@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from costmodels.data import LinkRow, OpRow, PartitionRow, TrainingData
 from costmodels.sibling import sibling_candidates
@@ -67,7 +67,8 @@ def _signature_row(row: dict) -> dict:
 
 def training_data_from_store(store: Any, graphs: Sequence[Any] = (), targets: Iterable[str] | None = None,
                              all_fingerprints: bool = False, drift: bool = True,
-                             siblings: bool = True, pace: bool = True) -> TrainingData:
+                             siblings: bool = True, pace: bool = True,
+                             fingerprints: Mapping[str, str] | None = None) -> TrainingData:
     """Training rows of ``store`` (a ProfileStore or a path) for ``targets`` (names; default all), and
     with ``siblings`` those of each one's one-thread siblings the store has (:mod:`costmodels.sibling`:
     a multi-thread target's op model is fitted with the best of them that has rows).
@@ -82,6 +83,11 @@ def training_data_from_store(store: Any, graphs: Sequence[Any] = (), targets: It
     (experiments/costmodel_report_s17; docs/design.md, "Blocks and twins"). ``pace``: first, every
     row measured with the host's pace beside it (:mod:`placer.profile.pace`: one-thread op and
     segment rows) is divided by its pace factor, which reads it at its target's usual pace.
+
+    A target name the store holds under several fingerprints (another runtime version, another
+    machine sharing the store) is read at one of them: ``fingerprints[name]`` (a fingerprint hash:
+    the caller's targets as they are now, which the store's own pricing reads too), else the one
+    registered last. A name whose given fingerprint the store lacks has no rows.
     """
     if isinstance(store, (str, os.PathLike)):
         st, owned = ProfileStore(store, readonly=True), True
@@ -92,7 +98,7 @@ def training_data_from_store(store: Any, graphs: Sequence[Any] = (), targets: It
         if keep is not None and siblings:
             names = [t["name"] for t in st.targets()]
             keep |= {s for t in keep for s in sibling_candidates(t, names)}  # the fit picks one with rows
-        return _read(st, list(graphs), keep, all_fingerprints, drift, pace)
+        return _read(st, list(graphs), keep, all_fingerprints, drift, pace, fingerprints)
     finally:
         if owned:
             st.close()
@@ -113,15 +119,20 @@ def _at_pace(rows: list[dict]) -> list[dict]:
 
 
 def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
-          drift: bool = True, pace: bool = True) -> TrainingData:
+          drift: bool = True, pace: bool = True, fingerprints: Mapping[str, str] | None = None) -> TrainingData:
     data = TrainingData()
     ok = lambda name: keep is None or name in keep  # noqa: E731
-    newest: dict[str, str] = {}
+    given = dict(fingerprints or {})
+    chosen: dict[str, str] = {}
     for t in st.targets():  # ordered by creation: the last one of a name is its newest fingerprint
-        if ok(t["name"]):
-            data.targets[t["name"]] = {**t["fingerprint"], "hash": t["hash"]}
-            newest[t["name"]] = t["hash"]
-    use = None if all_fingerprints else newest
+        name = t["name"]
+        if ok(name) and given.get(name, t["hash"]) == t["hash"]:
+            data.targets[name] = {**t["fingerprint"], "hash": t["hash"]}
+            chosen[name] = t["hash"]
+    for name, h in given.items():  # a fingerprint the store lacks: none of the name's rows are its
+        if ok(name) and name not in chosen:
+            chosen[name] = h
+    use = None if all_fingerprints else chosen
 
     every = st.measurements()
     if pace:

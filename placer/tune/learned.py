@@ -86,8 +86,10 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
     from costmodels.store import training_data_from_store
     from costmodels.train import fit_cost_model
 
-    names = [t.name for t in ctx.targets if not getattr(t, "simulated", False)]
-    data = training_data_from_store(ctx.store, graphs=[ctx.graph], targets=names)
+    real = [t for t in ctx.targets if not getattr(t, "simulated", False)]
+    # the rows of the targets as they are now (their runtime versions), as the store's pricing reads
+    data = training_data_from_store(ctx.store, graphs=[ctx.graph], targets=[t.name for t in real],
+                                    fingerprints={t.name: ctx.store.target_hash(t) for t in real})
     carried: list[tuple[dict, float]] = []
     prior, unreadable = None, None
     if model_dir is not None and (Path(model_dir) / "card.json").is_file():
@@ -110,7 +112,7 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
         else:
             carried = _carried(prior.partition_records)
     # the op models the saved one fitted on the same rows are taken as they are (a warm rerun fits none)
-    cm = fit_cost_model(data, names, cv_metrics=False, seed=seed, reuse=prior)
+    cm = fit_cost_model(data, [t.name for t in real], cv_metrics=False, seed=seed, reuse=prior)
     if unreadable is not None:
         cm._placer_unreadable = unreadable
     if carried:

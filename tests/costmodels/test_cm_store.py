@@ -330,6 +330,21 @@ def test_reader_uses_the_newest_fingerprint_and_prices_failures_inf():
     assert {r.key: r.latency_ms for r in mixed.ops} == {"k1": 9.0, "k2": math.inf, "k3": 5.0}
 
 
+def test_the_reader_takes_the_fingerprint_it_is_given_over_the_newest():
+    """A store shared with another runtime version: the newest-registered fingerprint is not the one the
+    caller's targets have now; given theirs, the reader trains on their rows (and the store's pricing
+    reads the same ones), and on none where the store lacks that fingerprint."""
+    from costmodels.store import _read
+
+    old = _read(_FakeStore(), [], None, all_fingerprints=False, fingerprints={"x@cpu:t1": "old"})
+    assert {r.key: r.latency_ms for r in old.ops} == {"k1": 9.0, "k3": 5.0}
+    assert old.targets["x@cpu:t1"]["hash"] == "old" and old.targets["x@cpu:t1"]["adapter_version"] == 1
+    new = _read(_FakeStore(), [], None, all_fingerprints=False, fingerprints={"x@cpu:t1": "new"})
+    assert {r.key: r.latency_ms for r in new.ops} == {"k1": 1.0, "k2": math.inf}
+    unknown = _read(_FakeStore(), [], None, all_fingerprints=False, fingerprints={"x@cpu:t1": "elsewhere"})
+    assert unknown.ops == [] and "x@cpu:t1" not in unknown.targets
+
+
 def test_rows_measured_in_a_spell_the_pace_saw_are_read_at_the_usual_pace():
     """Two ops of the same signature family: k1 measured while the host ran 2x slow (the anchors timed
     beside it took twice their usual time, and so did k1), the others at the usual pace. Read at pace,

@@ -242,3 +242,28 @@ def test_a_saved_model_fitted_on_the_same_rows_lends_its_op_models(ctx, fitted, 
     fewer = dataclasses.replace(data, ops=data.ops[:dropped] + data.ops[dropped + 1:])
     cards = fit_cost_model(fewer, names, cv_metrics=False, seed=0, reuse=again).card["targets"]
     assert not cards[names[0]]["reused"] and cards[names[1]]["reused"]
+
+
+def test_the_fit_reads_the_rows_of_the_targets_as_they_are_now(tmp_path, warm_tiny_store, fitted):
+    """A store shared with another runtime version (registered after this one's): tune's learned model
+    trains on the rows of the fingerprints its targets have now, as the store's pricing does, not on
+    those of the newest-registered fingerprint of the same name."""
+    from placer.devices import make_target
+
+    db = warm_tiny_store(tmp_path / "p.db")
+    ctx = api.prepare("zoo:tiny", targets=TARGETS, db=db)
+    other = make_target("onnxruntime")
+    other.fingerprint = lambda: {**type(other).fingerprint(other), "runtime_version": "0.0-elsewhere"}
+    other.fingerprint_hash = lambda: "elsewhere-0"
+    for op in ctx.graph.ops:  # every op 100x slower there
+        row = ctx.store.get(op.signature.hash, "onnxruntime")
+        if row is not None and row.ok:
+            ctx.store.put(op.signature.hash, other, kind="op", status="ok", median_ms=100 * row.median_ms,
+                          net_ms=100 * row.net_ms, p10_ms=100 * row.median_ms, p90_ms=100 * row.median_ms,
+                          n=row.n, meta=dict(row.meta))
+    assert ctx.store.targets()[-1]["hash"] == "elsewhere-0"  # the newest fingerprint of the name
+    cm = learned.fit_or_update(ctx, None)
+    name = ctx.targets[0].name
+    assert name == "onnxruntime@cpu:t1"
+    for op in ctx.graph.ops[:5]:
+        assert cm.predict_op_ms(op, name) == pytest.approx(fitted.predict_op_ms(op, name), rel=1e-6)
