@@ -87,7 +87,8 @@ def training_data_from_store(store: Any, graphs: Sequence[Any] = (), targets: It
     A target name the store holds under several fingerprints (another runtime version, another
     machine sharing the store) is read at one of them: ``fingerprints[name]`` (a fingerprint hash:
     the caller's targets as they are now, which the store's own pricing reads too), else the one
-    registered last. A name whose given fingerprint the store lacks has no rows.
+    registered last. A name whose given fingerprint the store lacks has no rows. ``all_fingerprints``
+    reads every fingerprint's rows (the newest row of each key), ``fingerprints`` aside.
     """
     if isinstance(store, (str, os.PathLike)):
         st, owned = ProfileStore(store, readonly=True), True
@@ -207,7 +208,8 @@ def _read(st: Any, graphs: list, keep: set[str] | None, all_fingerprints: bool,
         src, dst = link["src_name"], link["dst_name"]
         if src == dst:  # a target's cut cost (placer.profile.links.measure_cut_points), not a hand-off
             continue
-        if not (ok(src) and ok(dst)) or (use is not None and (use[src], use[dst]) != (link["src"], link["dst"])):
+        if not (ok(src) and ok(dst)) or (use is not None
+                                         and (use.get(src), use.get(dst)) != (link["src"], link["dst"])):
             continue
         for p in link["points"]:
             ms = float(p["handoff_ms"]) - float(p.get("dst_overhead_ms", 0.0))

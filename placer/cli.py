@@ -278,7 +278,7 @@ def add_tune(sub) -> None:
     p.add_argument("--trials", type=int_in(1, MAX_TRIALS), default=None,
                    help="stop after this many trials (with --budget: whichever comes first)")
     p.add_argument("--out", default="placer-out", type=nonempty_path, help="output directory (default placer-out)")
-    p.add_argument("--storage", default=None,
+    p.add_argument("--storage", default=None, type=nonempty_path,
                    help="Optuna storage URL (default sqlite:///OUT/study.db); several workers, on several "
                         "hosts, share one study through postgresql://USER@HOST/DB (pip install "
                         "'placer[postgres]'; docs/scale-out.md)")
@@ -533,8 +533,8 @@ def add_profile(sub) -> None:
                                    "subprocesses, into a SQLite store. Resumable: what the store already "
                                    "holds is not measured again. An op a target fails on is marked "
                                    "unsupported there and the campaign goes on; the exit status is 1 "
-                                   "when a target ran none of the model's ops (unavailable, or failing "
-                                   "on every op).")
+                                   "when a target ran none of the model's ops (unavailable, or every op "
+                                   "failed there).")
     p.add_argument("model", help="ONNX file or zoo:NAME (zoo:squeezenet, zoo:bert-tiny, ...)")
     p.add_argument("--targets", default=None, help=TARGETS_HELP)
     p.add_argument("--db", default=None, type=db_path, help=DB_HELP)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from placer.devices import make_targets
@@ -118,7 +119,10 @@ def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None
     out.print(summary_table(graph, res))
     for line in summary_lines(res) + ([drift] if drift else []):
         out.print(printable(line), highlight=False, markup=False)
-    unusable = unusable_targets(res, tlist)
+    unusable, unsupported = unusable_targets(res, tlist)
+    for name, why in unsupported.items():
+        out.print(printable(f"note: {name} supports none of the {res.unique_signatures} op signature(s) of "
+                            f"{graph.name} ({why}): plans leave it out"), highlight=False, markup=False)
     if unusable:
         import sys
 
@@ -130,27 +134,46 @@ def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None
     return 0
 
 
-def unusable_targets(res: CampaignResult, targets: Sequence) -> dict[str, str]:
-    """Target name -> why, for each target (simulated ones aside) that has no op of the model measured
-    ok, in this campaign or stored by an earlier one: unavailable, unable to start its worker, or failing
-    on every op. ``placer profile`` exits 1 for them: the store cannot price a plan that uses them, while
-    a target failing on some ops only has them marked unsupported there (the campaign goes on)."""
+def _names(text: str, name: str) -> bool:
+    """Whether ``text`` names the target ``name`` as a whole (``onnxruntime@cpu:t1``, not ``...:t12``)."""
+    return re.search(rf"(?<![\w@:.-]){re.escape(name)}(?![\w@.-]|:\w)", text) is not None
+
+
+def unusable_targets(res: CampaignResult, targets: Sequence) -> tuple[dict[str, str], dict[str, str]]:
+    """Targets (simulated ones aside) with no op of the model measured ok, in this campaign or stored by
+    an earlier one, as two maps of target name -> why:
+
+    - unusable: the target is unavailable, its worker never started, or every op failed on it (an
+      error, a crash, a timeout): ``placer profile`` exits 1 for them;
+    - unsupported: every op is unsupported there (declared, or refused by its compiler), a fact about
+      the target that the campaign measured: a note, and the exit status stays 0.
+
+    A target failing on some ops only has them marked unsupported there (the campaign goes on)."""
     ok: set[str] = set()
-    reasons: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    refused: dict[str, str] = {}
     for (_key, name), m in res.results.items():
         if m.kind != "op":
             continue
+        why = f"{m.status}: {(m.reason or '').splitlines()[0][:200]}" if m.reason else m.status
         if m.ok:
             ok.add(name)
-        elif m.reason:
-            reasons.setdefault(name, f"{m.status}: {m.reason.splitlines()[0][:200]}")
-    out = {}
+        elif m.status == "unsupported":
+            refused.setdefault(name, why)
+        else:
+            failed.setdefault(name, why)
+    unusable, unsupported = {}, {}
     for t in targets:
         if getattr(t, "simulated", False) or t.name in ok:
             continue
-        said = next((p for p in res.problems if t.name in p), None)
-        out[t.name] = reasons.get(t.name) or (said.splitlines()[0][:200] if said else "no op measured")
-    return out
+        if t.name in failed:
+            unusable[t.name] = failed[t.name]
+        elif t.name in refused:
+            unsupported[t.name] = refused[t.name]
+        else:
+            said = next((p for p in res.problems if _names(p, t.name)), None)
+            unusable[t.name] = said.splitlines()[0][:200] if said else "no op measured"
+    return unusable, unsupported
 
 
 def drift_line(store, targets, res: CampaignResult) -> str:

@@ -30,14 +30,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from placer.errors import first_line
+from placer.devices import make_target
+from placer.errors import PlacerError, first_line
 from placer.profile.store import default_db
 
 # costmodels is imported inside the functions that fit or load a model, not here: it pulls in
 # scikit-learn (about 1.5 s), which `placer tune --no-cost-model` and `placer report` never need.
 # placer reaches costmodels only through this module (docs/architecture.md).
 
-__all__ = ["default_model_dir", "feed", "fit_or_update", "fit_store", "learned_costs", "partition_ratios",
+__all__ = ["default_model_dir", "current_fingerprints", "feed", "fit_or_update", "fit_store", "learned_costs", "partition_ratios",
            "refresh", "save", "tune_records"]
 
 #: marks a partition record measured by ``placer tune`` (carried over between runs)
@@ -76,6 +77,24 @@ def _carried(records) -> list[tuple[dict, float]]:
     return kept[::-1]
 
 
+def current_fingerprints(store, targets) -> dict[str, str]:
+    """Target name -> fingerprint hash as the target is now, for ``targets`` and for each one-thread
+    sibling of theirs the store holds (:func:`costmodels.sibling.sibling_candidates`); a sibling
+    that cannot be made here is left out (the reader then takes its newest fingerprint)."""
+    from costmodels.sibling import sibling_candidates  # light: no scikit-learn
+
+    out = {t.name: store.target_hash(t) for t in targets}
+    stored = [row["name"] for row in store.targets()]
+    for t in targets:
+        for name in sibling_candidates(t.name, stored):
+            if name not in out:
+                try:
+                    out[name] = store.target_hash(make_target(name))
+                except PlacerError:  # a runtime this machine lacks now
+                    pass
+    return out
+
+
 def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] = lambda m: None, seed: int = 0):
     """A CostModel for the real targets of ``ctx`` fitted on its profile store, plus the partitions
     earlier tune runs measured (from the model saved in ``model_dir``, if any). The saved model's op
@@ -87,9 +106,10 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
     from costmodels.train import fit_cost_model
 
     real = [t for t in ctx.targets if not getattr(t, "simulated", False)]
-    # the rows of the targets as they are now (their runtime versions), as the store's pricing reads
+    # the rows of the targets as they are now (their runtime versions), as the store's pricing reads,
+    # and of the one-thread siblings a multi-thread target's op model may be fitted with
     data = training_data_from_store(ctx.store, graphs=[ctx.graph], targets=[t.name for t in real],
-                                    fingerprints={t.name: ctx.store.target_hash(t) for t in real})
+                                    fingerprints=current_fingerprints(ctx.store, real))
     carried: list[tuple[dict, float]] = []
     prior, unreadable = None, None
     if model_dir is not None and (Path(model_dir) / "card.json").is_file():

@@ -95,6 +95,7 @@ def test_bench_profile_timeout_is_checked_as_profile_s(value, capsys):
     (["plan", "zoo:tiny", "--out", ""], "--out"),
     (["tune", "zoo:tiny", "--out", "  "], "--out"),
     (["tune", "zoo:tiny", "--cost-model", ""], "--cost-model"),
+    (["tune", "zoo:tiny", "--storage", ""], "--storage"),
     (["fit", "--out", ""], "--out"),
     (["run", "placer-out", "--json", ""], "--json"),
     (["bench", "profile", "--json", ""], "--json"),

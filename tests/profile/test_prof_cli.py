@@ -79,8 +79,9 @@ def test_probes_report_the_sessions_speed_against_the_store_and_reject_a_negativ
 
 
 def test_a_target_that_runs_none_of_the_models_ops_fails_the_command(tmp_path, capsys):
-    """A target failing on some ops only has them marked unsupported (exit 0); one that ran none of them
-    leaves the store unable to price a plan there: exit 1, naming the target and why."""
+    """A target failing on some ops only has them marked unsupported (exit 0); one on which every op
+    failed leaves the store unable to price a plan there: exit 1, naming the target and why. A target
+    that supports none of the ops (its compiler refuses them) is a fact measured: a note, exit 0."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -90,23 +91,40 @@ def test_a_target_that_runs_none_of_the_models_ops_fails_the_command(tmp_path, c
     register_test_targets()
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
-    relu_only = tmp_path / "relu_only.onnx"  # test-error fails to compile Relu (its default fault op)
+    relu_only = tmp_path / "relu_only.onnx"  # the test targets fail on Relu (their default fault op)
     onnx.save(helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu_only", [x], [y]),
                                 opset_imports=[helper.make_opsetid("", 17)]), relu_only)
-    common = dict(targets=["onnxruntime", "test-error"], shapes=None, timeout_s=60.0, segments=0, links=False,
-                  whole_model=False, retry_failed=False, progress=False)
-    assert profile_command(str(relu_only), db=str(tmp_path / "a.db"), **common) == 1
+    common = dict(shapes=None, timeout_s=60.0, segments=0, links=False, whole_model=False, retry_failed=False,
+                  progress=False)
+    raising = dict(common, targets=["onnxruntime", "test-raise"])  # raises when it runs Relu: an error
+    assert profile_command(str(relu_only), db=str(tmp_path / "a.db"), **raising) == 1
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("placer profile: error:")]
-    assert len(err) == 1 and "test-error@cpu:t1 ran none of the 1 op signature(s)" in err[0], err
-    assert "failing on purpose" in err[0], err[0]
+    assert len(err) == 1 and "test-raise@cpu:t1 ran none of the 1 op signature(s)" in err[0], err
+    assert "error: " in err[0] and "failing on purpose" in err[0], err[0]
     # again on the same store: nothing measured, the stored failure still tells
-    assert profile_command(str(relu_only), db=str(tmp_path / "a.db"), **common) == 1
-    assert "test-error@cpu:t1 ran none" in capsys.readouterr().err
-    # a model with another op besides: test-error runs that one, and the campaign succeeds
+    assert profile_command(str(relu_only), db=str(tmp_path / "a.db"), **raising) == 1
+    assert "test-raise@cpu:t1 ran none" in capsys.readouterr().err
+    # refused by its compiler on every op: unsupported there, a note and exit 0
+    refusing = dict(common, targets=["onnxruntime", "test-error"])
+    assert profile_command(str(relu_only), db=str(tmp_path / "c.db"), **refusing) == 0
+    said = capsys.readouterr()
+    assert "placer profile: error:" not in said.err
+    assert "note: test-error@cpu:t1 supports none of the 1 op signature(s)" in said.out, said.out
+    # a model with another op besides: test-raise runs that one, and the campaign succeeds
     two = tmp_path / "relu_sigmoid.onnx"
     z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 8])
     onnx.save(helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y1"]),
                                                    helper.make_node("Sigmoid", ["y1"], ["z"])], "two", [x], [z]),
                                 opset_imports=[helper.make_opsetid("", 17)]), two)
-    assert profile_command(str(two), db=str(tmp_path / "b.db"), **common) == 0
-    assert "placer profile: error:" not in capsys.readouterr().err
+    assert profile_command(str(two), db=str(tmp_path / "b.db"), **raising) == 0
+    said = capsys.readouterr()
+    assert "placer profile: error:" not in said.err and "note:" not in said.out
+
+
+def test_a_problem_names_a_target_only_as_a_whole_name():
+    from placer.profile.report import _names
+
+    assert _names("onnxruntime@cpu:t1 is unavailable (refused)", "onnxruntime@cpu:t1")
+    assert _names("hand-off openvino@cpu:t1 -> onnxruntime@cpu:t1: worker died", "onnxruntime@cpu:t1")
+    assert not _names("onnxruntime@cpu:t12 is unavailable (refused)", "onnxruntime@cpu:t1")
+    assert not _names("onnxruntime@cpu0:t1 is unavailable (refused)", "onnxruntime@cpu:t1")

@@ -267,3 +267,21 @@ def test_the_fit_reads_the_rows_of_the_targets_as_they_are_now(tmp_path, warm_ti
     assert name == "onnxruntime@cpu:t1"
     for op in ctx.graph.ops[:5]:
         assert cm.predict_op_ms(op, name) == pytest.approx(fitted.predict_op_ms(op, name), rel=1e-6)
+
+
+def test_current_fingerprints_cover_the_one_thread_siblings_a_fit_may_read(tmp_path):
+    """A two-thread target's op model may be fitted with its one-thread sibling's rows: the sibling is
+    read at its fingerprint as it is now too, not at another runtime version's registered later."""
+    from placer.devices import make_target
+    from placer.profile.store import ProfileStore
+
+    t2, t1 = make_target("onnxruntime:t2"), make_target("onnxruntime:t1")
+    with ProfileStore(tmp_path / "p.db") as st:
+        now = st.target_hash(t1)
+        other = make_target("onnxruntime:t1")
+        other.fingerprint = lambda: {**type(other).fingerprint(other), "runtime_version": "0.0-elsewhere"}
+        other.fingerprint_hash = lambda: "elsewhere-0"
+        st.register_target(other)  # the newest fingerprint of onnxruntime@cpu:t1
+        got = learned.current_fingerprints(st, [t2])
+        assert got == {t2.name: st.target_hash(t2), t1.name: now}
+        assert learned.current_fingerprints(st, [t1]) == {t1.name: now}  # one thread: no sibling
