@@ -38,7 +38,7 @@ from placer.profile.store import default_db
 # scikit-learn (about 1.5 s), which `placer tune --no-cost-model` and `placer report` never need.
 # placer reaches costmodels only through this module (docs/architecture.md).
 
-__all__ = ["default_model_dir", "current_fingerprints", "feed", "fit_or_update", "fit_store", "learned_costs", "partition_ratios",
+__all__ = ["current_fingerprints", "default_model_dir", "feed", "fit_or_update", "fit_store", "learned_costs", "partition_ratios",
            "refresh", "save", "tune_records"]
 
 #: marks a partition record measured by ``placer tune`` (carried over between runs)

@@ -94,9 +94,9 @@ def test_a_target_that_runs_none_of_the_models_ops_fails_the_command(tmp_path, c
     relu_only = tmp_path / "relu_only.onnx"  # the test targets fail on Relu (their default fault op)
     onnx.save(helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu_only", [x], [y]),
                                 opset_imports=[helper.make_opsetid("", 17)]), relu_only)
-    common = dict(shapes=None, timeout_s=60.0, segments=0, links=False, whole_model=False, retry_failed=False,
-                  progress=False)
-    raising = dict(common, targets=["onnxruntime", "test-raise"])  # raises when it runs Relu: an error
+    common = {"shapes": None, "timeout_s": 60.0, "segments": 0, "links": False, "whole_model": False,
+              "retry_failed": False, "progress": False}
+    raising = {**common, "targets": ["onnxruntime", "test-raise"]}  # raises when it runs Relu: an error
     assert profile_command(str(relu_only), db=str(tmp_path / "a.db"), **raising) == 1
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("placer profile: error:")]
     assert len(err) == 1 and "test-raise@cpu:t1 ran none of the 1 op signature(s)" in err[0], err
@@ -105,7 +105,7 @@ def test_a_target_that_runs_none_of_the_models_ops_fails_the_command(tmp_path, c
     assert profile_command(str(relu_only), db=str(tmp_path / "a.db"), **raising) == 1
     assert "test-raise@cpu:t1 ran none" in capsys.readouterr().err
     # refused by its compiler on every op: unsupported there, a note and exit 0
-    refusing = dict(common, targets=["onnxruntime", "test-error"])
+    refusing = {**common, "targets": ["onnxruntime", "test-error"]}
     assert profile_command(str(relu_only), db=str(tmp_path / "c.db"), **refusing) == 0
     said = capsys.readouterr()
     assert "placer profile: error:" not in said.err
