@@ -93,7 +93,8 @@ def db_path(text: str) -> str:
 
 
 def nonempty_path(text: str) -> str:
-    """An argparse ``type`` for an output or model path (``--out``, ``--cost-model``, ``--json``): not
+    """An argparse ``type`` for an output or model path (``--out``, ``--cost-model``, ``--json``,
+    ``--storage``'s URL): not
     empty nor blank, which would fall back to a default place (or the working directory) unasked."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"{text!r}: expected a path (an empty name names no place)")

@@ -143,8 +143,8 @@ def unusable_targets(res: CampaignResult, targets: Sequence) -> tuple[dict[str, 
     """Targets (simulated ones aside) with no op of the model measured ok, in this campaign or stored by
     an earlier one, as two maps of target name -> why:
 
-    - unusable: the target is unavailable, its worker never started, or every op failed on it (an
-      error, a crash, a timeout): ``placer profile`` exits 1 for them;
+    - unusable: the target is unavailable, its worker never started, or no op ran and at least one
+      failed there (an error, a crash, a timeout): ``placer profile`` exits 1 for them;
     - unsupported: every op is unsupported there (declared, or refused by its compiler), a fact about
       the target that the campaign measured: a note, and the exit status stays 0.
 

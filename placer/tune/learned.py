@@ -81,7 +81,7 @@ def current_fingerprints(store, targets) -> dict[str, str]:
     """Target name -> fingerprint hash as the target is now, for ``targets`` and for each one-thread
     sibling of theirs the store holds (:func:`costmodels.sibling.sibling_candidates`); a sibling
     that cannot be made here is left out (the reader then takes its newest fingerprint)."""
-    from costmodels.sibling import sibling_candidates  # light: no scikit-learn
+    from costmodels.sibling import sibling_candidates  # the costmodels package: scikit-learn
 
     out = {t.name: store.target_hash(t) for t in targets}
     stored = [row["name"] for row in store.targets()]
@@ -89,7 +89,7 @@ def current_fingerprints(store, targets) -> dict[str, str]:
         for name in sibling_candidates(t.name, stored):
             if name not in out:
                 try:
-                    out[name] = store.target_hash(make_target(name))
+                    out[name] = make_target(name).fingerprint_hash()  # read only: nothing registered
                 except PlacerError:  # a runtime this machine lacks now
                     pass
     return out
