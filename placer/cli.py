@@ -94,8 +94,8 @@ def db_path(text: str) -> str:
 
 def nonempty_path(text: str) -> str:
     """An argparse ``type`` for an output or model path (``--out``, ``--cost-model``, ``--json``,
-    ``--storage``'s URL): not
-    empty nor blank, which would fall back to a default place (or the working directory) unasked."""
+    ``--storage``'s URL): not empty nor blank, which would fall back to a default place (or the
+    working directory) unasked."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"{text!r}: expected a path (an empty name names no place)")
     return text
@@ -534,8 +534,8 @@ def add_profile(sub) -> None:
                                    "subprocesses, into a SQLite store. Resumable: what the store already "
                                    "holds is not measured again. An op a target fails on is marked "
                                    "unsupported there and the campaign goes on; the exit status is 1 "
-                                   "when a target ran none of the model's ops (unavailable, or every op "
-                                   "failed there).")
+                                   "when a target ran none of the model's ops (unavailable, or none ran "
+                                   "and one failed there).")
     p.add_argument("model", help="ONNX file or zoo:NAME (zoo:squeezenet, zoo:bert-tiny, ...)")
     p.add_argument("--targets", default=None, help=TARGETS_HELP)
     p.add_argument("--db", default=None, type=db_path, help=DB_HELP)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 
 from placer.devices import make_targets
@@ -50,8 +51,6 @@ def summary_table(graph, res: CampaignResult, title: str | None = None):
 
 def console():
     """stdout console; wide when not a terminal (so piped tables keep full target names)."""
-    import sys
-
     from rich.console import Console
 
     return Console() if sys.stdout.isatty() else Console(width=200)
@@ -124,8 +123,6 @@ def profile_command(model: str, *, targets: Sequence[str] | None, db: str | None
         out.print(printable(f"note: {name} supports none of the {res.unique_signatures} op signature(s) of "
                             f"{graph.name} ({why}): plans leave it out"), highlight=False, markup=False)
     if unusable:
-        import sys
-
         for name, why in unusable.items():
             print(printable(f"placer profile: error: {name} ran none of the {res.unique_signatures} op "
                             f"signature(s) of {graph.name} ({why}): a plan cannot place anything there"),
@@ -155,7 +152,7 @@ def unusable_targets(res: CampaignResult, targets: Sequence) -> tuple[dict[str, 
     for (_key, name), m in res.results.items():
         if m.kind != "op":
             continue
-        why = f"{m.status}: {(m.reason or '').splitlines()[0][:200]}" if m.reason else m.status
+        why = f"{m.status}: {m.reason.splitlines()[0][:200]}" if m.reason else m.status
         if m.ok:
             ok.add(name)
         elif m.status == "unsupported":

@@ -38,8 +38,8 @@ from placer.profile.store import default_db
 # scikit-learn (about 1.5 s), which `placer tune --no-cost-model` and `placer report` never need.
 # placer reaches costmodels only through this module (docs/architecture.md).
 
-__all__ = ["current_fingerprints", "default_model_dir", "feed", "fit_or_update", "fit_store", "learned_costs", "partition_ratios",
-           "refresh", "save", "tune_records"]
+__all__ = ["current_fingerprints", "default_model_dir", "feed", "fit_or_update", "fit_store", "learned_costs",
+           "partition_ratios", "refresh", "save", "tune_records"]
 
 #: marks a partition record measured by ``placer tune`` (carried over between runs)
 ORIGIN = "tune"
@@ -106,9 +106,10 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
     from costmodels.train import fit_cost_model
 
     real = [t for t in ctx.targets if not getattr(t, "simulated", False)]
+    names = [t.name for t in real]
     # the rows of the targets as they are now (their runtime versions), as the store's pricing reads,
     # and of the one-thread siblings a multi-thread target's op model may be fitted with
-    data = training_data_from_store(ctx.store, graphs=[ctx.graph], targets=[t.name for t in real],
+    data = training_data_from_store(ctx.store, graphs=[ctx.graph], targets=names,
                                     fingerprints=current_fingerprints(ctx.store, real))
     carried: list[tuple[dict, float]] = []
     prior, unreadable = None, None
@@ -132,7 +133,7 @@ def fit_or_update(ctx, model_dir: str | Path | None, say: Callable[[str], None] 
         else:
             carried = _carried(prior.partition_records)
     # the op models the saved one fitted on the same rows are taken as they are (a warm rerun fits none)
-    cm = fit_cost_model(data, [t.name for t in real], cv_metrics=False, seed=seed, reuse=prior)
+    cm = fit_cost_model(data, names, cv_metrics=False, seed=seed, reuse=prior)
     if unreadable is not None:
         cm._placer_unreadable = unreadable
     if carried:
