@@ -28,8 +28,15 @@ target (they run one after the other), and those elsewhere pay the transfer:
 * **Shaving** (:func:`shaved_bound`): to refute "the optimum is below ``L``", drop every pair
   ``(v, d)`` with ``H[v, d] + c[v, d] + Q[v, d] >= L`` (it cannot be in such a schedule), recompute
   ``H`` and ``Q`` with the smaller target sets (a predecessor forced off ``d`` pays its transfer),
-  and repeat; if an op loses every target, or the load LP over what is left reaches ``L``, no
-  schedule is shorter than ``L``. A bisection over ``L`` gives the bound.
+  and repeat until no pair is dropped; if an op loses every target, or the load LP over what is
+  left reaches ``L``, no schedule is shorter than ``L``. A bisection over ``L`` gives the bound.
+  :class:`HeadsTails` computes ``H`` and ``Q`` again only downstream (upstream) of the ops whose
+  targets changed, and only while values move.
+* **Probing** (session 53): fix one op on one of its targets (a unit: all its members) and shave
+  a round; if that refutes ``L``, the pair is in no schedule shorter than ``L`` and is dropped.
+  Tried on the pairs nearest ``L`` first, a bounded number per level, then shaving to a fixed point
+  again. A pair dropped at a level not refuted stays dropped at every lower level tested later.
+  On 500 x 8 random layered graphs it raises the shaved bound by 0.1-1.3%.
 
 Every step only uses facts true of every schedule of makespan below ``L`` (or of every schedule),
 so the bounds never exceed the optimum; ``tests/solve/test_bounds_comm.py`` checks them against
@@ -38,6 +45,7 @@ exact enumeration, including instances where transfers dominate.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -48,8 +56,15 @@ from placer.solve.evaluate import Costs
 from placer.solve.heads_tails_kernel import neighbour_bounds
 from placer.solve.retime import COMPILED
 
-__all__ = ["COMM_MAX_PAIRS", "SHARED_MAX_NEIGHBOURS", "SHARED_MAX_NODES", "comm_heads_tails", "path_bound",
-           "shaved_bound"]
+__all__ = [
+    "COMM_MAX_PAIRS",
+    "SHARED_MAX_NEIGHBOURS",
+    "SHARED_MAX_NODES",
+    "HeadsTails",
+    "comm_heads_tails",
+    "path_bound",
+    "shaved_bound",
+]
 
 #: Above this many allowed (op, target) pairs the coarsened latency path leaves these heads and tails
 #: out of its fine bound (set when they were computed in pure Python, about 25 us a pair).
@@ -79,30 +94,54 @@ def _csr(n: int, edges: list[tuple[int, int]], by_head: bool) -> tuple[np.ndarra
     return ptr, ops, idx
 
 
+class HeadsTails:
+    """``(H, Q)`` of the module docstring on one problem, for any allowed set: the edges' delay
+    matrices, neighbour lists and units built once, so that shaving and probing, which compute
+    them hundreds of times, pay only the compiled loop (and only downstream of what changed)."""
+
+    def __init__(self, problem: PlacementProblem, costs: Costs,
+                 delays: dict[tuple[int, int], np.ndarray] | None = None) -> None:
+        p = problem
+        self.n, self.t = p.n_ops, p.n_targets
+        self.cost = np.asarray(costs.cost, dtype=float)
+        dl = delays if delays is not None else edge_delays(p, costs)
+        self.unit = np.empty(self.n, dtype=np.int64)
+        for i, members in enumerate(p.units):
+            self.unit[list(members)] = i
+        edges = list(dl)
+        self.mats = (np.stack([dl[e] for e in edges]).astype(float) if edges
+                     else np.zeros((1, self.t, self.t)))
+        self.csr = [_csr(self.n, edges, by_head) for by_head in (True, False)]
+        self.kmax = SHARED_MAX_NEIGHBOURS if COMPILED else 0  # uncompiled: the threshold rule alone
+        self.node_max = SHARED_MAX_NODES
+
+    def __call__(self, allowed: np.ndarray, previous: tuple[np.ndarray, np.ndarray] | None = None,
+                 changed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(H, Q)`` for ``allowed`` (``inf`` where an op may not go). With ``previous`` (the heads
+        and tails of a larger allowed set) and ``changed`` (the ops whose allowed targets differ),
+        only the ops downstream (heads) or upstream (tails) of a changed op are computed again."""
+        # a writable copy: the kernel is compiled for writable arrays, and a read-only one (problem.allowed)
+        # would compile it a second time (seconds, in every process until numba's cache holds both)
+        ok = np.array(allowed, dtype=np.bool_, order="C")
+        cost = np.ascontiguousarray(np.where(ok, self.cost, np.inf), dtype=float)
+        if previous is None or changed is None:
+            inits = (np.zeros((self.n, self.t)),) * 2
+            changed = np.ones(self.n, dtype=np.bool_)
+        else:  # the previous rows, finite where the kernel left them (an op's own pairs, dropped since)
+            inits = tuple(np.ascontiguousarray(np.where(np.isfinite(x), x, 0.0)) for x in previous)
+            changed = np.ascontiguousarray(changed, dtype=np.bool_)
+        out = [neighbour_bounds(self.t, cost, ok, self.unit, ptr, ops, idx, self.mats, by_head, self.kmax,
+                                self.node_max, init, changed)
+               for (ptr, ops, idx), by_head, init in zip(self.csr, (True, False), inits)]
+        return np.where(ok, out[0], np.inf), np.where(ok, out[1], np.inf)
+
+
 def comm_heads_tails(problem: PlacementProblem, costs: Costs, allowed: np.ndarray | None = None,
                      delays: dict[tuple[int, int], np.ndarray] | None = None
                      ) -> tuple[np.ndarray, np.ndarray]:
     """``(H, Q)`` of the module docstring, ``(n_ops, T)`` arrays, ``inf`` where an op may not go
     (``allowed``: default ``problem.allowed``; a smaller set when shaving)."""
-    p = problem
-    n, t = p.n_ops, p.n_targets
-    # a writable copy: the kernel is compiled for writable arrays, and a read-only one (problem.allowed)
-    # would compile it a second time (seconds, in every process until numba's cache holds both)
-    ok = np.array(p.allowed if allowed is None else allowed, dtype=np.bool_, order="C")
-    cost = np.ascontiguousarray(np.where(ok, costs.cost, np.inf), dtype=float)
-    dl = delays if delays is not None else edge_delays(p, costs)
-    unit = np.empty(n, dtype=np.int64)
-    for i, members in enumerate(p.units):
-        unit[list(members)] = i
-    edges = list(dl)
-    mats = np.stack([dl[e] for e in edges]).astype(float) if edges else np.zeros((1, t, t))
-    kmax = SHARED_MAX_NEIGHBOURS if COMPILED else 0  # uncompiled: the threshold rule alone
-    out = []
-    for by_head in (True, False):
-        ptr, ops, idx = _csr(n, edges, by_head)
-        out.append(neighbour_bounds(t, cost, ok, unit, ptr, ops, idx, mats, by_head, kmax, SHARED_MAX_NODES))
-    head, after = out
-    return np.where(ok, head, np.inf), np.where(ok, after, np.inf)
+    return HeadsTails(problem, costs, delays)(problem.allowed if allowed is None else allowed)
 
 
 def path_bound(problem: PlacementProblem, costs: Costs, head: np.ndarray | None = None,
@@ -114,48 +153,151 @@ def path_bound(problem: PlacementProblem, costs: Costs, head: np.ndarray | None 
     return float(total.min(axis=1).max()) if problem.n_ops else 0.0
 
 
-def _refuted(problem: PlacementProblem, costs: Costs, level: float, delays, deadline: float | None,
-             load_lp: bool, max_rounds: int) -> bool:
-    """True if no schedule has a makespan below ``level`` (see :func:`shaved_bound`)."""
+#: shaving stops at a fixed point (no pair dropped in a round) or after this many rounds
+SHAVE_ROUNDS = 64
+#: probing tries the pairs whose ``H + c + Q`` is within this fraction of the level
+PROBE_WINDOW = 0.03
+#: shaving rounds after each probe's own pair is fixed (3 refuted no more on 500 x 8, at twice the time)
+PROBE_ROUNDS = 1
 
-    p = problem
-    ok = p.allowed.copy()
-    for _ in range(max_rounds):
-        if deadline is not None and time.monotonic() > deadline:
-            return False
-        head, tail = comm_heads_tails(p, costs, ok, delays)
-        total = np.where(ok, head + costs.cost + tail, np.inf)
-        keep = total < level
-        for members in p.units:  # a unit goes on one target: a pair dropped for one member goes for all
-            m = list(members)
-            keep[m] = keep[m].all(axis=0)
-        if not keep.any(axis=1).all():
+
+class _Refuter:
+    """Tests "some schedule is shorter than ``level``" on one problem (:func:`shaved_bound`)."""
+
+    def __init__(self, problem: PlacementProblem, costs: Costs, deadline: float | None, load_lp: bool,
+                 max_rounds: int, stop: threading.Event | None = None) -> None:
+        self.p, self.costs, self.deadline, self.load_lp, self.stop = problem, costs, deadline, load_lp, stop
+        self.max_rounds = max_rounds
+        self.ht = HeadsTails(problem, costs, edge_delays(problem, costs))
+        self.units = [np.asarray(members, dtype=np.int64) for members in problem.units]
+        self.groups = [m for m in self.units if len(m) > 1]  # units of several ops
+        self.base = self.ht(problem.allowed)
+        self.probes_done = 0
+        #: level -> the allowed pairs left where a test did not refute it
+        self.kept: dict[float, np.ndarray] = {}
+
+    def _late(self) -> bool:
+        return ((self.deadline is not None and time.monotonic() > self.deadline)
+                or (self.stop is not None and self.stop.is_set()))
+
+    def shave(self, level: float, ok: np.ndarray, hq: tuple[np.ndarray, np.ndarray],
+              changed: np.ndarray | None, rounds: int):
+        """Drop the pairs that cannot end below ``level`` until none is dropped (or ``rounds``):
+        ``(ok, (H, Q))``, or None if an op loses every target (refuted)."""
+        for _ in range(rounds):
+            if changed is not None and not changed.any():
+                break
+            if self._late():
+                break
+            hq = self.ht(ok, hq, changed)
+            keep = (hq[0] + self.costs.cost + hq[1]) < level
+            for m in self.groups:  # a unit goes on one target: a pair dropped for one member goes for all
+                keep[m] = keep[m].all(axis=0)
+            keep &= ok
+            if not keep.any(axis=1).all():
+                return None
+            changed = (keep != ok).any(axis=1)
+            ok = keep
+        return ok, hq
+
+    def probe(self, level: float, ok: np.ndarray, hq: tuple[np.ndarray, np.ndarray], max_probes: int):
+        """Probing: fix one unit on one of its targets, shave a few rounds; if that refutes the level,
+        the pair cannot be in a schedule shorter than it and is dropped. Pairs nearest the level first,
+        at most ``max_probes`` in all. ``(ok, (H, Q))``, or None if refuted."""
+        while self.probes_done < max_probes and not self._late():
+            total = hq[0] + self.costs.cost + hq[1]
+            cands = []
+            for i, m in enumerate(self.units):
+                row = ok[m[0]]
+                if row.sum() < 2:
+                    continue
+                worst = total[m].max(axis=0)
+                for d in np.flatnonzero(row & (worst >= level * (1 - PROBE_WINDOW))):
+                    cands.append((-float(worst[d]), i, int(d)))
+            cands.sort()
+            changed = np.zeros(self.p.n_ops, dtype=np.bool_)
+            for _, i, d in cands:
+                if self.probes_done >= max_probes or self._late():
+                    break
+                m = self.units[i]
+                if not ok[m[0], d] or ok[m[0]].sum() < 2:
+                    continue
+                self.probes_done += 1
+                trial = ok.copy()
+                trial[m] = False
+                trial[m, d] = True
+                fixed = np.zeros(self.p.n_ops, dtype=np.bool_)
+                fixed[m] = True
+                if self.shave(level, trial, hq, fixed, PROBE_ROUNDS) is None:
+                    ok[m, d] = False
+                    changed[m] = True
+            if not changed.any():
+                break
+            res = self.shave(level, ok, hq, changed, self.max_rounds)
+            if res is None:
+                return None
+            ok, hq = res
+        return ok, hq
+
+    def refuted(self, level: float, max_probes: int = 0) -> bool:
+        """True if no schedule has a makespan below ``level`` (see :func:`shaved_bound`).
+
+        A pair dropped at a level the test then failed to refute is in no schedule shorter than that
+        level, so neither in one shorter than a lower level: a test below such a level starts from
+        what is left there (:attr:`kept`)."""
+        self.probes_done = 0
+        start, hq, changed = self.p.allowed.copy(), self.base, None
+        above = [lv for lv in self.kept if lv >= level]
+        if above:  # computed again from the base's heads and tails, downstream of the pairs dropped
+            start = self.kept[min(above)]
+            changed = (start != self.p.allowed).any(axis=1)
+        res = self.shave(level, start.copy(), hq, changed, self.max_rounds)
+        if res is not None and max_probes > 0:
+            res = self.probe(level, *res, max_probes)
+        if res is None:
             return True
-        if (keep == ok).all():
-            break
-        ok = keep
-    if not load_lp:
-        return False
-    c = Costs(np.where(ok, costs.cost, np.inf), costs.link, costs.entry, costs.scale_ms)
-    res = minmax_load_lp(p, c)  # the dropped pairs cost inf: the LP leaves them out
-    return res is not None and shave(res[0]) >= level
+        self.kept[level] = res[0].copy()
+        if not self.load_lp or self._late():
+            return False
+        ok = res[0]
+        c = Costs(np.where(ok, self.costs.cost, np.inf), self.costs.link, self.costs.entry, self.costs.scale_ms)
+        lp = minmax_load_lp(self.p, c)  # the dropped pairs cost inf: the LP leaves them out
+        return lp is not None and shave(lp[0]) >= level
 
 
 def shaved_bound(problem: PlacementProblem, costs: Costs, lower: float, upper: float, *,
                  deadline: float | None = None, steps: int = 8, load_lp: bool = True,
-                 max_rounds: int = 4) -> float:
+                 max_rounds: int = SHAVE_ROUNDS, probes: int = 0, probe_steps: int = 4,
+                 stop: threading.Event | None = None) -> float:
     """The largest ``L`` in ``[lower, upper]`` found (by bisection, ``steps`` probes) such that no
     schedule is shorter than ``L`` (see the module docstring); ``lower`` must be a valid bound and
-    ``upper`` a makespan reached (or more). Stops at ``deadline`` with the best proven value."""
-    delays = edge_delays(problem, costs)
+    ``upper`` a makespan reached (or more). Stops at ``deadline``, or once ``stop`` is set (from
+    another thread: the compiled loop releases the GIL), with the best proven value.
+
+    With ``probes`` > 0, then ``probe_steps`` levels more are tested with probing (at most ``probes``
+    pairs each): up from the bound in steps of 0.5% doubling while refuted, then bisected."""
+    ref = _Refuter(problem, costs, deadline, load_lp, max_rounds, stop)
     best = lower
     lo, hi = lower, upper
     for _ in range(steps):
-        if hi - lo <= 1e-6 * max(1.0, hi) or (deadline is not None and time.monotonic() > deadline):
+        if hi - lo <= 1e-6 * max(1.0, hi) or ref._late():
             break
         mid = 0.5 * (lo + hi)
-        if _refuted(problem, costs, mid, delays, deadline, load_lp, max_rounds):
+        if ref.refuted(mid):
             best = lo = mid
         else:
             hi = mid
+    if probes <= 0:
+        return best
+    step, hi = 0.005 * best, upper
+    for _ in range(probe_steps):
+        level = min(best + step, 0.5 * (best + hi))
+        if level <= best * (1 + 1e-6) or ref._late():
+            break
+        if ref.refuted(level, probes):
+            best = level
+            step *= 2
+        else:
+            hi = level
+            step = 0.5 * (hi - best)
     return best

@@ -92,10 +92,15 @@ comm_bound : bool, default True
     ``s[v] >= H[v,d]`` and ``e[v] + Q[v,d] <= makespan``; a pair that cannot beat the hint is out).
 shave_fraction : float, default 0.15
     Latency mode with ``comm_bound``: give at most this share of the time left (after the
-    heuristics) to the shaved bound (:func:`~placer.solve.bounds_comm.shaved_bound`, 6 bisection
-    steps, 4 rounds each: a deterministic amount of work; the share is a wall-clock backstop, so
-    only a much slower machine stops it earlier, with a lower but valid bound). On 500 ops x 8
-    targets it adds about 0.6 % to the bound for 1.5 s (2 % at 200 ops for 0.5 s); 0: off.
+    heuristics; the bound starts beside the critical-path search, in a thread) to the shaved bound (:func:`~placer.solve.bounds_comm.shaved_bound`, 6 bisection
+    steps, shaving to a fixed point, then ``probe_steps`` levels probed: a deterministic amount of
+    work; the share is a wall-clock backstop, so only a much slower machine stops it earlier, with a
+    lower but valid bound). On 500 ops x 8 targets shaving adds about 0.6 % to the bound for 1.5 s
+    (2 % at 200 ops for 0.5 s); 0: off.
+probe_pairs, probe_steps : int, default 400, 3
+    Latency mode with ``shave_fraction``: after the bisection, ``probe_steps`` levels more are
+    tested with probing (each tries at most ``probe_pairs`` (op, target) pairs, fixing the op there
+    and shaving; :mod:`placer.solve.bounds_comm`); 0 pairs: off.
 symmetry_breaking, redundant, pool_identical : bool, default True
     Model strengthening (interchangeable targets; load and cumulative constraints; one
     cumulative resource for a pool of identical targets, latency mode).
@@ -146,6 +151,7 @@ class CpSat(Solver):
         "hint": True, "heuristic_fraction": 0.3, "symmetry_breaking": True, "redundant": True, "gap_limit": 0.0,
         "phase1_fraction": 0.7, "contiguous_warm_start": True, "warm_start_fraction": 0.25, "log": False, "cumulative_max_ops": 3000, "pool_identical": True, "edge_finding": True, "probing_max_size": 1000, "cpsat_params": None,
         "dynamic": True, "window_bound": True, "comm_bound": True, "shave_fraction": 0.15,
+        "probe_pairs": 400, "probe_steps": 3,
         "lns": True, "lns_skip_coarse_gap": 1.0, "local_search": 0.8, "local_search_rate": SEARCH_RATE,
         "lighten_share": 0.3,
         "lns_share": "auto", "lns_dtime_per_s": 0.1,

@@ -44,9 +44,11 @@ Lower bound
     :mod:`placer.solve.bounds_comm` (option ``comm_bound``), the load LP and the window load LP
     (:func:`~placer.solve.bounds.window_load_bound`, option ``window_bound``; it gets at most a
     tenth of the time left; fed the communication-aware heads and tails), then, with option
-    ``shave_fraction`` > 0, shaved (:func:`~placer.solve.bounds_comm.shaved_bound`, at most that
-    share of the time left once the hint is known; on the float costs, the model's ``LB`` taking
-    it less the rounding slack), the rest on the rounded costs. With ``comm_bound``
+    ``shave_fraction`` > 0, shaved and probed (:func:`~placer.solve.bounds_comm.shaved_bound`,
+    options ``probe_pairs`` and ``probe_steps``; below the best heuristic plan, in a thread while
+    the critical-path search runs, on the other core: both compiled loops release the GIL; waited
+    for at most that share of the time left once the hint is known; on the float costs, the
+    model's ``LB`` taking it less the rounding slack), the rest on the rounded costs. With ``comm_bound``
     the per-target heads ``H`` and tails ``Q`` also enter the model: ``x[v,d] => s[v] >= H[v,d]`` and
     ``x[v,d] => e[v] + Q[v,d] <= M``, and ``x[v,d] = 0`` when ``H + c + Q`` exceeds ``UB``.
 Hint and fallback
@@ -69,6 +71,7 @@ Search
 from __future__ import annotations
 
 import math
+import threading
 import time
 from typing import Any
 
@@ -189,12 +192,15 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
     """Solve latency mode with CP-SAT (see the module docstring): a short driver of the phases of
     :class:`LatencyModel`."""
     m = LatencyModel(problem, ctx, options)
-    m.lower_bound()
-    m.run_heuristics()
-    late = plan_if_no_time_to_build(m, problem, ctx, "latency")
-    if late is not None:
-        return late
-    m.upper_bound()
+    try:
+        m.lower_bound()
+        m.run_heuristics()
+        late = plan_if_no_time_to_build(m, problem, ctx, "latency")
+        if late is not None:
+            return late
+        m.upper_bound()
+    finally:
+        m.stop_shaving()
     m.symmetry()
     m.add_variables()
     m.add_constraints()
@@ -248,6 +254,7 @@ class LatencyModel:
             cands = latency_candidates(p, min(start + span, ctx.deadline), search=search,
                                        search_dtime=0.8 * span,
                                        tails=None if self.ht_f is None else self.ht_f[1])
+            self._start_shaving(cands)
             cands += self._local_search(cands)
         self.best_plan: Plan | None = None
         self.best_name = ""
@@ -265,6 +272,49 @@ class LatencyModel:
             obj_i = float(e_i.max()) + tw * _transfer_total(p, assign, ci)
             if obj_i < hint_obj:
                 hint_obj, self.hint = obj_i, (assign, s_i, e_i)
+
+    def _shave_args(self, upper: float) -> dict[str, Any] | None:
+        """Arguments of :func:`~placer.solve.bounds_comm.shaved_bound` below ``upper``, or None when the
+        shaved bound is off (option ``shave_fraction``) or cannot rise."""
+        if not self.comm or float(self.options.get("shave_fraction", 0.0) or 0.0) <= 0 or upper <= self.lb_ms:
+            return None
+        return {"lower": self.lb_ms, "upper": upper, "steps": 6,
+                "probes": int(self.options.get("probe_pairs", 0) or 0),
+                "probe_steps": int(self.options.get("probe_steps", 3))}
+
+    def _start_shaving(self, cands: list[tuple[str, np.ndarray, Any]]) -> None:
+        """The shaved bound below the best candidate, in a thread while the critical-path search runs:
+        the search keeps one core busy in its own loop, the bound's compiled loop releases the GIL and
+        takes the other. :meth:`upper_bound` waits for it (at most its share of the time left), then
+        stops it; :meth:`stop_shaving` stops it on every way out."""
+        self._shaving: threading.Thread | None = None
+        self._shaved: list[float] = []
+        self._shave_error: list[Exception] = []
+        self._stop = threading.Event()
+        if not cands or float(self.options.get("local_search", 0.0) or 0.0) <= 0:
+            return
+        upper = min(float(latency_schedule(self.p, a, o, self.fc)[1].max()) for _, a, o in cands)
+        args = self._shave_args(upper)
+        if args is None:
+            return
+
+        def run() -> None:
+            try:
+                self._shaved.append(shaved_bound(self.p, self.fc, **args, deadline=self.ctx.deadline,
+                                                 stop=self._stop))
+            except Exception as exc:  # noqa: BLE001 - re-raised in the solver's thread
+                self._shave_error.append(exc)
+
+        self._shaving = threading.Thread(target=run, name="placer-shaved-bound", daemon=True)
+        self._shaving.start()
+
+    def stop_shaving(self) -> None:
+        """Stop the shaved bound's thread, if one runs, and wait for it (one compiled call)."""
+        thread = getattr(self, "_shaving", None)
+        if thread is not None:
+            self._stop.set()
+            thread.join()
+            self._shaving = None
 
     def _local_search(self, cands: list[tuple[str, np.ndarray, Any]]) -> list[tuple[str, np.ndarray, Any]]:
         """The best candidate (float makespan) improved by :func:`~placer.solve.latency_search.polish`
@@ -334,9 +384,16 @@ class LatencyModel:
         # shaving gains): a bound on every plan's float makespan, hence on the rounded model's
         # optimum once the slack is taken off
         best = self.best_plan
-        if self.comm and best is not None and frac > 0 and best.makespan_ms > self.lb_ms:
-            shaved = shaved_bound(self.p, self.fc, self.lb_ms, best.makespan_ms,
-                                  deadline=time.monotonic() + frac * self.ctx.remaining(), steps=6)
+        shaved = None
+        if getattr(self, "_shaving", None) is not None:  # started beside the search: its share, then stopped
+            self._shaving.join(timeout=frac * self.ctx.remaining())
+            self.stop_shaving()
+            if self._shave_error:
+                raise self._shave_error[0]
+            shaved = self._shaved[0] if self._shaved else None
+        elif best is not None and (args := self._shave_args(best.makespan_ms)) is not None:
+            shaved = shaved_bound(self.p, self.fc, **args, deadline=time.monotonic() + frac * self.ctx.remaining())
+        if shaved is not None:
             self.lb_ms = max(self.lb_ms, shaved)
             self.lb = max(self.lb, math.ceil((shaved - self.chain_slack) / self.r - 1e-6))
         self.ub = ub = max(ub, self.lb)

@@ -203,15 +203,22 @@ def _shared_target_rule(k, nc, ca, cr, cp, cq, n_targets, fr, fp, fq, nf, d, nod
 
 
 @njit("float64[:, ::1](int64, float64[:, ::1], boolean[:, ::1], int64[::1], int64[::1], int64[::1], "
-      "int64[::1], float64[:, :, ::1], boolean, int64, int64)", cache=True)
+      "int64[::1], float64[:, :, ::1], boolean, int64, int64, float64[:, ::1], boolean[::1])", cache=True,
+      nogil=True)
 def neighbour_bounds(n_targets, cost, ok, unit, nb_ptr, nb_op, nb_edge, delays, heads, kmax,
-                     node_max):  # pragma: no cover - compiled
+                     node_max, init, changed):  # pragma: no cover - compiled
     """Heads (``heads=True``: ``nb`` the predecessors, ops visited first to last, a topological
     order) or tails (``nb`` the successors, last to first), ``(n_ops, n_targets)``; ``cost`` is inf
-    where ``ok`` is False; ``delays[e]`` the ``(T, T)`` delay matrix of edge ``e``."""
+    where ``ok`` is False; ``delays[e]`` the ``(T, T)`` delay matrix of edge ``e``.
+
+    Incremental: an op's value depends only on its neighbours (their values, costs and allowed
+    targets), so an op is computed again only when a neighbour moved: its allowed targets changed
+    since ``init`` was computed (``changed``) or its value differs from its ``init`` row; the
+    others keep their ``init`` row. All ops changed and ``init`` zeros is the whole computation."""
     n = ok.shape[0]
     t_n = n_targets
     out = np.zeros((n, t_n))
+    moved = np.zeros(n, np.bool_)  # allowed targets changed, or a value differs from init
     deg = 1
     for v in range(n):
         deg = max(deg, nb_ptr[v + 1] - nb_ptr[v])
@@ -249,7 +256,15 @@ def neighbour_bounds(n_targets, cost, ok, unit, nb_ptr, nb_op, nb_edge, delays, 
     for step in range(n):
         v = step if heads else n - 1 - step
         lo, hi = nb_ptr[v], nb_ptr[v + 1]
-        if hi == lo:
+        moved[v] = changed[v]
+        dirty = False
+        for s in range(lo, hi):
+            if moved[nb_op[s]]:
+                dirty = True
+                break
+        if not dirty:
+            for d in range(t_n):
+                out[v, d] = init[v, d]
             continue
         for d in range(t_n):
             if not ok[v, d]:
@@ -315,4 +330,6 @@ def neighbour_bounds(n_targets, cost, ok, unit, nb_ptr, nb_op, nb_edge, delays, 
                                              node_max, gr, gp, gq, gm, gval, idx, placed, saved, cur)
                 value = max(value, shared)
             out[v, d] = max(0.0, value)
+            if ok[v, d] and out[v, d] != init[v, d]:
+                moved[v] = True
     return out

@@ -10,6 +10,9 @@ with target ``d`` at ``conf_ptr[d]:conf_ptr[d + 1]`` of ``conf_idx`` (empty with
 then a target is busy only with its own ops). Same semantics and float operations, in the same
 order, as :func:`~placer.solve.evaluate.latency_schedule`; compiled on their first call
 (:mod:`placer.solve.kernels`); without numba the same functions run as plain Python (correct, slower).
+:func:`simulate` releases the GIL: the CP-SAT latency model computes its shaved bound in a thread
+beside the search, whose own Python steps then run while the search re-times (session 53: 400
+probes in 3.3 s instead of 14 s).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ __all__ = ["COMPILED", "SEARCH_RATE", "simulate", "finish_sum"]
 
 @njit("int64(int64[::1], int64[::1], int64, float64[::1], float64[::1], float64[::1], float64[:, ::1], "
       "boolean, float64, float64[:, ::1], int64[::1], int64[::1], float64[:, :, ::1], int64[::1], "
-      "int64[::1], boolean)", cache=True)
+      "int64[::1], boolean)", cache=True, nogil=True)
 def simulate(assign, order, start_pos, avail0, start, end, snaps, take_snaps, cutoff,
              cost, in_ptr, in_prod, in_delay, conf_ptr, conf_idx, shared):  # pragma: no cover - compiled
     """List-schedule ``order[start_pos:]`` from the target state ``avail0`` (``start`` / ``end`` hold the
