@@ -129,7 +129,7 @@ class HeadsTails:
             changed = np.ones(self.n, dtype=np.bool_)
         else:  # the previous rows, finite where the kernel left them (an op's own pairs, dropped since)
             inits = tuple(np.ascontiguousarray(np.where(np.isfinite(x), x, 0.0)) for x in previous)
-            changed = np.ascontiguousarray(changed, dtype=np.bool_)
+            changed = np.array(changed, dtype=np.bool_, order="C")  # writable, as compiled
         out = [neighbour_bounds(self.t, cost, ok, self.unit, ptr, ops, idx, self.mats, by_head, self.kmax,
                                 self.node_max, init, changed)
                for (ptr, ops, idx), by_head, init in zip(self.csr, (True, False), inits)]
@@ -180,16 +180,19 @@ class _Refuter:
         return ((self.deadline is not None and time.monotonic() > self.deadline)
                 or (self.stop is not None and self.stop.is_set()))
 
-    def shave(self, level: float, ok: np.ndarray, hq: tuple[np.ndarray, np.ndarray],
-              changed: np.ndarray | None, rounds: int):
+    def shave_rounds(self, level: float, ok: np.ndarray, hq: tuple[np.ndarray, np.ndarray],
+                     changed: np.ndarray | None, rounds: int):
         """Drop the pairs that cannot end below ``level`` until none is dropped (or ``rounds``):
-        ``(ok, (H, Q))``, or None if an op loses every target (refuted)."""
-        for _ in range(rounds):
-            if changed is not None and not changed.any():
-                break
+        ``(ok, (H, Q))``, or None if an op loses every target (refuted). ``hq`` are heads and tails of
+        ``ok`` (or of a larger allowed set: valid, weaker) except downstream of the ``changed`` ops
+        (None: all of them)."""
+        for r in range(rounds):
             if self._late():
                 break
-            hq = self.ht(ok, hq, changed)
+            if changed is None or changed.any():
+                hq = self.ht(ok, hq, changed)
+            elif r > 0:
+                break
             keep = (hq[0] + self.costs.cost + hq[1]) < level
             for m in self.groups:  # a unit goes on one target: a pair dropped for one member goes for all
                 keep[m] = keep[m].all(axis=0)
@@ -201,7 +204,7 @@ class _Refuter:
         return ok, hq
 
     def probe(self, level: float, ok: np.ndarray, hq: tuple[np.ndarray, np.ndarray], max_probes: int):
-        """Probing: fix one unit on one of its targets, shave a few rounds; if that refutes the level,
+        """Probing: fix one unit on one of its targets, shave ``PROBE_ROUNDS``; if that refutes the level,
         the pair cannot be in a schedule shorter than it and is dropped. Pairs nearest the level first,
         at most ``max_probes`` in all. ``(ok, (H, Q))``, or None if refuted."""
         while self.probes_done < max_probes and not self._late():
@@ -228,12 +231,13 @@ class _Refuter:
                 trial[m, d] = True
                 fixed = np.zeros(self.p.n_ops, dtype=np.bool_)
                 fixed[m] = True
-                if self.shave(level, trial, hq, fixed, PROBE_ROUNDS) is None:
+                if self.shave_rounds(level, trial, hq, fixed, PROBE_ROUNDS) is None:
                     ok[m, d] = False
                     changed[m] = True
+                    hq = self.ht(ok, hq, fixed)  # the next probes see the pair gone
             if not changed.any():
                 break
-            res = self.shave(level, ok, hq, changed, self.max_rounds)
+            res = self.shave_rounds(level, ok, hq, changed, self.max_rounds)
             if res is None:
                 return None
             ok, hq = res
@@ -246,12 +250,13 @@ class _Refuter:
         level, so neither in one shorter than a lower level: a test below such a level starts from
         what is left there (:attr:`kept`)."""
         self.probes_done = 0
-        start, hq, changed = self.p.allowed.copy(), self.base, None
-        above = [lv for lv in self.kept if lv >= level]
-        if above:  # computed again from the base's heads and tails, downstream of the pairs dropped
-            start = self.kept[min(above)]
-            changed = (start != self.p.allowed).any(axis=1)
-        res = self.shave(level, start.copy(), hq, changed, self.max_rounds)
+        start = self.p.allowed.copy()
+        for lv, left in self.kept.items():
+            if lv >= level:
+                start &= left
+        # from the base's heads and tails, computed again downstream of the pairs dropped
+        changed = (start != self.p.allowed).any(axis=1)
+        res = self.shave_rounds(level, start, self.base, changed, self.max_rounds)
         if res is not None and max_probes > 0:
             res = self.probe(level, *res, max_probes)
         if res is None:
@@ -267,7 +272,7 @@ class _Refuter:
 
 def shaved_bound(problem: PlacementProblem, costs: Costs, lower: float, upper: float, *,
                  deadline: float | None = None, steps: int = 8, load_lp: bool = True,
-                 max_rounds: int = SHAVE_ROUNDS, probes: int = 0, probe_steps: int = 4,
+                 max_rounds: int = SHAVE_ROUNDS, probes: int = 0, probe_steps: int = 3,
                  stop: threading.Event | None = None) -> float:
     """The largest ``L`` in ``[lower, upper]`` found (by bisection, ``steps`` probes) such that no
     schedule is shorter than ``L`` (see the module docstring); ``lower`` must be a valid bound and

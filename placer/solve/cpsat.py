@@ -91,12 +91,13 @@ comm_bound : bool, default True
     :mod:`placer.solve.bounds_comm` in the lower bound and in the model (``x[v,d]`` implies
     ``s[v] >= H[v,d]`` and ``e[v] + Q[v,d] <= makespan``; a pair that cannot beat the hint is out).
 shave_fraction : float, default 0.15
-    Latency mode with ``comm_bound``: give at most this share of the time left (after the
-    heuristics; the bound starts beside the critical-path search, in a thread) to the shaved bound (:func:`~placer.solve.bounds_comm.shaved_bound`, 6 bisection
-    steps, shaving to a fixed point, then ``probe_steps`` levels probed: a deterministic amount of
-    work; the share is a wall-clock backstop, so only a much slower machine stops it earlier, with a
-    lower but valid bound). On 500 ops x 8 targets shaving adds about 0.6 % to the bound for 1.5 s
-    (2 % at 200 ops for 0.5 s); 0: off.
+    Latency mode with ``comm_bound``: the shaved bound (:func:`~placer.solve.bounds_comm.shaved_bound`:
+    6 bisection steps, shaving to a fixed point, then ``probe_steps`` levels probed) starts in a
+    thread beside the critical-path search, below the best heuristic plan; once the search ends it
+    gets at most this share of the time left, then is stopped with the best value it proved. Its
+    work is a deterministic amount; the share is a wall-clock backstop, so only a much slower or
+    busier machine stops it earlier, with a lower but valid bound. On 500 ops x 8 targets shaving
+    alone (4 rounds) added about 0.6 % to the bound (2 % at 200 ops); probing 0.1-1.3 % more; 0: off.
 probe_pairs, probe_steps : int, default 400, 3
     Latency mode with ``shave_fraction``: after the bisection, ``probe_steps`` levels more are
     tested with probing (each tries at most ``probe_pairs`` (op, target) pairs, fixing the op there

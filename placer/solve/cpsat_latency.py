@@ -254,8 +254,11 @@ class LatencyModel:
             cands = latency_candidates(p, min(start + span, ctx.deadline), search=search,
                                        search_dtime=0.8 * span,
                                        tails=None if self.ht_f is None else self.ht_f[1])
-            self._start_shaving(cands)
-            cands += self._local_search(cands)
+            if cands:  # the best candidate by its float makespan: the search's start, the bound's upper end
+                spans = [float(latency_schedule(p, a, o, fc)[1].max()) for _, a, o in cands]
+                best = int(np.argmin(spans))
+                self._start_shaving(spans[best])
+                cands += self._local_search(cands[best])
         self.best_plan: Plan | None = None
         self.best_name = ""
         best_val = math.inf
@@ -280,9 +283,9 @@ class LatencyModel:
             return None
         return {"lower": self.lb_ms, "upper": upper, "steps": 6,
                 "probes": int(self.options.get("probe_pairs", 0) or 0),
-                "probe_steps": int(self.options.get("probe_steps", 3))}
+                "probe_steps": int(self.options.get("probe_steps", 3) or 0)}
 
-    def _start_shaving(self, cands: list[tuple[str, np.ndarray, Any]]) -> None:
+    def _start_shaving(self, upper: float) -> None:
         """The shaved bound below the best candidate, in a thread while the critical-path search runs:
         the search keeps one core busy in its own loop, the bound's compiled loop releases the GIL and
         takes the other. :meth:`upper_bound` waits for it (at most its share of the time left), then
@@ -291,9 +294,8 @@ class LatencyModel:
         self._shaved: list[float] = []
         self._shave_error: list[Exception] = []
         self._stop = threading.Event()
-        if not cands or float(self.options.get("local_search", 0.0) or 0.0) <= 0:
+        if float(self.options.get("local_search", 0.0) or 0.0) <= 0:
             return
-        upper = min(float(latency_schedule(self.p, a, o, self.fc)[1].max()) for _, a, o in cands)
         args = self._shave_args(upper)
         if args is None:
             return
@@ -316,13 +318,9 @@ class LatencyModel:
             thread.join()
             self._shaving = None
 
-    def _local_search(self, cands: list[tuple[str, np.ndarray, Any]]) -> list[tuple[str, np.ndarray, Any]]:
+    def _local_search(self, best: tuple[str, np.ndarray, Any]) -> list[tuple[str, np.ndarray, Any]]:
         """The best candidate (float makespan) improved by :func:`~placer.solve.latency_search.polish`
         (options ``local_search``, ``local_search_rate``), as one more candidate."""
-        if not cands:
-            return []
-        fc = self.fc
-        best = min(cands, key=lambda c: float(latency_schedule(self.p, c[1], c[2], fc)[1].max()))
         # deterministic budget: the share of what the heuristics' span leaves of the time limit
         # (the heuristics usually end earlier: the share of the time actually left is the backstop)
         share = float(self.options.get("local_search", 0.0) or 0.0)

@@ -300,23 +300,35 @@ def test_probing_raises_the_shaved_bound_on_a_layered_graph():
     assert plain < probed <= plan.makespan_ms
 
 
-def test_the_shaved_bound_runs_beside_the_search_and_its_thread_ends_with_the_solve():
+def test_the_shaved_bound_runs_beside_the_search_and_stops_with_it():
     import threading
+    import time
+
+    from placer.solve.base import SolveContext
+    from placer.solve.cpsat import CpSat
+    from placer.solve.cpsat_latency import LatencyModel
 
     p = random_layered(120, 6, seed=1)
-    started = []
-    real_start = threading.Thread.start
+    options = {**CpSat.options, "num_workers": 1}
 
-    def start(self):
-        started.append(self.name)
-        real_start(self)
+    def model():
+        ctx = SolveContext(name="cpsat", mode="latency", time_limit=30.0, deadline=time.monotonic() + 30.0)
+        m = LatencyModel(p, ctx, options)
+        m.lower_bound()
+        m.run_heuristics()
+        return m
 
-    threading.Thread.start = start
-    try:
-        plan = solve(p, "latency", "cpsat", time_limit=20, num_workers=1)
-    finally:
-        threading.Thread.start = real_start
-    plan.validate(p)
-    assert "placer-shaved-bound" in started
+    m = model()
+    thread = m._shaving
+    assert isinstance(thread, threading.Thread)  # started before the search, below the best heuristic
+    before = m.lb_ms
+    m.upper_bound()  # waits for it, takes its value
+    assert not thread.is_alive() and m._shaving is None
+    assert m._shaved and m.lb_ms == pytest.approx(max(before, m._shaved[0]))
+    assert before <= m.lb_ms <= m.best_plan.makespan_ms + 1e-9
+    # a solve that ends before the model is built (or fails) stops it too
+    m = model()
+    thread = m._shaving
+    m.stop_shaving()
+    assert not thread.is_alive() and m._shaving is None
     assert not [t for t in threading.enumerate() if t.name == "placer-shaved-bound"]
-    assert latency_bound(p) <= plan.stats.best_bound <= plan.makespan_ms + 1e-9
