@@ -232,6 +232,11 @@ class LatencyModel:
         self.ci = Costs.rounded(p, self.r)
         self.fc = Costs.of(p)
         self.model = cp_model.CpModel()
+        # the shaved bound's thread (:meth:`_start_shaving`): the thread while it runs, its value, its error
+        self._shaving: threading.Thread | None = None
+        self._shaved: list[float] = []
+        self._shave_error: list[Exception] = []
+        self._stop = threading.Event()
 
     def objective_ms(self, plan: Plan) -> float:
         """The float objective of ``plan``: makespan + ``transfer_weight`` * transfer ms."""
@@ -290,10 +295,6 @@ class LatencyModel:
         the search keeps one core busy in its own loop, the bound's compiled loop releases the GIL and
         takes the other. :meth:`upper_bound` waits for it (at most its share of the time left), then
         stops it; :meth:`stop_shaving` stops it on every way out."""
-        self._shaving: threading.Thread | None = None
-        self._shaved: list[float] = []
-        self._shave_error: list[Exception] = []
-        self._stop = threading.Event()
         if float(self.options.get("local_search", 0.0) or 0.0) <= 0:
             return
         args = self._shave_args(upper)
@@ -312,10 +313,9 @@ class LatencyModel:
 
     def stop_shaving(self) -> None:
         """Stop the shaved bound's thread, if one runs, and wait for it (one compiled call)."""
-        thread = getattr(self, "_shaving", None)
-        if thread is not None:
+        if self._shaving is not None:
             self._stop.set()
-            thread.join()
+            self._shaving.join()
             self._shaving = None
 
     def _local_search(self, best: tuple[str, np.ndarray, Any]) -> list[tuple[str, np.ndarray, Any]]:
@@ -383,7 +383,7 @@ class LatencyModel:
         # optimum once the slack is taken off
         best = self.best_plan
         shaved = None
-        if getattr(self, "_shaving", None) is not None:  # started beside the search: its share, then stopped
+        if self._shaving is not None:  # started beside the search: its share, then stopped
             self._shaving.join(timeout=frac * self.ctx.remaining())
             self.stop_shaving()
             if self._shave_error:

@@ -309,10 +309,12 @@ def test_the_shaved_bound_runs_beside_the_search_and_stops_with_it():
     from placer.solve.cpsat_latency import LatencyModel
 
     p = random_layered(120, 6, seed=1)
-    options = {**CpSat.options, "num_workers": 1}
+    # deterministic work: no dynamic list search, a search of a fixed number of ops re-timed (its budget
+    # is the rate times a share of the limit), the bound's probes bounded; the limit only a hang guard
+    options = {**CpSat.options, "num_workers": 1, "dynamic": False, "local_search_rate": 1000.0}
 
     def model():
-        ctx = SolveContext(name="cpsat", mode="latency", time_limit=30.0, deadline=time.monotonic() + 30.0)
+        ctx = SolveContext(name="cpsat", mode="latency", time_limit=600.0, deadline=time.monotonic() + 600.0)
         m = LatencyModel(p, ctx, options)
         m.lower_bound()
         m.run_heuristics()
