@@ -19,7 +19,8 @@ take about :data:`MEASURE_S` seconds (at least :data:`MIN_REQUESTS`), in :data:`
 rounds on one started executor; its figure is the median requests/s over the rounds. At the end
 the finalists (the best :data:`N_FINALISTS` measured candidates and every runtime's replicas) are
 measured again in :data:`FINAL_ROUNDS` interleaved rounds (past the budget if need be; the search
-stops early to leave them their time where it can), with the baselines between them; their
+stops early to leave them their time where it can), with the baselines between them (pipeline
+rounds of the same requests, one worker: one request at a time); their
 figures (and the N-core limit) become the medians over these final rounds only, and the best of
 them wins (the measured guard: a placement must beat the baselines measured beside it). A
 candidate that was not a finalist keeps its first figure and cannot win: the load on a shared
@@ -27,7 +28,8 @@ machine drifts between phases, so only figures taken side by side are compared.
 
 Baselines, measured in the same session: every runtime alone with all the cores as intra-op
 threads (``KIND:tN``) and with one thread (``KIND:t1``), one request at a time. The N-core limit
-quoted in the report is ``N x`` the best single-thread throughput.
+quoted in the report is ``N x`` the best single-thread throughput, measured as the candidates are
+(requests/s of a round, median over the final rounds).
 
 Yardsticks (:mod:`placer.run.yardsticks`), what a user wanting requests/s would run: OpenVINO's
 THROUGHPUT hint driven by an ``AsyncInferQueue``, and one 1-thread ONNX Runtime session per core
@@ -389,10 +391,14 @@ class ThroughputSearch:
     def finalists(self) -> tuple[list[TrialRecord], list[TrialRecord]]:
         """Who runs pipeline rounds in the final rounds, from the figures so far: the best
         :data:`N_FINALISTS` measured candidates and every runtime's replicas; and each runtime alone on
-        all cores (baselines), measured there as the candidates are (a pipeline round of the same
-        requests): its figure from the latency bench, 1000 / median ms of single requests, beat
-        OpenVINO's replicas on inception_v1 and hf-distilbert where a pipeline round of it then ran
-        0.76x / 0.91x OpenVINO's THROUGHPUT f32 (session 38). Every runtime's replicas, not the best
+        all cores and at one thread (baselines), measured there as the candidates are (a pipeline round
+        of the same requests). On all cores, its figure from the latency bench, 1000 / median ms of
+        single requests, beat OpenVINO's replicas on inception_v1 and hf-distilbert where a pipeline
+        round of it then ran 0.76x / 0.91x OpenVINO's THROUGHPUT f32 (session 38). At one thread it is
+        the N-core limit's unit: 1000 / median ms put the limit above what N sessions reach on N cores
+        (a median of single requests leaves out the host's hiccups, which a round pays; squeezenet,
+        session 54: one ONNX Runtime session per core read 90% of it, and 99% of the limit taken from
+        rounds). Every runtime's replicas, not the best
         one's: two runtimes' replicas often measure within noise of each other before the finals, and
         once trials are measured the best first figures of two rounds are the luckiest ones (squeezenet,
         session 39: three pipelines at 321-357 req/s first, 243-278 in the finals, took the places;
@@ -402,7 +408,8 @@ class ThroughputSearch:
                              and r.throughput_rps is not None), key=lambda r: -r.throughput_rps)
         finalists = candidates[:N_FINALISTS]
         finalists += [r for r in candidates if r.kind == "replicas" and r not in finalists]
-        alone = [r for r in self.records if r.kind == "baseline" and r.key.endswith(f":t{self.n_cores}")]
+        alone = [r for r in self.records if r.kind == "baseline"
+                 and (r.key.endswith(f":t{self.n_cores}") or r.key.endswith(":t1"))]
         return finalists, alone
 
     def final_rounds_s(self) -> float:
@@ -537,7 +544,9 @@ class ThroughputSearch:
                     self.say(f"final rounds past the {budget_s:.0f} s budget: {FINAL_ROUNDS} rounds, "
                              "the verdict's samples")
                 order = list(runs) if rnd % 2 == 0 else list(runs)[::-1]
-                self.bench.measure(list(self.base_names), rounds=1)
+                benched = [k for k in self.base_names if k not in runs]  # a runtime alone that failed its rounds
+                if benched:
+                    self.bench.measure(benched, rounds=1)
                 for y in self.yardsticks.ready.values():
                     rps = y.throughput(n_requests)
                     if rps:
