@@ -196,11 +196,13 @@ def solve_latency(problem: PlacementProblem, ctx: SolveContext, options: dict[st
         m.lower_bound()
         m.run_heuristics()
         late = plan_if_no_time_to_build(m, problem, ctx, "latency")
-        if late is not None:
-            return late
-        m.upper_bound()
+        if late is None:
+            m.upper_bound()
     finally:
         m.stop_shaving()
+    m.raise_shaving_error()  # a failure of the bound's thread is a bug: not dropped with an early plan
+    if late is not None:
+        return late
     m.symmetry()
     m.add_variables()
     m.add_constraints()
@@ -318,6 +320,11 @@ class LatencyModel:
             self._shaving.join()
             self._shaving = None
 
+    def raise_shaving_error(self) -> None:
+        """Raise what the shaved bound's thread raised, if it did (once the thread is stopped)."""
+        if self._shave_error:
+            raise self._shave_error[0]
+
     def _local_search(self, best: tuple[str, np.ndarray, Any]) -> list[tuple[str, np.ndarray, Any]]:
         """The best candidate (float makespan) improved by :func:`~placer.solve.latency_search.polish`
         (options ``local_search``, ``local_search_rate``), as one more candidate."""
@@ -386,8 +393,7 @@ class LatencyModel:
         if self._shaving is not None:  # started beside the search: its share, then stopped
             self._shaving.join(timeout=frac * self.ctx.remaining())
             self.stop_shaving()
-            if self._shave_error:
-                raise self._shave_error[0]
+            self.raise_shaving_error()
             shaved = self._shaved[0] if self._shaved else None
         elif best is not None and (args := self._shave_args(best.makespan_ms)) is not None:
             shaved = shaved_bound(self.p, self.fc, **args, deadline=time.monotonic() + frac * self.ctx.remaining())

@@ -334,3 +334,24 @@ def test_the_shaved_bound_runs_beside_the_search_and_stops_with_it():
     m.stop_shaving()
     assert not thread.is_alive() and m._shaving is None
     assert not [t for t in threading.enumerate() if t.name == "placer-shaved-bound"]
+
+
+def test_an_error_in_the_bound_s_thread_is_raised_even_when_the_solve_ends_early(monkeypatch):
+    # the heuristic plan returned when no time is left to build the model dropped the thread's error
+    import time
+
+    from placer.solve import cpsat_latency
+    from placer.solve.base import SolveContext
+    from placer.solve.cpsat import CpSat
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("bound thread broke")
+
+    monkeypatch.setattr(cpsat_latency, "shaved_bound", broken)
+    # every way out after the heuristics: "no time to build the model" taken, and the model built
+    monkeypatch.setattr(cpsat_latency, "plan_if_no_time_to_build", lambda m, *a: m.best_plan)
+    p = random_layered(40, 3, seed=2)
+    options = {**CpSat.options, "num_workers": 1, "dynamic": False, "local_search_rate": 1000.0}
+    ctx = SolveContext(name="cpsat", mode="latency", time_limit=600.0, deadline=time.monotonic() + 600.0)
+    with pytest.raises(RuntimeError, match="bound thread broke"):
+        cpsat_latency.solve_latency(p, ctx, options)
