@@ -157,6 +157,14 @@ class RatioWatch:
     limit: float
 
 
+@dataclass(frozen=True)
+class BenchMark:
+    """Where a bench's figures stood (:meth:`PlanBench.mark`): per candidate, its counts of samples,
+    turns and timed partition runs and of each partition's runs; and the bench's ``spell_rounds``."""
+    candidates: dict[str, tuple[int, int, int, dict[str, int]]]
+    spell_rounds: int
+
+
 @dataclass
 class Candidate:
     key: str
@@ -380,17 +388,19 @@ class PlanBench:
         return LatencyStats(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)),
                             len(s), left_out, sum(flags) / len(values))
 
-    def mark(self) -> dict[str, tuple[int, int, int, dict[str, int]]]:
-        """Where each candidate's figures stand now, for :meth:`rewind`: its samples, turns and timed
-        partition runs."""
-        return {key: (len(c.samples_ms), len(c.turns), len(c.partition_slowed),
-                      {pid: len(v) for pid, v in c.partition_ms.items()})
-                for key, c in self.candidates.items()}
+    def mark(self) -> BenchMark:
+        """Where the figures stand now, for :meth:`rewind`: each candidate's samples, turns and timed
+        partition runs, and the count of rounds read as a spell."""
+        return BenchMark({key: (len(c.samples_ms), len(c.turns), len(c.partition_slowed),
+                                {pid: len(v) for pid, v in c.partition_ms.items()})
+                          for key, c in self.candidates.items()}, self.spell_rounds)
 
-    def rewind(self, mark: Mapping[str, tuple[int, int, int, dict[str, int]]]) -> None:
-        """Forget every sample, turn and timed partition run taken since ``mark`` (:meth:`mark`):
-        rounds run to decide something else (a spell's end) then leave the figures as they were."""
-        for key, (n_samples, n_turns, n_parts, parts) in mark.items():
+    def rewind(self, mark: BenchMark) -> None:
+        """Forget every sample, turn and timed partition run taken since ``mark`` (:meth:`mark`), and
+        the rounds read as a spell since: rounds run to decide something else (a spell's end) then
+        leave the figures, and the count a report quotes, as they were."""
+        self.spell_rounds = mark.spell_rounds
+        for key, (n_samples, n_turns, n_parts, parts) in mark.candidates.items():
             cand = self.candidates.get(key)
             if cand is None:
                 continue

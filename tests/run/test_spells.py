@@ -112,10 +112,15 @@ def test_polls_for_a_spells_end_leave_the_figures_of_the_rounds_before_them(monk
         figures = bench.paired_ms(["one", "all", "plan"], anchor="plan")
         # a stored ratio of 0: no poll reads the spell as over, so every poll runs (a lasting spell)
         lasting = SpellPair("onnxruntime", "one", "all", stored_ratio=0.0, measured_ratio=1.0)
+        # and a watch that reads every round as a spell: the polls' rounds are not counted as the
+        # measurement's (a report quotes spell_rounds as rounds of the figures)
+        bench.watches = [RatioWatch("one", "all", 0.0)]
         assert wait_spell_end(bench, [lasting], polls=2, per_round=3) is False
         assert bench._round == 2 + 2  # the polls ran ...
         after = {k: (c.samples_ms, c.turns, c.partition_slowed, c.partition_ms) for k, c in bench.candidates.items()}
         assert after == before  # ... and left no sample, turn or timed partition behind
+        assert bench.spell_rounds == 0
+        bench.watches = []
         assert bench.paired_ms(["one", "all", "plan"], anchor="plan") == figures
         # a spell that ends at the first poll: its round is forgotten too (the caller measures afresh)
         ended = SpellPair("onnxruntime", "one", "all", stored_ratio=float("inf"), measured_ratio=1.0)
