@@ -21,6 +21,8 @@ outside one).
 :func:`spell_watches` applies the same reading to each round of a bench (:class:`~placer.run.bench.
 RatioWatch`): a round in which a runtime's two targets read a spell is left out like one in which the
 probes read slowed cores, while at least half of the samples remain.
+:func:`spelled_rounds` reads throughput rounds the same way, each runtime's two targets against the
+quietest ratio they showed (the throughput tuner keeps no store row of a runtime on all cores).
 """
 
 from __future__ import annotations
@@ -150,3 +152,25 @@ def quiet_choice(best_key: str, pairs: Sequence[SpellPair],
         if fn <= f_best * (1 + SPELL_GIVE) and quiet * (1 + SPELL_GIVE) < f_best:
             found.append((quiet, p))
     return min(found, key=lambda qp: qp[0])[1] if found else None
+
+
+def spelled_rounds(rounds: Sequence[Mapping[str, float]], pairs: Sequence[tuple[str, str]],
+                   quiet: Mapping[tuple[str, str], float] | None = None) -> list[bool]:
+    """Which of ``rounds`` (each: requests/s by key, over the same requests) were taken in a spell:
+    for a pair ``(one_key, all_key)`` (a runtime at 1 thread and on all cores) the round's ratio
+    ``rps[one_key] / rps[all_key]`` (the all-core time over the 1-thread time) over
+    :data:`SPELL_RATIO` times the quietest ratio of the pair: the lowest of every round's and of
+    ``quiet`` (a figure taken before, e.g. the baselines'). Squeezenet, session 54: ONNX Runtime on 2
+    cores served 107 and 112 req/s in two final rounds and 253 in the third, at 1 thread 126-141
+    throughout."""
+    best = {p: v for p, v in (quiet or {}).items() if v > 0}
+    ratios: list[dict[tuple[str, str], float]] = []
+    for rnd in rounds:
+        r: dict[tuple[str, str], float] = {}
+        for pair in pairs:
+            one, many = rnd.get(pair[0]), rnd.get(pair[1])
+            if one and many and one > 0 and many > 0:
+                r[pair] = one / many
+                best[pair] = min(best.get(pair, math.inf), one / many)
+        ratios.append(r)
+    return [any(v > SPELL_RATIO * best[p] for p, v in r.items()) for r in ratios]

@@ -22,7 +22,10 @@ measured again in :data:`FINAL_ROUNDS` interleaved rounds (past the budget if ne
 stops early to leave them their time where it can), with the baselines between them (pipeline
 rounds of the same requests, one worker: one request at a time); their
 figures (and the N-core limit) become the medians over these final rounds only, and the best of
-them wins (the measured guard: a placement must beat the baselines measured beside it). A
+them wins (the measured guard: a placement must beat the baselines measured beside it). Rounds in
+which a runtime on all cores served at about its 1-thread rate (a spell of the host,
+:func:`placer.run.spells.spelled_rounds`) are left out of every figure while :data:`QUIET_ROUNDS`
+others remain, and up to :data:`EXTRA_ROUNDS` rounds are added for them. A
 candidate that was not a finalist keeps its first figure and cannot win: the load on a shared
 machine drifts between phases, so only figures taken side by side are compared.
 
@@ -58,6 +61,7 @@ from placer.materialize import materialize
 from placer.run import bench as run_bench
 from placer.run.numerics import NumericsReport, ReferenceRunner, check_against_reference, compare, load_inputs
 from placer.run.pipeline import PipelineExecutor, discard_outputs
+from placer.run.spells import spelled_rounds
 from placer.run.yardsticks import DESCRIPTIONS, YardstickSet, throughput_kinds
 from placer.solve import solve
 from placer.tune import space
@@ -72,6 +76,13 @@ MAX_REQUESTS = 4000
 FIRST_ROUNDS = 2
 N_FINALISTS = 3
 FINAL_ROUNDS = 3
+#: the final rounds' figures stand on at least this many rounds no runtime read as a spell of the host
+#: (:func:`placer.run.spells.spelled_rounds`), while rounds can be added ...
+QUIET_ROUNDS = 2
+#: ... at most this many, each after :func:`~placer.run.bench.quiet_wait_s` seconds, none begun more than
+#: :data:`SPELL_WINDOW_S` past the budget
+EXTRA_ROUNDS = 3
+SPELL_WINDOW_S = 30.0
 
 
 class _PipelineRuns:
@@ -124,11 +135,13 @@ class _PipelineRuns:
         self.last = m
         return m.throughput_rps
 
-    def fill(self, rec) -> None:
-        """Write the median over all rounds (and the last round's spread and partitions) into ``rec``."""
+    def fill(self, rec, rounds: list[int] | None = None) -> None:
+        """Write the median over all rounds, or over those of index ``rounds`` (and the last round's
+        spread and partitions) into ``rec``."""
         m = self.last
-        rec.throughput_rps = float(np.median(self.rps))
-        rec.measured_ms = float(np.median(self.p50))
+        keep = range(len(self.rps)) if rounds is None else [i for i in rounds if i < len(self.rps)]
+        rec.throughput_rps = float(np.median([self.rps[i] for i in keep] or self.rps))
+        rec.measured_ms = float(np.median([self.p50[i] for i in keep] or self.p50))
         rec.p10_ms, rec.p90_ms = m.latency_min_ms, m.latency_p90_ms
         rec.numerics_ok = self.numerics.passed if self.numerics is not None else None
         rec.partitions = [p.to_dict() for p in m.partitions]
@@ -239,6 +252,10 @@ class ThroughputSearch:
         self.rounds_rps: dict[str, list[float]] = {}  # req/s of each first-phase round per pipeline candidate
         self.final_rps: dict[str, list[float]] = {}  # req/s of each final round per finalist
         self.ys_rps: dict[str, list[float]] = {}  # req/s of each final round per yardstick
+        self.round_rps: list[dict[str, float]] = []  # per final round: req/s by key (runs and yardsticks)
+        self.spelled: list[bool] = []  # per final round: read as a spell of the host (spelled_rounds)
+        #: per runtime (its 1-thread and all-core keys): the all-core / 1-thread time of the baselines
+        self.quiet_ratio: dict[tuple[str, str], float] = {}
         self.pipe_mats: dict[str, Any] = {}  # measured pipeline candidates, materialized
         self.compile_s: dict[str, float] = {}  # seconds each one's executor took to build its sessions
         self.by_key: dict[str, TrialRecord] = {}
@@ -303,6 +320,8 @@ class ThroughputSearch:
             say(f"baseline {name}: {rec.throughput_rps:.1f} req/s ({st.median_ms:.3f} ms/request)")
         self.single_thread_best = max((1000 / st.median_ms for n, st in stats.items() if n.endswith(":t1")),
                                       default=math.nan)
+        self.quiet_ratio = {pair: stats[pair[1]].median_ms / stats[pair[0]].median_ms
+                            for pair in self._runtime_pairs() if pair[0] in stats and pair[1] in stats}
         self.limit = limit = n_cores * self.single_thread_best
         multi = [r for r in self.records if r.key.endswith(f":t{n_cores}")]
         self.best_single = max(multi or self.records, key=lambda r: r.throughput_rps)
@@ -524,13 +543,27 @@ class ThroughputSearch:
         eligible += [r for r in records if r.kind == "baseline"]
         return eligible
 
+    def _runtime_pairs(self) -> list[tuple[str, str]]:
+        """Each runtime's 1-thread and all-core baseline keys, where it has both."""
+        return [(f"{k}:t1", f"{k}:t{self.n_cores}") for k in dict.fromkeys(self.kinds)
+                if f"{k}:t1" in self.base_names and f"{k}:t{self.n_cores}" in self.base_names]
+
     def _interleaved_rounds(self, finalists: list[TrialRecord]) -> dict[str, _PipelineRuns]:
         """FINAL_ROUNDS rounds, past the budget if it is spent (the search keeps their time where it can:
         :meth:`search`): the baselines, the yardsticks, then each finalist still eligible (alternating
         order); returns the finalists' runs (closed). One round per candidate, which a spent budget used
         to leave, picked the slower of two runtimes' replicas on 3 of 13 models on a host that swings
-        by 1.3-2x (3-5% below the other, measured over 12 rounds: session 38)."""
+        by 1.3-2x (3-5% below the other, measured over 12 rounds: session 38).
+
+        Then, while fewer than :data:`QUIET_ROUNDS` rounds read no spell of the host (a runtime on all
+        cores at about its 1-thread rate: :func:`~placer.run.spells.spelled_rounds`), up to
+        :data:`EXTRA_ROUNDS` more, each after a wait (the core probes read such spells quiet: waiting
+        for them would not wait); :meth:`_final_figures` leaves the spelled rounds out. Squeezenet,
+        session 54: two of three rounds taken in a spell put the chosen replicas at 75% of the N-core
+        limit, 277 req/s in the third round against 192 and 208."""
         budget_s, n_requests = self.budget_s, self.n_requests
+        pairs = self._runtime_pairs()
+        deadline = None if budget_s is None else self.t_start + budget_s + SPELL_WINDOW_S
         with contextlib.ExitStack() as stack:
             runs: dict[str, _PipelineRuns] = {}
             for r in finalists:
@@ -539,10 +572,21 @@ class ThroughputSearch:
                         _PipelineRuns(self.pipe_mats[r.key], self.feeds, self.refs, n_requests, self.ctx.tolerance))
                 except PlacerError as exc:
                     r.error, r.throughput_rps = f"final rounds: {first_line(exc)}", None
-            for rnd in range(FINAL_ROUNDS):
+            for rnd in range(FINAL_ROUNDS + EXTRA_ROUNDS):
                 if rnd == 1 and budget_s is not None and time.monotonic() - self.t_start > budget_s:
                     self.say(f"final rounds past the {budget_s:.0f} s budget: {FINAL_ROUNDS} rounds, "
                              "the verdict's samples")
+                if rnd >= FINAL_ROUNDS:  # enough rounds read no spell, or no time left to add one
+                    self.spelled = spelled_rounds(self.round_rps, pairs, self.quiet_ratio)
+                    wait = run_bench.quiet_wait_s()
+                    if (self.spelled.count(False) >= QUIET_ROUNDS or not runs
+                            or (deadline is not None and time.monotonic() + wait > deadline)):
+                        break
+                    self.say(f"final rounds: {self.spelled.count(True)} of {len(self.spelled)} read as a spell "
+                             "of the host (a runtime on all cores at about its 1-thread rate); one more round")
+                    time.sleep(wait)
+                this_round: dict[str, float] = {}
+                self.round_rps.append(this_round)
                 order = list(runs) if rnd % 2 == 0 else list(runs)[::-1]
                 benched = [k for k in self.base_names if k not in runs]  # a runtime alone that failed its rounds
                 if benched:
@@ -551,35 +595,50 @@ class ThroughputSearch:
                     rps = y.throughput(n_requests)
                     if rps:
                         self.ys_rps[y.key].append(rps)
+                        this_round[y.key] = rps
                 for k in order:
                     try:
-                        self.final_rps.setdefault(k, []).append(runs[k].round(warmup=4 if rnd == 0 else 0))
+                        rps = this_round[k] = runs[k].round(warmup=4 if rnd == 0 else 0)
+                        self.final_rps.setdefault(k, []).append(rps)
                     except PlacerError as exc:  # failed now after passing before: not eligible
                         rec = next(r for r in finalists if r.key == k)
                         rec.error, rec.throughput_rps = f"final rounds: {first_line(exc)}", None
                         runs.pop(k).pe.close()
                         self.final_rps.pop(k, None)
+            self.spelled = spelled_rounds(self.round_rps, pairs, self.quiet_ratio)
         return runs
+
+    def _kept_rounds(self) -> list[int] | None:
+        """The final rounds the figures stand on: those no runtime read as a spell, if there are
+        :data:`QUIET_ROUNDS` of them; else None (every round: a spell that lasted)."""
+        quiet = [i for i, s in enumerate(self.spelled) if not s]
+        return quiet if len(quiet) >= QUIET_ROUNDS else None
 
     def _final_figures(self, finalists: list[TrialRecord], runs: Mapping[str, _PipelineRuns],
                        marks: Mapping[str, int]) -> None:
         """Every figure from the final rounds only: finalists, yardsticks, baselines (from their samples
         after ``marks``), then the N-core limit and the best single runtime."""
         records, say = self.records, self.say
+        kept = self._kept_rounds()
+        if any(self.spelled):
+            say(f"final rounds: {self.spelled.count(True)} of {len(self.spelled)} read as a spell of the host "
+                + ("(every runtime's figure leaves them out)" if kept is not None
+                   else "(too few rounds without one: the figures are from rounds taken in it)"))
         for r in finalists:
             if r.key in runs and runs[r.key].rps:
-                runs[r.key].fill(r)  # medians over the final rounds only
+                runs[r.key].fill(r, kept)  # medians over the final rounds only
                 r.final = True
                 if r.numerics_ok is False:
                     r.error, r.throughput_rps = "numerics check failed (final rounds)", None
                     continue
                 earlier = self.rounds_rps.get(r.key)
                 say(f"final: {r.label} {r.throughput_rps:.1f} req/s (rounds "
-                    f"{', '.join(f'{v:.0f}' for v in self.final_rps[r.key])}"
+                    f"{', '.join(f'{v:.0f}' + '*' * s for v, s in zip(self.final_rps[r.key], self.spelled))}"
                     + (f"; earlier {', '.join(f'{v:.0f}' for v in earlier)})" if earlier else ")"))
         for rec in records:  # yardsticks: medians over the final rounds only
             if rec.kind == "yardstick" and self.ys_rps.get(rec.key):
-                rec.throughput_rps, rec.final = float(np.median(self.ys_rps[rec.key])), True
+                vals = [self.round_rps[i][rec.key] for i in kept if rec.key in self.round_rps[i]] if kept else []
+                rec.throughput_rps, rec.final = float(np.median(vals or self.ys_rps[rec.key])), True
                 say(f"final: {rec.key} {rec.throughput_rps:.1f} req/s")
         for rec in records:  # the baselines over the final rounds' samples (the limit moves with them)
             if rec.kind == "baseline" and not (rec.key in runs and runs[rec.key].rps):  # alone: above
@@ -622,6 +681,7 @@ class ThroughputSearch:
                                    "core_limit_fraction": best.throughput_rps / limit,
                                    "requests_per_round": self.n_requests, "throughput_rounds": self.rounds_rps,
                                    "final_rounds": self.final_rps,
+                                   "final_rounds_spelled": self.spelled,
                                    "final_candidates": [r.key for r in eligible],
                                    "chosen_layout": mat.summary(),
                                    "problem_provenance": dict(self.ctx.problem.provenance),

@@ -7,7 +7,7 @@ import pytest
 
 from placer.devices import make_targets
 from placer.run.bench import RatioWatch
-from placer.run.spells import (SPELL_GIVE, SPELL_RATIO, SpellPair, quiet_choice, runtime_pairs,
+from placer.run.spells import (SPELL_GIVE, SPELL_RATIO, SpellPair, quiet_choice, runtime_pairs, spelled_rounds,
                                  spell_watches, unread_spell)
 
 TARGETS = make_targets(["onnxruntime:t2", "openvino:t2", "onnxruntime:t1", "openvino:t1", "openvino@cpu0:t1"])
@@ -139,3 +139,20 @@ def test_each_runtime_with_both_stored_rows_watches_its_rounds_at_the_spell_rati
     assert [w.base for w in spell_watches(TARGETS, KEYS, partial)] == ["key:openvino@cpu:t1"]
     only = {k: v for k, v in KEYS.items() if k != "openvino@cpu:t2"}
     assert [w.base for w in spell_watches(TARGETS, only, STORED)] == ["key:onnxruntime@cpu:t1"]
+
+
+def test_throughput_rounds_read_as_a_spell_against_the_quietest_ratio_of_each_runtime():
+    pair, other = ("ort:t1", "ort:t2"), ("ov:t1", "ov:t2")
+    rounds = [{"ort:t1": 140.0, "ort:t2": 107.0, "ov:t1": 133.0, "ov:t2": 250.0},  # ORT on 2 cores at its 1-thread rate
+              {"ort:t1": 141.0, "ort:t2": 265.0, "ov:t1": 133.0, "ov:t2": 120.0},  # OpenVINO's turn
+              {"ort:t1": 138.0, "ort:t2": 253.0, "ov:t1": 134.0, "ov:t2": 237.0},
+              {"ort:t1": 138.0, "ov:t2": 100.0}]  # a pair without both figures reads nothing
+    assert spelled_rounds(rounds, [pair, other]) == [True, True, False, False]
+    # the quietest ratio comes from the rounds or from a figure taken before, whichever is lower
+    assert spelled_rounds(rounds[2:3], [pair], {pair: 0.30}) == [True]
+    assert spelled_rounds(rounds[2:3], [pair], {pair: 0.70}) == [False]
+    # just under and over the ratio: the same runtime 1.3x slower relative to its quietest round
+    quiet = 100.0 / 190.0
+    assert spelled_rounds([{"ort:t1": 100.0, "ort:t2": 190.0 / (SPELL_RATIO * 0.99)}], [pair], {pair: quiet}) == [False]
+    assert spelled_rounds([{"ort:t1": 100.0, "ort:t2": 190.0 / (SPELL_RATIO * 1.01)}], [pair], {pair: quiet}) == [True]
+    assert spelled_rounds([], [pair]) == []
