@@ -7,8 +7,8 @@ import pytest
 
 from placer.devices import make_targets
 from placer.run.bench import RatioWatch
-from placer.run.spells import (SPELL_GIVE, SPELL_RATIO, SpellPair, quiet_choice, runtime_pairs, spelled_rounds,
-                                 spell_watches, unread_spell)
+from placer.run.spells import (SPELL_GIVE, SPELL_RATIO, THROUGHPUT_SPELL_RATIO, SpellPair, quiet_choice,
+                               runtime_pairs, spell_watches, spelled_rounds, unread_spell)
 
 TARGETS = make_targets(["onnxruntime:t2", "openvino:t2", "onnxruntime:t1", "openvino:t1", "openvino@cpu0:t1"])
 KEYS = {t.name: f"key:{t.name}" for t in TARGETS}
@@ -151,8 +151,12 @@ def test_throughput_rounds_read_as_a_spell_against_the_quietest_ratio_of_each_ru
     # the quietest ratio comes from the rounds or from a figure taken before, whichever is lower
     assert spelled_rounds(rounds[2:3], [pair], {pair: 0.30}) == [True]
     assert spelled_rounds(rounds[2:3], [pair], {pair: 0.70}) == [False]
-    # just under and over the ratio: the same runtime 1.3x slower relative to its quietest round
-    quiet = 100.0 / 190.0
-    assert spelled_rounds([{"ort:t1": 100.0, "ort:t2": 190.0 / (SPELL_RATIO * 0.99)}], [pair], {pair: quiet}) == [False]
-    assert spelled_rounds([{"ort:t1": 100.0, "ort:t2": 190.0 / (SPELL_RATIO * 1.01)}], [pair], {pair: quiet}) == [True]
+    # just under and over the ratio, relative to the quietest round
+    quiet, limit = 100.0 / 190.0, THROUGHPUT_SPELL_RATIO
+    assert spelled_rounds([{"ort:t1": 100.0, "ort:t2": 190.0 / (limit * 0.99)}], [pair], {pair: quiet}) == [False]
+    assert spelled_rounds([{"ort:t1": 100.0, "ort:t2": 190.0 / (limit * 1.01)}], [pair], {pair: quiet}) == [True]
+    # a 2-core runtime's own noise in a round every other candidate ran at its fastest: not a spell
+    noisy = {"ov:t1": 133.0, "ov:t2": 191.0}
+    assert spelled_rounds([noisy, {"ov:t1": 131.0, "ov:t2": 246.0}], [other]) == [False, False]
+    assert spelled_rounds([noisy], [other], ratio=1.3, quiet={other: 131.0 / 246.0}) == [True]
     assert spelled_rounds([], [pair]) == []
