@@ -101,11 +101,19 @@ def _final_comparison(doc: Document, result) -> None:
               "candidates keep the figure of their own, earlier rounds.")
         by_key = {r.key: r for r in result.records}
         rounds = result.extra.get("final_rounds", {})
+        spelled = list(result.extra.get("final_rounds_spelled") or [])
+        if any(spelled):
+            doc.p(f"{sum(spelled)} of {len(spelled)} rounds read as a spell of the host (a runtime on all cores "
+                  "at about its one-thread rate), marked *; every round counts in the medians.")
         limit = result.extra.get("core_limit_rps") or math.nan
+
+        def listed(values) -> str:
+            return ", ".join(f"{v:.0f}" + ("*" if i < len(spelled) and spelled[i] else "")
+                             for i, v in enumerate(values)) or "-"
+
         doc.table(["candidate", "kind", "req/s", "of core limit", "rounds req/s"],
                   [[by_key[k].label, by_key[k].kind, by_key[k].throughput_rps,
-                    f"{(by_key[k].throughput_rps or math.nan) / limit:.0%}",
-                    ", ".join(f"{v:.0f}" for v in rounds.get(k, [])) or "-"]
+                    f"{(by_key[k].throughput_rps or math.nan) / limit:.0%}", listed(rounds.get(k, []))]
                    for k in sorted(final, key=lambda k: -(by_key[k].throughput_rps or 0)) if k in by_key])
 
 

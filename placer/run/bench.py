@@ -157,7 +157,7 @@ class RatioWatch:
     limit: float
 
 
-@dataclass(frozen=True)
+@dataclass
 class BenchMark:
     """Where a bench's figures stood (:meth:`PlanBench.mark`): per candidate, its counts of samples,
     turns and timed partition runs and of each partition's runs; and the bench's ``spell_rounds``."""

@@ -180,3 +180,11 @@ def spelled_rounds(rounds: Sequence[Mapping[str, float]], pairs: Sequence[tuple[
                 best[pair] = min(best.get(pair, math.inf), one / many)
         ratios.append(r)
     return [any(v > ratio * best[p] for p, v in r.items()) for r in ratios]
+
+
+def quiet_ratios(median_ms: Mapping[str, float], pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], float]:
+    """Per pair ``(one_key, all_key)`` with both in ``median_ms`` (each key's time per request): the
+    all-core time over the 1-thread time, as :func:`spelled_rounds` reads a round's
+    ``rps[one_key] / rps[all_key]`` (its ``quiet`` argument)."""
+    return {(one, many): median_ms[many] / median_ms[one] for one, many in pairs
+            if median_ms.get(one, 0) > 0 and median_ms.get(many, 0) > 0}

@@ -22,10 +22,10 @@ measured again in :data:`FINAL_ROUNDS` interleaved rounds (past the budget if ne
 stops early to leave them their time where it can), with the baselines between them (pipeline
 rounds of the same requests, one worker: one request at a time); their
 figures (and the N-core limit) become the medians over these final rounds only, and the best of
-them wins (the measured guard: a placement must beat the baselines measured beside it). Rounds in
-which a runtime on all cores served at about its 1-thread rate (a spell of the host,
-:func:`placer.run.spells.spelled_rounds`) are left out of every figure while :data:`QUIET_ROUNDS`
-others remain, and up to :data:`EXTRA_ROUNDS` rounds are added for them. A
+them wins (the measured guard: a placement must beat the baselines measured beside it). While fewer
+than :data:`MIN_QUIET_ROUNDS` rounds are free of a spell of the host (a runtime on all cores at about its
+1-thread rate, :func:`placer.run.spells.spelled_rounds`), up to :data:`EXTRA_ROUNDS` rounds are
+added; every round counts in the figures. A
 candidate that was not a finalist keeps its first figure and cannot win: the load on a shared
 machine drifts between phases, so only figures taken side by side are compared.
 
@@ -61,7 +61,7 @@ from placer.materialize import materialize
 from placer.run import bench as run_bench
 from placer.run.numerics import NumericsReport, ReferenceRunner, check_against_reference, compare, load_inputs
 from placer.run.pipeline import PipelineExecutor, discard_outputs
-from placer.run.spells import spelled_rounds
+from placer.run.spells import quiet_ratios, spelled_rounds
 from placer.run.yardsticks import DESCRIPTIONS, YardstickSet, throughput_kinds
 from placer.solve import solve
 from placer.tune import space
@@ -76,9 +76,9 @@ MAX_REQUESTS = 4000
 FIRST_ROUNDS = 2
 N_FINALISTS = 3
 FINAL_ROUNDS = 3
-#: the final rounds' figures stand on at least this many rounds no runtime read as a spell of the host
+#: the final rounds hold at least this many rounds no runtime read as a spell of the host
 #: (:func:`placer.run.spells.spelled_rounds`), while rounds can be added ...
-QUIET_ROUNDS = 2
+MIN_QUIET_ROUNDS = 2
 #: ... at most this many, each after :func:`~placer.run.bench.quiet_wait_s` seconds, none begun more than
 #: :data:`SPELL_WINDOW_S` past the budget
 EXTRA_ROUNDS = 3
@@ -135,13 +135,11 @@ class _PipelineRuns:
         self.last = m
         return m.throughput_rps
 
-    def fill(self, rec, rounds: list[int] | None = None) -> None:
-        """Write the median over all rounds, or over those of index ``rounds`` (and the last round's
-        spread and partitions) into ``rec``."""
+    def fill(self, rec) -> None:
+        """Write the median over all rounds (and the last round's spread and partitions) into ``rec``."""
         m = self.last
-        keep = range(len(self.rps)) if rounds is None else [i for i in rounds if i < len(self.rps)]
-        rec.throughput_rps = float(np.median([self.rps[i] for i in keep] or self.rps))
-        rec.measured_ms = float(np.median([self.p50[i] for i in keep] or self.p50))
+        rec.throughput_rps = float(np.median(self.rps))
+        rec.measured_ms = float(np.median(self.p50))
         rec.p10_ms, rec.p90_ms = m.latency_min_ms, m.latency_p90_ms
         rec.numerics_ok = self.numerics.passed if self.numerics is not None else None
         rec.partitions = [p.to_dict() for p in m.partitions]
@@ -320,8 +318,7 @@ class ThroughputSearch:
             say(f"baseline {name}: {rec.throughput_rps:.1f} req/s ({st.median_ms:.3f} ms/request)")
         self.single_thread_best = max((1000 / st.median_ms for n, st in stats.items() if n.endswith(":t1")),
                                       default=math.nan)
-        self.quiet_ratio = {pair: stats[pair[1]].median_ms / stats[pair[0]].median_ms
-                            for pair in self._runtime_pairs() if pair[0] in stats and pair[1] in stats}
+        self.quiet_ratio = quiet_ratios({k: st.median_ms for k, st in stats.items()}, self._runtime_pairs())
         self.limit = limit = n_cores * self.single_thread_best
         multi = [r for r in self.records if r.key.endswith(f":t{n_cores}")]
         self.best_single = max(multi or self.records, key=lambda r: r.throughput_rps)
@@ -433,15 +430,13 @@ class ThroughputSearch:
 
     def final_rounds_s(self) -> float:
         """About how long the final rounds take, from the figures measured so far: per round, the
-        requests of each finalist, runtime alone and yardstick at its measured rate, and the baselines'
-        turns; once, each finalist's executor built again (as long as it took before) and its check."""
+        requests of each finalist, runtime alone (on all cores and at one thread) and yardstick at its
+        measured rate; once, each one's executor built again (as long as it took before) and its check."""
         finalists, alone = self.finalists()
         entrants = [r for r in finalists + alone if r.throughput_rps]
         rates = [r.throughput_rps for r in entrants]
         rates += [r.throughput_rps for r in self.records if r.kind == "yardstick" and r.throughput_rps]
         per_round = sum(self.n_requests / v for v in rates)
-        per_round += sum(self.bench.per_round * r.measured_ms / 1000 for r in self.records
-                         if r.kind == "baseline" and r.measured_ms)
         # each one's executor is built again for them (its sessions compiled, its check run)
         setup = sum(self.compile_s.get(r.key, 0.0) + 12 / r.throughput_rps for r in entrants)
         return FINAL_ROUNDS * per_round + setup
@@ -534,14 +529,12 @@ class ThroughputSearch:
         finalists, alone = self.finalists()
         if not finalists:
             return [r for r in records if r.throughput_rps is not None and r.kind != "yardstick"]
-        marks = {k: len(self.bench.candidates[k].samples_ms) for k in self.base_names}
         for r in alone:
             self.pipe_mats.setdefault(r.key, self.base_names[r.key])
         runs = self._interleaved_rounds(finalists + alone)
-        self._final_figures(finalists + alone, runs, marks)
-        eligible = [r for r in finalists if r.key in self.final_rps and r.throughput_rps is not None]
-        eligible += [r for r in records if r.kind == "baseline"]
-        return eligible
+        self._final_figures(finalists + alone, runs)
+        # a candidate or a runtime alone that failed in the final rounds has no figure there: not eligible
+        return [r for r in finalists + alone if r.key in self.final_rps and r.throughput_rps is not None]
 
     def _runtime_pairs(self) -> list[tuple[str, str]]:
         """Each runtime's 1-thread and all-core baseline keys, where it has both."""
@@ -555,12 +548,15 @@ class ThroughputSearch:
         to leave, picked the slower of two runtimes' replicas on 3 of 13 models on a host that swings
         by 1.3-2x (3-5% below the other, measured over 12 rounds: session 38).
 
-        Then, while fewer than :data:`QUIET_ROUNDS` rounds read no spell of the host (a runtime on all
+        Then, while fewer than :data:`MIN_QUIET_ROUNDS` rounds read no spell of the host (a runtime on all
         cores at about its 1-thread rate: :func:`~placer.run.spells.spelled_rounds`), up to
         :data:`EXTRA_ROUNDS` more, each after a wait (the core probes read such spells quiet: waiting
-        for them would not wait); :meth:`_final_figures` leaves the spelled rounds out. Squeezenet,
-        session 54: two of three rounds taken in a spell put the chosen replicas at 75% of the N-core
-        limit, 277 req/s in the third round against 192 and 208."""
+        for them would not wait). Every round counts in the figures (medians): the added rounds only
+        keep a spell that passes from being most of them. Squeezenet, session 54: two of three
+        rounds taken in a spell put the chosen replicas at 75% of the N-core limit, 277 req/s in the
+        third round against 192 and 208. Rounds are not left out: in such a round the one-thread
+        replicas can run at their fastest while the runtimes on all cores stall (hf-bert, session 54:
+        209 and 203 req/s in two rounds read as a spell, 168 and 192 in the others)."""
         budget_s, n_requests = self.budget_s, self.n_requests
         pairs = self._runtime_pairs()
         deadline = None if budget_s is None else self.t_start + budget_s + SPELL_WINDOW_S
@@ -579,7 +575,7 @@ class ThroughputSearch:
                 if rnd >= FINAL_ROUNDS:  # enough rounds read no spell, or no time left to add one
                     self.spelled = spelled_rounds(self.round_rps, pairs, self.quiet_ratio)
                     wait = run_bench.quiet_wait_s()
-                    if (self.spelled.count(False) >= QUIET_ROUNDS or not runs
+                    if (self.spelled.count(False) >= MIN_QUIET_ROUNDS or not runs
                             or (deadline is not None and time.monotonic() + wait > deadline)):
                         break
                     self.say(f"final rounds: {self.spelled.count(True)} of {len(self.spelled)} read as a spell "
@@ -588,9 +584,6 @@ class ThroughputSearch:
                 this_round: dict[str, float] = {}
                 self.round_rps.append(this_round)
                 order = list(runs) if rnd % 2 == 0 else list(runs)[::-1]
-                benched = [k for k in self.base_names if k not in runs]  # a runtime alone that failed its rounds
-                if benched:
-                    self.bench.measure(benched, rounds=1)
                 for y in self.yardsticks.ready.values():
                     rps = y.throughput(n_requests)
                     if rps:
@@ -608,25 +601,17 @@ class ThroughputSearch:
             self.spelled = spelled_rounds(self.round_rps, pairs, self.quiet_ratio)
         return runs
 
-    def _kept_rounds(self) -> list[int] | None:
-        """The final rounds the figures stand on: those no runtime read as a spell, if there are
-        :data:`QUIET_ROUNDS` of them; else None (every round: a spell that lasted)."""
-        quiet = [i for i, s in enumerate(self.spelled) if not s]
-        return quiet if len(quiet) >= QUIET_ROUNDS else None
-
-    def _final_figures(self, finalists: list[TrialRecord], runs: Mapping[str, _PipelineRuns],
-                       marks: Mapping[str, int]) -> None:
-        """Every figure from the final rounds only: finalists, yardsticks, baselines (from their samples
-        after ``marks``), then the N-core limit and the best single runtime."""
+    def _final_figures(self, finalists: list[TrialRecord], runs: Mapping[str, _PipelineRuns]) -> None:
+        """Every figure from the final rounds only: finalists and runtimes alone (pipeline rounds),
+        yardsticks, then the N-core limit and the best single runtime. A runtime alone that failed in
+        them has no figure (its error says why) and sets neither."""
         records, say = self.records, self.say
-        kept = self._kept_rounds()
         if any(self.spelled):
             say(f"final rounds: {self.spelled.count(True)} of {len(self.spelled)} read as a spell of the host "
-                + ("(every runtime's figure leaves them out)" if kept is not None
-                   else "(too few rounds without one: the figures are from rounds taken in it)"))
+                "(marked *; every round counts)")
         for r in finalists:
             if r.key in runs and runs[r.key].rps:
-                runs[r.key].fill(r, kept)  # medians over the final rounds only
+                runs[r.key].fill(r)  # medians over the final rounds only
                 r.final = True
                 if r.numerics_ok is False:
                     r.error, r.throughput_rps = "numerics check failed (final rounds)", None
@@ -637,21 +622,13 @@ class ThroughputSearch:
                     + (f"; earlier {', '.join(f'{v:.0f}' for v in earlier)})" if earlier else ")"))
         for rec in records:  # yardsticks: medians over the final rounds only
             if rec.kind == "yardstick" and self.ys_rps.get(rec.key):
-                vals = [self.round_rps[i][rec.key] for i in kept if rec.key in self.round_rps[i]] if kept else []
-                rec.throughput_rps, rec.final = float(np.median(vals or self.ys_rps[rec.key])), True
+                rec.throughput_rps, rec.final = float(np.median(self.ys_rps[rec.key])), True
                 say(f"final: {rec.key} {rec.throughput_rps:.1f} req/s")
-        for rec in records:  # the baselines over the final rounds' samples (the limit moves with them)
-            if rec.kind == "baseline" and not (rec.key in runs and runs[rec.key].rps):  # alone: above
-                smp = np.asarray(self.bench.candidates[rec.key].samples_ms[marks[rec.key]:])
-                if len(smp):
-                    rec.measured_ms = float(np.median(smp))
-                    rec.p10_ms, rec.p90_ms = float(np.percentile(smp, 10)), float(np.percentile(smp, 90))
-                    rec.throughput_rps, rec.final = 1000 / rec.measured_ms, True
-                    say(f"final: single:{rec.key} {rec.throughput_rps:.1f} req/s")
-        self.single_thread_best = max((r.throughput_rps for r in records
-                                       if r.kind == "baseline" and r.key.endswith(":t1")), default=math.nan)
+        measured = [r for r in records if r.kind == "baseline" and r.final and r.throughput_rps is not None]
+        self.single_thread_best = max((r.throughput_rps for r in measured if r.key.endswith(":t1")),
+                                      default=math.nan)
         self.limit = self.n_cores * self.single_thread_best
-        self.best_single = max((r for r in records if r.kind == "baseline" and r.key.endswith(f":t{self.n_cores}")),
+        self.best_single = max((r for r in measured if r.key.endswith(f":t{self.n_cores}")),
                                key=lambda r: r.throughput_rps, default=self.best_single)
 
     # ---- output ------------------------------------------------------------------------------------

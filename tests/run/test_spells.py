@@ -8,7 +8,7 @@ import pytest
 from placer.devices import make_targets
 from placer.run.bench import RatioWatch
 from placer.run.spells import (SPELL_GIVE, SPELL_RATIO, THROUGHPUT_SPELL_RATIO, SpellPair, quiet_choice,
-                               runtime_pairs, spell_watches, spelled_rounds, unread_spell)
+                               quiet_ratios, runtime_pairs, spell_watches, spelled_rounds, unread_spell)
 
 TARGETS = make_targets(["onnxruntime:t2", "openvino:t2", "onnxruntime:t1", "openvino:t1", "openvino@cpu0:t1"])
 KEYS = {t.name: f"key:{t.name}" for t in TARGETS}
@@ -160,3 +160,14 @@ def test_throughput_rounds_read_as_a_spell_against_the_quietest_ratio_of_each_ru
     assert spelled_rounds([noisy, {"ov:t1": 131.0, "ov:t2": 246.0}], [other]) == [False, False]
     assert spelled_rounds([noisy], [other], ratio=1.3, quiet={other: 131.0 / 246.0}) == [True]
     assert spelled_rounds([], [pair]) == []
+
+
+def test_the_baselines_quiet_ratio_reads_rounds_the_right_way_round():
+    # the latency bench's times per request (ms) against rounds' requests/s: the same orientation
+    pair = ("ort:t1", "ort:t2")
+    quiet = quiet_ratios({"ort:t1": 10.0, "ort:t2": 5.3, "ov:t1": 9.0}, [pair, ("ov:t1", "ov:t2")])
+    assert quiet == {pair: pytest.approx(0.53)}  # OpenVINO lacks its all-core figure: no ratio
+    two_cores = {"ort:t1": 100.0, "ort:t2": 190.0}  # 1.9x the requests/s on two cores: as quiet
+    in_a_spell = {"ort:t1": 100.0, "ort:t2": 100.0}  # the all-core runtime at its 1-thread rate
+    assert spelled_rounds([two_cores, in_a_spell], [pair], quiet) == [False, True]
+    assert spelled_rounds([in_a_spell], [pair], quiet) == [True]  # no quiet round needed to read it

@@ -348,7 +348,7 @@ def test_an_error_in_the_bound_s_thread_is_raised_even_when_the_solve_ends_early
         raise RuntimeError("bound thread broke")
 
     monkeypatch.setattr(cpsat_latency, "shaved_bound", broken)
-    # every way out after the heuristics: "no time to build the model" taken, and the model built
+    # the early way out after the heuristics: "no time left to build the model" taken
     monkeypatch.setattr(cpsat_latency, "plan_if_no_time_to_build", lambda m, *a: m.best_plan)
     p = random_layered(40, 3, seed=2)
     options = {**CpSat.options, "num_workers": 1, "dynamic": False, "local_search_rate": 1000.0}

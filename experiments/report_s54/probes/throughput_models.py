@@ -58,8 +58,8 @@ def main() -> int:
         rows.append(r)
         (out / "results.json").write_text(json.dumps(rows, indent=1, default=str))
         print(f"ROW {json.dumps({k: v for k, v in r.items() if k != 'final_rounds'}, default=str)}", flush=True)
-    lines = ["| model | chosen | req/s | x ORT sessions | x OV THROUGHPUT f32 | x OV THROUGHPUT (default) | "
-             "x best default passing | x best default | of the core limit |",
+    lines = [("| model | chosen | req/s | x ORT sessions | x OV THROUGHPUT f32 | x OV THROUGHPUT (default) | "
+              "x best default passing | x best default | of the core limit |"),
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
 
     def x(a, b):
