@@ -21,8 +21,9 @@ outside one).
 :func:`spell_watches` applies the same reading to each round of a bench (:class:`~placer.run.bench.
 RatioWatch`): a round in which a runtime's two targets read a spell is left out like one in which the
 probes read slowed cores, while at least half of the samples remain.
-:func:`spelled_rounds` reads throughput rounds the same way, each runtime's two targets against the
-quietest ratio they showed (the throughput tuner keeps no store row of a runtime on all cores).
+:func:`spelled_rounds` reads throughput rounds alike, each runtime's two targets against the quietest
+ratio they showed (the throughput tuner keeps no store row of a runtime on all cores); there a round
+read so is not left out, rounds are added while most are (placer.tune.pipeline_tuner).
 """
 
 from __future__ import annotations
