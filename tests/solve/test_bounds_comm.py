@@ -300,21 +300,30 @@ def test_probing_raises_the_shaved_bound_on_a_layered_graph():
     assert plain < probed <= plan.makespan_ms
 
 
-def test_the_shaved_bound_runs_beside_the_search_and_stops_with_it():
-    import threading
+def _bounded_latency_solve() -> tuple[dict, object]:
+    """CP-SAT latency options and a context whose work is bounded deterministically: no dynamic list
+    search, a critical-path search of a fixed number of ops re-timed (the rate times a share of the
+    600-s limit), the bound's probes capped per level. The limit is a hang guard only: nothing waits
+    on it in these tests."""
     import time
 
     from placer.solve.base import SolveContext
     from placer.solve.cpsat import CpSat
+
+    options = {**CpSat.options, "num_workers": 1, "dynamic": False, "local_search_rate": 1000.0}
+    ctx = SolveContext(name="cpsat", mode="latency", time_limit=600.0, deadline=time.monotonic() + 600.0)
+    return options, ctx
+
+
+def test_the_shaved_bound_runs_beside_the_search_and_stops_with_it():
+    import threading
+
     from placer.solve.cpsat_latency import LatencyModel
 
     p = random_layered(120, 6, seed=1)
-    # deterministic work: no dynamic list search, a search of a fixed number of ops re-timed (its budget
-    # is the rate times a share of the limit), the bound's probes bounded; the limit only a hang guard
-    options = {**CpSat.options, "num_workers": 1, "dynamic": False, "local_search_rate": 1000.0}
 
     def model():
-        ctx = SolveContext(name="cpsat", mode="latency", time_limit=600.0, deadline=time.monotonic() + 600.0)
+        options, ctx = _bounded_latency_solve()
         m = LatencyModel(p, ctx, options)
         m.lower_bound()
         m.run_heuristics()
@@ -324,7 +333,8 @@ def test_the_shaved_bound_runs_beside_the_search_and_stops_with_it():
     thread = m._shaving
     assert isinstance(thread, threading.Thread)  # started before the search, below the best heuristic
     before = m.lb_ms
-    m.upper_bound()  # waits for it, takes its value
+    thread.join()  # its work is bounded: finished here on any machine, not cut by upper_bound's backstop
+    m.upper_bound()  # takes its value
     assert not thread.is_alive() and m._shaving is None
     assert m._shaved and m.lb_ms == pytest.approx(max(before, m._shaved[0]))
     assert before <= m.lb_ms <= m.best_plan.makespan_ms + 1e-9
@@ -338,11 +348,7 @@ def test_the_shaved_bound_runs_beside_the_search_and_stops_with_it():
 
 def test_an_error_in_the_bound_s_thread_is_raised_even_when_the_solve_ends_early(monkeypatch):
     # the heuristic plan returned when no time is left to build the model dropped the thread's error
-    import time
-
     from placer.solve import cpsat_latency
-    from placer.solve.base import SolveContext
-    from placer.solve.cpsat import CpSat
 
     def broken(*args, **kwargs):
         raise RuntimeError("bound thread broke")
@@ -351,7 +357,6 @@ def test_an_error_in_the_bound_s_thread_is_raised_even_when_the_solve_ends_early
     # the early way out after the heuristics: "no time left to build the model" taken
     monkeypatch.setattr(cpsat_latency, "plan_if_no_time_to_build", lambda m, *a: m.best_plan)
     p = random_layered(40, 3, seed=2)
-    options = {**CpSat.options, "num_workers": 1, "dynamic": False, "local_search_rate": 1000.0}
-    ctx = SolveContext(name="cpsat", mode="latency", time_limit=600.0, deadline=time.monotonic() + 600.0)
+    options, ctx = _bounded_latency_solve()
     with pytest.raises(RuntimeError, match="bound thread broke"):
         cpsat_latency.solve_latency(p, ctx, options)
