@@ -29,8 +29,11 @@
   not taken again (``placer tune`` run by a test profiles with the default timing), and
   ``$PLACER_ONE_THREAD_WINDOWS`` = 0, so one-thread targets take no second windows (the tests of
   them ask for them), and ``$PLACER_PACE`` = 0, so no pace is timed beside a measurement (the
-  tests of it turn it on): the suite's own parallel workers keep the cores busy, and no outcome may
+  tests of it turn it on), and ``$PLACER_ADDED_ROUNDS`` = 0, so no measurement adds rounds for quiet
+  samples or for a spell of the host (they would find no quiet; the tests of them ask for them with the
+  ``added_rounds`` fixture): the suite's own parallel workers keep the cores busy, and no outcome may
   wait on the machine's load.
+* ``added_rounds``: ``$PLACER_ADDED_ROUNDS`` unset for the test (rounds are added as the product adds them).
 """
 
 from __future__ import annotations
@@ -87,10 +90,12 @@ def _no_quiet_wait():
 
     from placer.profile.engine import ATTEMPTS_ENV, ONE_THREAD_WINDOWS_ENV
     from placer.profile.pace import PACE_ENV
-    from placer.run.bench import QUIET_WAIT_ENV
+    from placer.run.bench import ADDED_ROUNDS_ENV, QUIET_WAIT_ENV
 
-    # no pace timed beside the profiles (placer.profile.pace), unless a test turns it on: 8% of the suite
-    settings = {QUIET_WAIT_ENV: "0", ATTEMPTS_ENV: "1", ONE_THREAD_WINDOWS_ENV: "0", PACE_ENV: "0"}
+    # no pace timed beside the profiles (placer.profile.pace), unless a test turns it on: 8% of the suite;
+    # no rounds added for quiet samples or spells, unless a test turns them on (fixture added_rounds): 9%
+    settings = {QUIET_WAIT_ENV: "0", ATTEMPTS_ENV: "1", ONE_THREAD_WINDOWS_ENV: "0", PACE_ENV: "0",
+                ADDED_ROUNDS_ENV: "0"}
     old = {k: os.environ.get(k) for k in settings}
     os.environ.update(settings)
     yield
@@ -99,6 +104,14 @@ def _no_quiet_wait():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture()
+def added_rounds(monkeypatch):
+    """Rounds added for quiet samples and spells as the product adds them (the suite caps them at 0)."""
+    from placer.run.bench import ADDED_ROUNDS_ENV
+
+    monkeypatch.delenv(ADDED_ROUNDS_ENV, raising=False)
 
 
 @pytest.fixture()

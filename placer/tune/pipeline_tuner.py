@@ -568,7 +568,7 @@ class ThroughputSearch:
                         _PipelineRuns(self.pipe_mats[r.key], self.feeds, self.refs, n_requests, self.ctx.tolerance))
                 except PlacerError as exc:
                     r.error, r.throughput_rps = f"final rounds: {first_line(exc)}", None
-            for rnd in range(FINAL_ROUNDS + EXTRA_ROUNDS):
+            for rnd in range(FINAL_ROUNDS + run_bench.added_rounds(EXTRA_ROUNDS)):
                 if rnd == 1 and budget_s is not None and time.monotonic() - self.t_start > budget_s:
                     self.say(f"final rounds past the {budget_s:.0f} s budget: {FINAL_ROUNDS} rounds, "
                              "the verdict's samples")

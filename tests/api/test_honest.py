@@ -113,7 +113,7 @@ def test_a_close_call_is_two_fastest_plans_within_the_tie_band():
     assert not close_call({"chosen": 1.0})
 
 
-def test_measuring_reads_a_spell_of_the_host_and_says_when_it_gives_the_all_core_target_its_due():
+def test_measuring_reads_a_spell_of_the_host_and_says_when_it_gives_the_all_core_target_its_due(added_rounds):
     """ONNX Runtime at 1 and 2 threads, the store's 2-thread / 1-thread ratio out of reach (0.01): every
     round reads as a spell (placer.run.spells), so the rounds for quiet samples are all added; the
     choice is the faster round by round, unless the 1-thread plan won by at most SPELL_GIVE, in which

@@ -25,7 +25,7 @@ def _plan_bench(keys=("ort",)):
     return bench
 
 
-def test_a_measurement_slowed_throughout_gets_its_extra_rounds_and_no_more(always_slowed):
+def test_a_measurement_slowed_throughout_gets_its_extra_rounds_and_no_more(always_slowed, added_rounds):
     with _plan_bench() as bench:
         stats = bench.measure(["ort"], until_quiet=3, quiet_wait=0.0)
         assert bench.extra_rounds == 3  # never quiet: the count bounds it
@@ -39,6 +39,23 @@ def test_a_measurement_slowed_throughout_gets_its_extra_rounds_and_no_more(alway
         bench.measure(["ort"])  # without until_quiet, as before
         assert bench.extra_rounds == 0 and len(bench.candidates["ort"].turns) == 9
     assert wait_quiet(0.0) is False  # slowed, and no time to wait
+
+
+def test_added_rounds_are_capped_by_the_environment(always_slowed, monkeypatch):
+    """``$PLACER_ADDED_ROUNDS`` caps the rounds added for quiet samples (the suite sets 0); a value
+    that is not an integer >= 0 leaves the caller's count."""
+    from placer.run.bench import ADDED_ROUNDS_ENV, added_rounds
+
+    with _plan_bench() as bench:
+        monkeypatch.setenv(ADDED_ROUNDS_ENV, "1")
+        bench.measure(["ort"], until_quiet=3, quiet_wait=0.0)
+        assert bench.extra_rounds == 1 and len(bench.candidates["ort"].turns) == 2 + 1
+        monkeypatch.setenv(ADDED_ROUNDS_ENV, "0")
+        bench.measure(["ort"], until_quiet=3, quiet_wait=0.0)
+        assert bench.extra_rounds == 0 and len(bench.candidates["ort"].turns) == 3 + 2
+    for value, asked, got in (("2", 5, 2), ("7", 5, 5), ("-1", 5, 5), ("many", 5, 5), ("", 4, 4)):
+        monkeypatch.setenv(ADDED_ROUNDS_ENV, value)
+        assert added_rounds(asked) == got, value
 
 
 def test_a_candidate_is_mostly_slowed_only_when_its_quiet_samples_cannot_be_used_alone():
@@ -60,7 +77,7 @@ def test_a_candidate_is_mostly_slowed_only_when_its_quiet_samples_cannot_be_used
         == [(0, 0.0), (3, 0.5), (0, 4 / 6)]
 
 
-def test_a_round_a_watch_reads_as_a_spell_counts_as_slowed_for_every_candidate():
+def test_a_round_a_watch_reads_as_a_spell_counts_as_slowed_for_every_candidate(added_rounds):
     with _plan_bench(("one", "all", "plan")) as bench:
         # no limit is passed: no round reads as a spell (the probes may still read some slowed)
         bench.watches = [RatioWatch("one", "all", float("inf"))]

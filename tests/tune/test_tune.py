@@ -230,7 +230,8 @@ def test_throughput_tune_writes_a_replicated_plan_dir_when_it_wins(tmp_path, db,
     assert main(["report", str(tmp_path)]) == 0  # the saved records load back
 
 
-def test_throughput_final_rounds_add_rounds_for_a_spell_and_leave_out_a_runtime_that_fails(tmp_path, db, monkeypatch):
+def test_throughput_final_rounds_add_rounds_for_a_spell_and_leave_out_a_runtime_that_fails(tmp_path, db, monkeypatch,
+                                                                                         added_rounds):
     """The runtimes alone made deterministic in the final rounds (100 req/s at 1 thread, 190 on all
     cores). ONNX Runtime on all cores serves at its 1-thread rate in the first two (a spell): rounds are
     added until two read no spell, and every round counts in the figures. OpenVINO at one thread raises
@@ -603,7 +604,7 @@ def test_a_baseline_left_unmeasured_is_the_record_of_its_placement():
         assert any(s.startswith("baseline openvino@cpu:t1: predicted") and "not measured" in s for s in said)
 
 
-def test_final_rounds_wait_for_quiet_cores_past_a_spent_budget(always_slowed):
+def test_final_rounds_wait_for_quiet_cores_past_a_spent_budget(always_slowed, added_rounds):
     """Cores slowed throughout, the budget spent: the final rounds (the verdict) still add their rounds
     for quiet samples, past the budget, and say so; a measurement bounded by the budget adds none."""
     import time
@@ -642,7 +643,7 @@ def test_final_rounds_wait_for_quiet_cores_past_a_spent_budget(always_slowed):
 
 
 @pytest.mark.parametrize("stored_ratio, spell", [(0.01, True), (100.0, False)])
-def test_final_rounds_wait_when_all_core_targets_ran_at_their_1_thread_pace(stored_ratio, spell):
+def test_final_rounds_wait_when_all_core_targets_ran_at_their_1_thread_pace(stored_ratio, spell, added_rounds):
     """A runtime's all-core / 1-thread ratio in the final rounds far above the store's (a host spell
     the probes did not read, placer.run.spells): the final rounds say so, poll the two targets for
     the spell's end (every poll here still reads it: the store's ratio is out of reach), and keep
