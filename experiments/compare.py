@@ -214,13 +214,18 @@ def compare_model(ref: str, targets, db, out: Path, *, tune_budget_s: float, sol
         # priced as every other plan of this table: on this comparison's problem (re-priced from the single
         # targets' first rounds), so the table reads one set of prices (issue 15, deliver 4); the price
         # tune gave it, on its own session's rounds minutes earlier, is kept beside it. Over four f32
-        # runs that price missed by up to 39% (a spell in tune's rounds), the plans priced here by 15% p90
+        # runs that price missed by up to 39% (a spell in tune's rounds), the CP-SAT and `placer plan`
+        # rows priced here by 15.8% p90
+        predicted = solver_predicted = tuned.best.predicted_ms
+        priced_here = True
         try:
             tuned_price = priced_assignment(problem, graph, tuned.best.plan.assignment)
-        except KeyError:  # an assignment this problem cannot price (an op or target it lacks): tune's price
-            tuned_price = tuned.best.plan
-        trow = {"model": name, "placement": "tuned", "predicted_ms": tuned_price.makespan_ms,
-                "solver_predicted_ms": tuned_price.provenance.get("solver_makespan_ms", tuned_price.makespan_ms),
+            predicted = tuned_price.makespan_ms
+            solver_predicted = tuned_price.provenance.get("solver_makespan_ms", predicted)
+        except (KeyError, PlacerError):  # an op or target this problem lacks, or a pair it cannot run: tune's price
+            priced_here = False
+        trow = {"model": name, "placement": "tuned", "predicted_ms": predicted,
+                "solver_predicted_ms": solver_predicted, "priced_here": priced_here,
                 "tune_predicted_ms": tuned.best.predicted_ms,
                 "assignment": dict(tuned.best.plan.assignment),
                 "solve_s": sum(r.solve_s for r in tuned.records), "status": "measured guard" if tuned.fell_back else "",
@@ -475,7 +480,7 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
         if parts:
             doc.p("Partitions of the multi-partition plans (and of the CP-SAT and tuned plans), each measured inside "
                   "its plan's runs: predicted = the target's call overhead + the sum of its ops' costs in the "
-                  "problem the plan was solved on.")
+                  "comparison's problem.")
             doc.table(["placement", "partition", "target", "ops", "inputs", "predicted ms", "measured ms",
                        "measured / predicted"],
                       [[pl, d["partition"], d["target"], d["n_ops"], d["n_inputs"], _pred(d), d["measured_ms"],
@@ -495,7 +500,8 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
           "measured as the median of the rounds after the problem was re-priced from the single targets (a "
           "plan is not judged on the rounds it was priced from). Single targets are priced from the profile "
           "store, every later plan, the tuned one too, from the single targets' first rounds (one set of "
-          "prices for the table; the price tune gave its plan in its own session follows below). "
+          "prices for the table; the price tune gave its plan in its own session follows below, and stands "
+          "in a tuned row this problem cannot price: `priced_here` false). "
           "Issue 15's goal: median <= 10%, p90 <= 20%; `placer plan` >= 0.95x the best single target.")
     acc = prediction_accuracy(results)
     solver_acc = prediction_accuracy(results, "solver_predicted_ms")
