@@ -93,7 +93,7 @@ def _no_quiet_wait():
     from placer.run.bench import ADDED_ROUNDS_ENV, QUIET_WAIT_ENV
 
     # no pace timed beside the profiles (placer.profile.pace), unless a test turns it on: 8% of the suite;
-    # no rounds added for quiet samples or spells, unless a test turns them on (fixture added_rounds): 9%
+    # no rounds added for quiet samples or spells, unless a test turns them on (fixture added_rounds)
     settings = {QUIET_WAIT_ENV: "0", ATTEMPTS_ENV: "1", ONE_THREAD_WINDOWS_ENV: "0", PACE_ENV: "0",
                 ADDED_ROUNDS_ENV: "0"}
     old = {k: os.environ.get(k) for k in settings}

@@ -62,8 +62,8 @@ QUIET_WINDOW_S = 30.0
 #: ``$PLACER_ADDED_ROUNDS``: the most rounds a measurement adds for quiet samples or for a spell of the
 #: host (:meth:`PlanBench.measure`'s ``until_quiet``, the throughput tune's spell rounds), whatever the
 #: caller asks. The test suite sets 0: its own parallel workers keep the cores busy, so an added round
-#: finds no quiet and only lengthens the suite (session 55: 517 s -> 469 s); the tests of the added
-#: rounds turn them back on
+#: finds no quiet and only lengthens the suite (session 55: its three longest tune tests 41 / 32 / 21 s
+#: -> 25 / 18 / 13 s); the tests of the added rounds turn them back on
 ADDED_ROUNDS_ENV = "PLACER_ADDED_ROUNDS"
 QUIET_POLL_S = 0.2
 
