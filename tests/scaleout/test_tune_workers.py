@@ -30,8 +30,10 @@ def test_two_tune_workers_share_one_study(placer_cmd, cli_env, tmp_path):
     """
     url = f"sqlite:///{tmp_path / 'study.db'}"
     procs = []
+    # one runtime: the shared study and two processes profiling into one store are the subject, and a
+    # second runtime only doubled the profiling (session 55: 31 -> 17 s alone)
     for w in range(WORKERS):
-        cmd = placer_cmd("tune", "zoo:tiny", "--targets", "onnxruntime,openvino", "--trials", TRIALS,
+        cmd = placer_cmd("tune", "zoo:tiny", "--targets", "onnxruntime", "--trials", TRIALS,
                          "--storage", url, "--db", tmp_path / "profiles.db", "--out", tmp_path / f"out{w}")
         procs.append(subprocess.Popen(cmd, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outs = []
