@@ -514,11 +514,10 @@ def write_report(results: list[dict], out: Path, meta: dict) -> Path:
               f"priced from) against its rounds after them, the same plan measured twice in one process: "
               f"median {100 * floor['all']['median']:.1f}%, p90 {100 * floor['all']['p90']:.1f}% over "
               f"{floor['all']['n']} single targets.")
-    own = prediction_accuracy([{"rows": [r for r in res["rows"] if r["placement"] == "tuned"]} for res in results],
-                              "tune_predicted_ms")
+    tuned_rows = [{"rows": [r for r in res["rows"] if r["placement"] == "tuned"]} for res in results]
+    own = prediction_accuracy(tuned_rows, "tune_predicted_ms")
     if own["all"]["n"]:
-        here = prediction_accuracy([{"rows": [r for r in res["rows"] if r["placement"] == "tuned"]}
-                                    for res in results])
+        here = prediction_accuracy(tuned_rows)
         doc.p(f"The tuned plans alone ({own['all']['n']}): priced here, median {100 * here['all']['median']:.1f}%, "
               f"p90 {100 * here['all']['p90']:.1f}%; at the price tune gave them, from its own session's rounds "
               f"minutes earlier, median {100 * own['all']['median']:.1f}%, p90 {100 * own['all']['p90']:.1f}%.")
